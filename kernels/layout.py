@@ -1,0 +1,249 @@
+"""The paged KV layout and the checks every kernel wrapper runs before it launches anything.
+
+A query token at position `t` finds its key and value through its slice of the flat block table:
+
+    block_table:  [ ... | e0 e1 e2 e3 | ... ]        uint32, INVALID_BLOCK where unmapped
+                          ^ table_offset of this query
+    position t  ->  logical page t // page_size  ->  entry block_table[table_offset + t // page_size]
+                ->  physical page p = that entry  ->  row t % page_size
+    k_cache[p, t % page_size, kv_head, :]           [pages, page_size, kv_heads, head_dim]
+
+    e.g. page_size 4, t = 9: logical page 2, entry e2, row 1.
+
+The invariant kept here: no kernel ever receives a table in which a position it will touch maps
+to an entry outside the table, to `INVALID_BLOCK`, or to a page id at or beyond the cache size.
+A bad table would otherwise read (or overwrite) another request's KV, so every wrapper calls
+`check_reachable_pages` on the host and raises `ValueError` naming the query and the table entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsched.spec.batch import INVALID_BLOCK
+
+__all__ = [
+    "CACHE_DTYPES",
+    "INVALID_BLOCK",
+    "MAX_GROUP",
+    "MAX_HEAD_DIM",
+    "check_array",
+    "check_cache_pair",
+    "check_index_vector",
+    "check_reachable_pages",
+]
+
+# Compile-time limits shared by the CUDA kernels (shared-memory tiles are sized by them) and
+# enforced for every device so the three implementations accept exactly the same inputs.
+MAX_HEAD_DIM = 128  # head_dim in [1, 128]: one shared-memory row per staged token
+MAX_GROUP = 8  # q_heads // kv_heads in [1, 8]: the q heads one block serves per kv head
+
+CACHE_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def check_array(name: str, array: Any, dtypes: tuple[np.dtype[Any], ...], ndim: int) -> None:
+    """Reject anything but a C-contiguous array of one of `dtypes` with `ndim` axes.
+
+    Device arrays (numba-cuda) pass too: they carry the same `dtype`, `shape` and contiguity flag.
+    """
+    dtype = getattr(array, "dtype", None)
+    shape = getattr(array, "shape", None)
+    if dtype is None or shape is None:
+        raise ValueError(f"{name} must be an array, got {type(array).__name__}")
+    if np.dtype(dtype) not in dtypes:
+        allowed = " or ".join(str(d) for d in dtypes)
+        raise ValueError(f"{name} must have dtype {allowed}, got {np.dtype(dtype)}")
+    if len(shape) != ndim:
+        raise ValueError(f"{name} must have {ndim} axes, got shape {tuple(shape)}")
+    if not _is_c_contiguous(array):
+        raise ValueError(f"{name} must be C-contiguous (pass np.ascontiguousarray({name}))")
+
+
+def _is_c_contiguous(array: Any) -> bool:
+    flags = getattr(array, "flags", None)
+    if flags is not None and not callable(flags):
+        return bool(flags["C_CONTIGUOUS"])
+    is_c = getattr(array, "is_c_contiguous", None)
+    return bool(is_c()) if callable(is_c) else False
+
+
+def check_cache_pair(k_cache: Any, v_cache: Any) -> tuple[int, int, int, int]:
+    """Validate the K and V caches together; returns `(pages, page_size, kv_heads, head_dim)`."""
+    check_array("k_cache", k_cache, CACHE_DTYPES, 4)
+    check_array("v_cache", v_cache, CACHE_DTYPES, 4)
+    if np.dtype(k_cache.dtype) != np.dtype(v_cache.dtype):
+        raise ValueError(f"k_cache is {np.dtype(k_cache.dtype)} but v_cache is {np.dtype(v_cache.dtype)}")
+    if tuple(k_cache.shape) != tuple(v_cache.shape):
+        raise ValueError(f"k_cache shape {tuple(k_cache.shape)} != v_cache shape {tuple(v_cache.shape)}")
+    pages, page_size, kv_heads, head_dim = (int(n) for n in k_cache.shape)
+    if page_size < 1 or kv_heads < 1:
+        raise ValueError(f"caches need page_size >= 1 and kv_heads >= 1, got shape {tuple(k_cache.shape)}")
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be in [1, {MAX_HEAD_DIM}], got {head_dim}")
+    return pages, page_size, kv_heads, head_dim
+
+
+def check_index_vector(name: str, values: Any, count: int, *, low: int) -> npt.NDArray[np.int32]:
+    """A length-`count` vector of integers >= `low`, as the int32 array the kernels index with."""
+    if not isinstance(values, np.ndarray) or values.ndim != 1 or values.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be a 1-D integer numpy array")
+    if values.shape[0] != count:
+        raise ValueError(f"{name} has {values.shape[0]} entries, expected one per query ({count})")
+    if count and (int(values.min()) < low or int(values.max()) > np.iinfo(np.int32).max):
+        bad = int(np.flatnonzero((values < low) | (values > np.iinfo(np.int32).max))[0])
+        raise ValueError(f"{name}[{bad}] = {int(values[bad])} is out of range [{low}, 2**31)")
+    return np.ascontiguousarray(values, dtype=np.int32)
+
+
+def check_reachable_pages(
+    block_table: npt.NDArray[np.uint32],  # [entries] uint32
+    table_offsets: npt.NDArray[np.int32],  # [queries] int32
+    first_positions: npt.NDArray[np.int32],  # [queries] int32, first position each query touches
+    end_positions: npt.NDArray[np.int32],  # [queries] int32, one past the last position it touches
+    page_size: int,
+    pages: int,
+    table_lengths: npt.NDArray[np.int32] | None = None,  # [queries] int32, entries each query owns
+) -> None:
+    """Raise `ValueError` unless every table entry a query reaches names a page of the cache.
+
+    Query `i` touches positions `[first_positions[i], end_positions[i])`, hence logical pages
+    `first // page_size .. (end - 1) // page_size`. With `table_lengths`, a query may not reach
+    past its own slice of the table (that would be the next request's table).
+    """
+    first_page = first_positions.astype(np.int64) // page_size
+    spans = np.where(
+        end_positions > first_positions, (end_positions.astype(np.int64) - 1) // page_size + 1 - first_page, 0
+    )
+    if table_lengths is not None:
+        over = np.flatnonzero(first_page + spans > table_lengths)
+        if over.size:
+            i = int(over[0])
+            raise ValueError(
+                f"query {i} reaches logical page {int(first_page[i] + spans[i] - 1)} "
+                f"but owns only {int(table_lengths[i])} table entries"
+            )
+    total = int(spans.sum())
+    if total == 0:
+        return
+    query_of = np.repeat(np.arange(spans.shape[0]), spans)
+    starts = np.cumsum(spans) - spans
+    logical = first_page[query_of] + (np.arange(total) - starts[query_of])
+    entries = table_offsets[query_of].astype(np.int64) + logical
+    outside = np.flatnonzero(entries >= block_table.shape[0])
+    if outside.size:
+        j = int(outside[0])
+        raise ValueError(
+            f"query {int(query_of[j])} reaches table entry {int(entries[j])} "
+            f"(logical page {int(logical[j])}), past the end of block_table ({block_table.shape[0]} entries)"
+        )
+    ids = block_table[entries]
+    bad = np.flatnonzero(ids >= pages)
+    if bad.size:
+        j = int(bad[0])
+        page = int(ids[j])
+        what = "INVALID_BLOCK (unmapped)" if page == INVALID_BLOCK else f"page {page}"
+        raise ValueError(
+            f"query {int(query_of[j])} reaches table entry {int(entries[j])} (logical page "
+            f"{int(logical[j])}) holding {what}, outside the cache of {pages} pages"
+        )
+
+
+def check_attention(
+    q: Any,  # [queries, q_heads, head_dim] float32
+    k_cache: Any,  # [pages, page_size, kv_heads, head_dim] float16 | float32
+    v_cache: Any,  # [pages, page_size, kv_heads, head_dim] same dtype as k_cache
+    block_table: Any,  # [entries] uint32
+    table_offsets: Any,  # [queries] integer
+    context_lens: Any,  # [queries] integer >= 1
+    scale: float,
+    table_lengths: Any = None,  # [queries] integer, or None
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Validate a paged-attention call; returns `(table_offsets, context_lens)` as int32."""
+    check_array("q", q, (np.dtype(np.float32),), 3)
+    pages, page_size, kv_heads, head_dim = check_cache_pair(k_cache, v_cache)
+    queries, q_heads, q_dim = (int(n) for n in q.shape)
+    if q_dim != head_dim:
+        raise ValueError(f"q has head_dim {q_dim} but the caches have {head_dim}")
+    if q_heads % kv_heads or not 1 <= q_heads // kv_heads <= MAX_GROUP:
+        raise ValueError(
+            f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads}) at most {MAX_GROUP} times"
+        )
+    if not np.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    check_array("block_table", block_table, (np.dtype(np.uint32),), 1)
+    offsets = check_index_vector("table_offsets", table_offsets, queries, low=0)
+    lens = check_index_vector("context_lens", context_lens, queries, low=1)
+    lengths = None if table_lengths is None else check_index_vector("table_lengths", table_lengths, queries, low=0)
+    check_reachable_pages(block_table, offsets, np.zeros_like(lens), lens, page_size, pages, lengths)
+    return offsets, lens
+
+
+def check_append(
+    k: Any,  # [queries, kv_heads, head_dim] float32
+    v: Any,  # [queries, kv_heads, head_dim] float32
+    k_cache: Any,  # [pages, page_size, kv_heads, head_dim] float16 | float32
+    v_cache: Any,  # [pages, page_size, kv_heads, head_dim] same dtype as k_cache
+    block_table: Any,  # [entries] uint32
+    table_offsets: Any,  # [queries] integer
+    positions: Any,  # [queries] integer >= 0
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Validate a KV append; returns `(table_offsets, positions)` as int32.
+
+    Two queries writing the same cache row would race on a GPU, so that is refused too.
+    """
+    check_array("k", k, (np.dtype(np.float32),), 3)
+    check_array("v", v, (np.dtype(np.float32),), 3)
+    pages, page_size, kv_heads, head_dim = check_cache_pair(k_cache, v_cache)
+    if tuple(k.shape) != tuple(v.shape) or tuple(k.shape[1:]) != (kv_heads, head_dim):
+        raise ValueError(
+            f"k {tuple(k.shape)} and v {tuple(v.shape)} must both be [queries, {kv_heads}, {head_dim}]"
+        )
+    queries = int(k.shape[0])
+    check_array("block_table", block_table, (np.dtype(np.uint32),), 1)
+    offsets = check_index_vector("table_offsets", table_offsets, queries, low=0)
+    where = check_index_vector("positions", positions, queries, low=0)
+    check_reachable_pages(block_table, offsets, where, where + 1, page_size, pages)
+    slots = block_table[offsets.astype(np.int64) + where // page_size].astype(np.int64) * page_size
+    slots += where % page_size
+    unique, first, counts = np.unique(slots, return_index=True, return_counts=True)
+    if unique.shape[0] != queries:
+        twice = int(unique[np.flatnonzero(counts > 1)[0]])
+        hits = np.flatnonzero(slots == twice)
+        raise ValueError(
+            f"queries {int(hits[0])} and {int(hits[1])} both write page {twice // page_size} "
+            f"row {twice % page_size}"
+        )
+    return offsets, where
+
+
+def check_copy(
+    k_cache: Any,  # [pages, page_size, kv_heads, head_dim] float16 | float32
+    v_cache: Any,  # [pages, page_size, kv_heads, head_dim] same dtype as k_cache
+    pairs: Any,  # [copies, 2] integer (source, destination), or a sequence of pairs
+) -> npt.NDArray[np.int32]:
+    """Validate a batched page copy; returns the pairs as a contiguous int32 `[copies, 2]` array.
+
+    A destination may appear once and never as another pair's source: the copies of one launch
+    run concurrently, so any overlap would make the result depend on their order.
+    """
+    pages = check_cache_pair(k_cache, v_cache)[0]
+    table = np.asarray(pairs)
+    if table.size == 0:
+        return np.zeros((0, 2), dtype=np.int32)
+    if table.ndim != 2 or table.shape[1] != 2 or table.dtype.kind not in "iu":
+        raise ValueError(f"pairs must be integer (source, destination) pairs, got shape {table.shape}")
+    for index, (source, destination) in enumerate(table.tolist()):
+        if not (0 <= source < pages and 0 <= destination < pages):
+            raise ValueError(f"pair {index} ({source} -> {destination}) names a page outside [0, {pages})")
+        if source == destination:
+            raise ValueError(f"pair {index} copies page {source} onto itself")
+    destinations = table[:, 1].tolist()
+    if len(set(destinations)) != len(destinations):
+        raise ValueError(f"pairs write a destination page twice: {destinations}")
+    overlap = set(destinations) & set(table[:, 0].tolist())
+    if overlap:
+        raise ValueError(f"pages {sorted(overlap)} are both a source and a destination in one copy batch")
+    return np.ascontiguousarray(table, dtype=np.int32)

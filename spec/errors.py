@@ -1,0 +1,153 @@
+"""The closed set of kvsched errors, shared by spec and impl.
+
+A violation is an error: releasing a page nobody holds, an unknown request, a backend that
+breaks the round's contract. Every public operation raises one of these leaf classes (never a
+bare built-in) and, when it raises, has changed nothing. The hierarchy flattens the originals'
+nested enums (`SchedulerError::Prefix(PrefixKvError::Table(TableError::Pool(Exhausted)))` is
+simply `Exhausted`); the intermediate classes let a caller catch a whole family.
+
+    KvschedError
+    ├── InvalidArgument, InvalidConfig        (also ValueError)
+    ├── PoolError        Exhausted, InvalidBlock, ReferenceOverflow, DoubleRelease
+    ├── TableError       OutOfRange, TargetNotEmpty, TableOutputTooSmall
+    ├── RegistryError    EmptyPageSet, PageCapacity, RegistryFull
+    ├── SchedulerError   DuplicateRequest, Full, UnknownRequest, OutputTooSmall, InvalidState
+    ├── DecodeRoundError ItemBufferTooSmall, BlockTableBufferTooSmall, OutputBufferTooSmall,
+    │                    MissingInputToken, BackendFailed, BackendLaunchCount,
+    │                    OutputIdentityMismatch
+    └── RaggedBackendError  BackendOutputTooSmall, BackendRejected   (raised by backends)
+"""
+
+from __future__ import annotations
+
+
+class KvschedError(Exception):
+    """Base of every error kvsched raises."""
+
+
+class InvalidArgument(KvschedError, ValueError):
+    """A value outside its domain: a negative id, a token id above 2**32 - 1, a wrong type."""
+
+
+class InvalidConfig(KvschedError, ValueError):
+    """A constructor or configuration value that cannot describe a working system."""
+
+
+class PoolError(KvschedError):
+    """A physical-page operation the pool refuses."""
+
+
+class Exhausted(PoolError):
+    """No free physical page is left."""
+
+
+class InvalidBlock(PoolError):
+    """The page id is out of range, or names a free page where a held one is required."""
+
+
+class ReferenceOverflow(PoolError):
+    """Retaining would push a page's reference count past the pool's maximum."""
+
+
+class DoubleRelease(PoolError):
+    """Releasing a page whose reference count is already zero."""
+
+
+class TableError(KvschedError):
+    """A logical page-table operation the table refuses."""
+
+
+class OutOfRange(TableError):
+    """A logical page index or page list outside the table's fixed capacity."""
+
+
+class TargetNotEmpty(TableError):
+    """Installing or forking into a table that already maps a page."""
+
+
+class TableOutputTooSmall(TableError):
+    """A caller-provided table buffer is shorter than the table it must hold."""
+
+
+class RegistryError(KvschedError):
+    """A prefix-registry operation the registry refuses."""
+
+
+class EmptyPageSet(RegistryError):
+    """A prefix page set with no pages or no tokens."""
+
+
+class PageCapacity(RegistryError):
+    """A prefix page set longer than the store's per-entry page capacity."""
+
+
+class RegistryFull(RegistryError):
+    """The registry has no entry to place a prefix in (a store with zero entries)."""
+
+
+class SchedulerError(KvschedError):
+    """A request-lifecycle operation the scheduler refuses."""
+
+
+class DuplicateRequest(SchedulerError):
+    """The request id is already live in another slot."""
+
+
+class Full(SchedulerError):
+    """Every request slot is occupied."""
+
+
+class UnknownRequest(SchedulerError):
+    """No live slot holds this request id."""
+
+
+class OutputTooSmall(SchedulerError):
+    """A caller-provided view buffer is shorter than the number of live requests."""
+
+
+class InvalidState(SchedulerError):
+    """The request is live but not in a state where this operation is allowed."""
+
+
+class DecodeRoundError(KvschedError):
+    """A decode round that did not commit; no request changed."""
+
+
+class ItemBufferTooSmall(DecodeRoundError):
+    """The item scratch buffer cannot hold one item per decoding request."""
+
+
+class BlockTableBufferTooSmall(DecodeRoundError):
+    """The block-table scratch buffer cannot hold every decoding request's table."""
+
+
+class OutputBufferTooSmall(DecodeRoundError):
+    """The output scratch buffer cannot hold one output per decoding request."""
+
+
+class MissingInputToken(DecodeRoundError):
+    """A decoding request has no seeded input token."""
+
+
+class BackendFailed(DecodeRoundError):
+    """The backend raised or returned something that is not a receipt; the cause is chained."""
+
+
+class BackendLaunchCount(DecodeRoundError):
+    """The backend reports a number of launches other than exactly one."""
+
+
+class OutputIdentityMismatch(DecodeRoundError):
+    """The outputs do not answer the items: wrong batch size, request id, slot or token."""
+
+
+class RaggedBackendError(KvschedError):
+    """Raised by a backend to refuse a batch (the scheduler wraps it in `BackendFailed`)."""
+
+
+class BackendOutputTooSmall(RaggedBackendError):
+    """The output buffer handed to the backend is shorter than the batch."""
+
+
+class BackendRejected(RaggedBackendError):
+    """The backend cannot run this batch (shape, bucket or table range)."""

@@ -1,0 +1,278 @@
+"""Named shared prefixes: identities, page sets and the fixed-capacity prefix store.
+
+Modelled: a registry of at most `entries` prefix page sets, each keyed by a `PrefixIdentity`
+and owning one pool reference on each of its pages. A request attaching a prefix retains the
+pages once more in its own table, so removing or replacing an entry never invalidates a request
+that is still reading it; the first write to a shared page goes through copy-on-write.
+
+Ordering promises: `publish` retains the new pages before the set becomes visible and releases a
+replaced set only after; a full registry replaces round-robin; `reclaim` evicts only idle entries
+(pages no one but the store holds), least recently used first, ties to the lowest slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from kvsched.spec import pool as pool_ops
+from kvsched.spec.batch import U32_MAX
+from kvsched.spec.domain import is_int, require_size, require_u64
+from kvsched.spec.errors import EmptyPageSet, InvalidArgument, PageCapacity, RegistryFull
+from kvsched.spec.pool import BlockPool, PoolState
+from kvsched.spec.table import SequenceBlockTable, Table, install_shared_prefix
+
+MASK64 = 2**64 - 1
+MAX_SET_PAGES = 2**16 - 1  # the original stores page_count as u16
+MAX_ENTRIES = 2**16
+Fact = tuple[int, int, int, int, int, int]  # subject, predicate, object, context, metadata, parity
+
+_SEEDS = (0x243F6A8885A308D3, 0x13198A2E03707344, 0xA4093822299F31D0, 0x082EFA98EC4E6C89)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixIdentity:
+    """A prefix's 256-bit identity: four 64-bit words."""
+
+    words: tuple[int, int, int, int]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.words, tuple) or len(self.words) != 4:
+            raise InvalidArgument("a prefix identity is a tuple of four 64-bit words")
+        for word in self.words:
+            require_u64("identity word", word)
+
+
+def compute_mix(value: int) -> int:
+    """The splitmix64 finalizer: a bijection on 64-bit words."""
+    value &= MASK64
+    value ^= value >> 30
+    value = (value * 0xBF58476D1CE4E5B9) & MASK64
+    value ^= value >> 27
+    value = (value * 0x94D049BB133111EB) & MASK64
+    return value ^ (value >> 31)
+
+
+def derive_prefix_identity(
+    model_instance: int,
+    tokenizer_revision: int,
+    graph_context: int,
+    graph_revision: int,
+    facts: Sequence[Fact],
+    *,
+    tenant_salt: int = 0,
+) -> PrefixIdentity:
+    """Mix the model, tokenizer, context, revision, facts and tenant into an identity.
+
+    With `tenant_salt == 0` this is the original derivation. The salt enters every starting
+    word, and every later step is a bijection of one word, so for the same other inputs two
+    different tenants always derive identities that differ in all four words.
+    """
+    salt = require_u64("tenant_salt", tenant_salt)
+    inputs = (model_instance, tokenizer_revision, graph_context, graph_revision)
+    words = [
+        compute_mix(require_u64("identity input", value) ^ seed ^ salt)
+        for value, seed in zip(inputs, _SEEDS, strict=True)
+    ]
+    for index, fact in enumerate(facts):
+        if len(fact) != 6:
+            raise InvalidArgument(f"fact {index} has {len(fact)} lanes, not 6")
+        for lane, value in enumerate(fact):
+            target = (index + lane) & 3
+            words[target] = compute_mix(words[target] ^ require_u64("fact lane", value) ^ (index << 32) ^ lane)
+    return PrefixIdentity((words[0], words[1], words[2], words[3]))
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixPageSet:
+    """The pages holding one prefix's KV, in logical order, and how many tokens they hold."""
+
+    identity: PrefixIdentity
+    pages: tuple[int, ...]
+    token_count: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.identity, PrefixIdentity):
+            raise InvalidArgument("a page set needs a PrefixIdentity")
+        if not isinstance(self.pages, tuple) or not all(is_int(page) for page in self.pages):
+            raise InvalidArgument("a page set's pages are a tuple of ints")
+        if not self.pages:
+            raise EmptyPageSet("a prefix page set needs at least one page")
+        if len(self.pages) > MAX_SET_PAGES:
+            raise PageCapacity(f"{len(self.pages)} pages exceed the {MAX_SET_PAGES}-page limit")
+        if not is_int(self.token_count) or not 1 <= self.token_count <= U32_MAX:
+            raise EmptyPageSet(f"a prefix must hold 1..2**32-1 tokens, not {self.token_count!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEntry:
+    """An occupied registry slot: the page set and when it was last published or attached."""
+
+    page_set: PrefixPageSet
+    last_used: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreState:
+    """Registry slots (None = empty), per-entry page capacity, round-robin cursor, LRU clock."""
+
+    slots: tuple[StoreEntry | None, ...]
+    page_capacity: int
+    next_victim: int = 0
+    clock: int = 0
+
+
+def initial_store(entries: int, pages: int) -> StoreState:
+    """An empty store of `entries` slots, each holding at most `pages` pages."""
+    require_size("entries", entries, 0, MAX_ENTRIES)
+    require_size("pages", pages, 1, MAX_SET_PAGES)
+    return StoreState((None,) * entries, pages)
+
+
+def find_slot(state: StoreState, identity: PrefixIdentity) -> int | None:
+    """The slot holding `identity`, if any."""
+    for index, entry in enumerate(state.slots):
+        if entry is not None and entry.page_set.identity == identity:
+            return index
+    return None
+
+
+def get_store_references(state: StoreState, page: int) -> int:
+    """How many references the store's entries hold on `page`."""
+    return sum(entry.page_set.pages.count(page) for entry in state.slots if entry is not None)
+
+
+def _with_slot(state: StoreState, index: int, entry: StoreEntry | None) -> tuple[StoreEntry | None, ...]:
+    return state.slots[:index] + (entry,) + state.slots[index + 1 :]
+
+
+def _release_set(pool: PoolState, entry: StoreEntry | None) -> PoolState:
+    if entry is not None:
+        for page in entry.page_set.pages:
+            pool = pool_ops.release(pool, page)
+    return pool
+
+
+def publish(state: StoreState, pool: PoolState, page_set: PrefixPageSet) -> tuple[StoreState, PoolState]:
+    """Make `page_set` visible under its identity, replacing a same-identity or victim entry."""
+    if not isinstance(page_set, PrefixPageSet):
+        raise InvalidArgument("publish takes a PrefixPageSet")
+    if len(page_set.pages) > state.page_capacity:
+        raise PageCapacity(f"{len(page_set.pages)} pages exceed this store's {state.page_capacity}-page entries")
+    for page in page_set.pages:
+        pool = pool_ops.retain(pool, page)
+    if not state.slots:
+        raise RegistryFull("this store has no entries")
+    index = find_slot(state, page_set.identity)
+    next_victim = state.next_victim
+    if index is None:
+        index = next((i for i, entry in enumerate(state.slots) if entry is None), None)
+    if index is None:
+        index = next_victim % len(state.slots)
+        next_victim += 1
+    replaced = state.slots[index]
+    entry = StoreEntry(page_set, state.clock)
+    state = replace(state, slots=_with_slot(state, index, entry), next_victim=next_victim, clock=state.clock + 1)
+    return state, _release_set(pool, replaced)
+
+
+def attach(
+    state: StoreState, table: Table, pool: PoolState, identity: PrefixIdentity
+) -> tuple[StoreState, Table, PoolState, int | None]:
+    """Install the prefix's pages into the empty `table`: a miss gives None, a hit its tokens."""
+    if not isinstance(identity, PrefixIdentity):
+        raise InvalidArgument("attach takes a PrefixIdentity")
+    index = find_slot(state, identity)
+    if index is None:
+        return state, table, pool, None
+    entry = state.slots[index]
+    assert entry is not None
+    table, pool = install_shared_prefix(table, pool, entry.page_set.pages)
+    touched = StoreEntry(entry.page_set, state.clock)
+    state = replace(state, slots=_with_slot(state, index, touched), clock=state.clock + 1)
+    return state, table, pool, entry.page_set.token_count
+
+
+def remove(state: StoreState, pool: PoolState, identity: PrefixIdentity) -> tuple[StoreState, PoolState, bool]:
+    """Drop the entry and its page references; False when absent."""
+    if not isinstance(identity, PrefixIdentity):
+        raise InvalidArgument("remove takes a PrefixIdentity")
+    index = find_slot(state, identity)
+    if index is None:
+        return state, pool, False
+    pool = _release_set(pool, state.slots[index])
+    return replace(state, slots=_with_slot(state, index, None)), pool, True
+
+
+def is_idle(state: StoreState, pool: PoolState, entry: StoreEntry) -> bool:
+    """Only the store holds the entry's pages: evicting it frees every one of them."""
+    return all(pool.refs[page] == get_store_references(state, page) for page in entry.page_set.pages)
+
+
+def reclaim(state: StoreState, pool: PoolState, pages: int) -> tuple[StoreState, PoolState, int]:
+    """Evict idle entries, least recently used first, until `pages` pages are free.
+
+    Stops early when no idle entry is left (a partial reclaim is still useful under pressure);
+    returns how many pages became free.
+    """
+    if not is_int(pages) or pages < 0:
+        raise InvalidArgument(f"reclaim target must be a non-negative int, not {pages!r}")
+    before = len(pool.free)
+    while len(pool.free) < pages:
+        idle = [
+            (entry.last_used, index)
+            for index, entry in enumerate(state.slots)
+            if entry is not None and is_idle(state, pool, entry)
+        ]
+        if not idle:
+            break
+        _, index = min(idle)
+        pool = _release_set(pool, state.slots[index])
+        state = replace(state, slots=_with_slot(state, index, None))
+    return state, pool, len(pool.free) - before
+
+
+class PrefixKvStore:
+    """Fixed-capacity prefix store with explicit physical-page ownership."""
+
+    def __init__(self, entries: int, pages: int) -> None:
+        self._state = initial_store(entries, pages)
+
+    @property
+    def state(self) -> StoreState:
+        """The whole store state (a frozen value)."""
+        return self._state
+
+    def commit(self, state: StoreState) -> None:
+        """Install a state produced by a spec transition."""
+        self._state = state
+
+    def get(self, identity: PrefixIdentity) -> PrefixPageSet | None:
+        """The page set published under `identity`, if any (does not count as a use)."""
+        index = find_slot(self._state, identity)
+        entry = None if index is None else self._state.slots[index]
+        return None if entry is None else entry.page_set
+
+    def publish(self, page_set: PrefixPageSet, pool: BlockPool) -> None:
+        """Retain the pages, then make the set visible, then release any replaced set."""
+        self._state, pool_state = publish(self._state, pool.state, page_set)
+        pool.commit(pool_state)
+
+    def attach(self, identity: PrefixIdentity, table: SequenceBlockTable, pool: BlockPool) -> int | None:
+        """Install the prefix into `table` (all or nothing); its token count, or None on a miss."""
+        self._state, entries, pool_state, tokens = attach(self._state, table.state, pool.state, identity)
+        table.commit(entries)
+        pool.commit(pool_state)
+        return tokens
+
+    def remove(self, identity: PrefixIdentity, pool: BlockPool) -> bool:
+        """Remove the entry, releasing its page references; False when absent."""
+        self._state, pool_state, removed = remove(self._state, pool.state, identity)
+        pool.commit(pool_state)
+        return removed
+
+    def reclaim(self, pool: BlockPool, pages: int) -> int:
+        """Evict idle entries LRU-first until `pages` pages are free; the pages freed."""
+        self._state, pool_state, freed = reclaim(self._state, pool.state, pages)
+        pool.commit(pool_state)
+        return freed

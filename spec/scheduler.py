@@ -1,0 +1,432 @@
+"""Request lifecycle: fixed request slots, their page tables, and the ragged decode round.
+
+Modelled: `requests` slots, each `EMPTY`, `PREFILL` or `DECODE`, each with a fixed-capacity
+logical page table. Lifecycle:
+
+    EMPTY --admit (prefix miss)--> PREFILL --mark_prefill_complete--> DECODE --round--> DECODE
+    EMPTY --admit (prefix hit)---------------------------------------> DECODE
+    EMPTY --fork(parent)--> the parent's state           any live --finish--> EMPTY
+
+Promises (the original's, kept exactly): admission checks duplicates before capacity and takes
+the lowest empty slot; slot order is stable; a prefix hit goes straight to DECODE (its input
+token must still be seeded); a decode round makes exactly one backend call, identity-checks the
+whole output batch and only then mutates; cancellation and completion release identically.
+Every operation is atomic: on any error the scheduler, pool and store are exactly as before.
+
+Decisions where the original is lax:
+- `mark_prefill_complete` requires PREFILL (the original set DECODE unconditionally); from DECODE
+  it raises `InvalidState`.
+- Token counting: `record_token` counts a token whose KV the caller wrote outside a decode round
+  (a prefill chunk, or a prompt suffix after a prefix hit); a decode round counts the token it
+  processed. The two never count the same token. Both saturate at 2**32 - 1 as the original does.
+- `seed_decode_token` is allowed in PREFILL and DECODE (seeding before the prefill completes is
+  how an engine hands over the first sampled token).
+- The backend sees a zeroed output list, so an output it never writes cannot pass as a stale
+  answer from an earlier round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableSequence
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from kvsched.spec import table as table_ops
+from kvsched.spec.batch import (
+    U32_MAX,
+    RaggedBatchItem,
+    RaggedBatchOutput,
+    RaggedBatchReceipt,
+    RaggedDecodeBackend,
+)
+from kvsched.spec.domain import require_size, require_u32, require_u64
+from kvsched.spec.errors import (
+    BackendFailed,
+    BackendLaunchCount,
+    BlockTableBufferTooSmall,
+    DuplicateRequest,
+    Full,
+    InvalidArgument,
+    InvalidState,
+    ItemBufferTooSmall,
+    MissingInputToken,
+    OutputBufferTooSmall,
+    OutputIdentityMismatch,
+    OutputTooSmall,
+    UnknownRequest,
+)
+from kvsched.spec.pool import BlockPool, CopyOnWrite, PoolState
+from kvsched.spec.prefix import PrefixIdentity, PrefixKvStore, StoreState
+from kvsched.spec.prefix import attach as attach_prefix
+from kvsched.spec.table import Table
+
+MAX_REQUESTS = 2**16  # slots are u16 in the original ABI
+
+
+class RequestState(Enum):
+    """What a request slot is doing."""
+
+    EMPTY = "empty"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+LIVE = frozenset({RequestState.PREFILL, RequestState.DECODE})
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One request slot. Every field but `table` is cleared when the request finishes."""
+
+    table: Table
+    request_id: int = 0
+    state: RequestState = RequestState.EMPTY
+    token_count: int = 0
+    prefix_tokens: int = 0
+    next_token_id: int = 0
+    token_ready: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerState:
+    """Every slot, in slot order."""
+
+    slots: tuple[Slot, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Where a request was admitted and whether a prefix was attached."""
+
+    slot: int
+    prefix_hit: bool
+    prefix_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """A live request as callers see it."""
+
+    request_id: int
+    slot: int
+    state: RequestState
+    token_count: int
+    prefix_tokens: int
+
+
+def initial_scheduler(requests: int, logical_pages: int) -> SchedulerState:
+    """`requests` empty slots, each with an empty table of `logical_pages` entries."""
+    require_size("requests", requests, 1, MAX_REQUESTS)
+    return SchedulerState((Slot(table_ops.empty_table(logical_pages)),) * requests)
+
+
+def is_live(slot: Slot) -> bool:
+    """The slot holds a request."""
+    return slot.state in LIVE
+
+
+def get_active_count(state: SchedulerState) -> int:
+    """How many slots hold a request."""
+    return sum(1 for slot in state.slots if is_live(slot))
+
+
+def find_request(state: SchedulerState, request_id: int) -> int | None:
+    """The slot of the live request `request_id`, if any."""
+    for index, slot in enumerate(state.slots):
+        if is_live(slot) and slot.request_id == request_id:
+            return index
+    return None
+
+
+def find_empty_slot(state: SchedulerState) -> int | None:
+    """The lowest empty slot, if any."""
+    return next((index for index, slot in enumerate(state.slots) if not is_live(slot)), None)
+
+
+def _require_request(state: SchedulerState, request_id: int) -> int:
+    index = find_request(state, require_u64("request_id", request_id))
+    if index is None:
+        raise UnknownRequest(f"request {request_id} is not live")
+    return index
+
+
+def _require_free_slot(state: SchedulerState, request_id: int) -> int:
+    if find_request(state, request_id) is not None:
+        raise DuplicateRequest(f"request {request_id} is already live")
+    index = find_empty_slot(state)
+    if index is None:
+        raise Full(f"all {len(state.slots)} request slots are occupied; request {request_id} refused")
+    return index
+
+
+def can_admit(state: SchedulerState, request_id: int) -> bool:
+    """`request_id` is not live and a slot is empty."""
+    return find_request(state, request_id) is None and find_empty_slot(state) is not None
+
+
+def _with_slot(state: SchedulerState, index: int, slot: Slot) -> SchedulerState:
+    return SchedulerState(state.slots[:index] + (slot,) + state.slots[index + 1 :])
+
+
+def admit(
+    state: SchedulerState,
+    pool: PoolState,
+    store: StoreState,
+    request_id: int,
+    identity: PrefixIdentity | None,
+) -> tuple[SchedulerState, PoolState, StoreState, Admission]:
+    """Admit into the lowest empty slot, attaching the prefix `identity` names when published."""
+    require_u64("request_id", request_id)
+    if identity is not None and not isinstance(identity, PrefixIdentity):
+        raise InvalidArgument("identity must be a PrefixIdentity or None")
+    index = _require_free_slot(state, request_id)
+    table = state.slots[index].table
+    tokens = None
+    if identity is not None:
+        store, table, pool, tokens = attach_prefix(store, table, pool, identity)
+    prefix_tokens = tokens or 0
+    request_state = RequestState.DECODE if prefix_tokens else RequestState.PREFILL
+    slot = Slot(table, request_id, request_state, prefix_tokens, prefix_tokens)
+    admission = Admission(index, prefix_tokens != 0, prefix_tokens)
+    return _with_slot(state, index, slot), pool, store, admission
+
+
+def fork(
+    state: SchedulerState, pool: PoolState, parent_id: int, child_id: int
+) -> tuple[SchedulerState, PoolState, int]:
+    """Admit `child_id` as a copy of `parent_id` sharing all its pages; the child's slot."""
+    parent_index = _require_request(state, parent_id)
+    child_index = _require_free_slot(state, require_u64("child_id", child_id))
+    parent = state.slots[parent_index]
+    table, pool = table_ops.fork(parent.table, state.slots[child_index].table, pool)
+    child = replace(parent, table=table, request_id=child_id)
+    return _with_slot(state, child_index, child), pool, child_index
+
+
+def ensure_writable(
+    state: SchedulerState, pool: PoolState, request_id: int, logical_page: int
+) -> tuple[SchedulerState, PoolState, CopyOnWrite]:
+    """Make one of the request's logical pages exclusively its own."""
+    index = _require_request(state, request_id)
+    slot = state.slots[index]
+    table, pool, action = table_ops.ensure_writable(slot.table, pool, logical_page)
+    return _with_slot(state, index, replace(slot, table=table)), pool, action
+
+
+def mark_prefill_complete(state: SchedulerState, request_id: int) -> SchedulerState:
+    """PREFILL -> DECODE."""
+    index = _require_request(state, request_id)
+    slot = state.slots[index]
+    if slot.state is not RequestState.PREFILL:
+        raise InvalidState(f"request {request_id} is in {slot.state.value}, not prefill")
+    return _with_slot(state, index, replace(slot, state=RequestState.DECODE))
+
+
+def seed_decode_token(state: SchedulerState, request_id: int, token_id: int) -> SchedulerState:
+    """Publish the token the request's next decode step consumes."""
+    index = _require_request(state, request_id)
+    token = require_u32("token_id", token_id)
+    return _with_slot(state, index, replace(state.slots[index], next_token_id=token, token_ready=True))
+
+
+def record_token(state: SchedulerState, request_id: int) -> tuple[SchedulerState, int]:
+    """Count one token written outside a decode round; the new count (saturating)."""
+    index = _require_request(state, request_id)
+    slot = state.slots[index]
+    count = min(slot.token_count + 1, U32_MAX)
+    return _with_slot(state, index, replace(slot, token_count=count)), count
+
+
+def finish(state: SchedulerState, pool: PoolState, request_id: int) -> tuple[SchedulerState, PoolState]:
+    """Release every page the request holds and empty its slot (cancel and finish alike)."""
+    index = _require_request(state, request_id)
+    table, pool = table_ops.release_all(state.slots[index].table, pool)
+    return _with_slot(state, index, Slot(table)), pool
+
+
+def get_views(state: SchedulerState) -> tuple[RequestView, ...]:
+    """Every live request, in slot order."""
+    return tuple(
+        RequestView(slot.request_id, index, slot.state, slot.token_count, slot.prefix_tokens)
+        for index, slot in enumerate(state.slots)
+        if is_live(slot)
+    )
+
+
+def get_decoding_slots(state: SchedulerState) -> tuple[int, ...]:
+    """The indices of DECODE slots, in slot order: the order of a round's items."""
+    return tuple(index for index, slot in enumerate(state.slots) if slot.state is RequestState.DECODE)
+
+
+def lower_item(state: SchedulerState, index: int, offset: int) -> RaggedBatchItem:
+    """The ABI item for the DECODE slot `index` whose table starts at `offset`."""
+    slot = state.slots[index]
+    if not slot.token_ready:
+        raise MissingInputToken(f"request {slot.request_id} in slot {index} has no seeded input token")
+    return RaggedBatchItem(slot.request_id, index, slot.next_token_id, slot.token_count, offset, len(slot.table))
+
+
+def check_outputs(
+    items: tuple[RaggedBatchItem, ...], receipt: object, outputs: list[RaggedBatchOutput]
+) -> RaggedBatchReceipt:
+    """The receipt, if the outputs answer exactly these items in order; else raise."""
+    if not isinstance(receipt, RaggedBatchReceipt):
+        raise BackendFailed(f"backend returned {type(receipt).__name__}, not a RaggedBatchReceipt")
+    if receipt.batch_size != len(items):
+        raise OutputIdentityMismatch(f"backend answered {receipt.batch_size} items of {len(items)}")
+    if receipt.backend_launches != 1:
+        raise BackendLaunchCount(f"backend reported {receipt.backend_launches} launches, not 1")
+    for position, (item, output) in enumerate(zip(items, outputs, strict=True)):
+        if not isinstance(output, RaggedBatchOutput):
+            raise OutputIdentityMismatch(f"output {position} is {type(output).__name__}, not a RaggedBatchOutput")
+        if output.request_id != item.request_id or output.slot != item.slot:
+            raise OutputIdentityMismatch(
+                f"output {position} answers request {output.request_id} slot {output.slot}, "
+                f"expected request {item.request_id} slot {item.slot}"
+            )
+        if not 0 <= output.next_token_id <= U32_MAX:
+            raise OutputIdentityMismatch(f"output {position} token {output.next_token_id} is not a u32")
+    return receipt
+
+
+def apply_outputs(state: SchedulerState, outputs: list[RaggedBatchOutput]) -> SchedulerState:
+    """Commit a checked round: each request consumes its token and gets the next one."""
+    for output in outputs:
+        slot = state.slots[output.slot]
+        advanced = replace(
+            slot,
+            next_token_id=output.next_token_id,
+            token_count=min(slot.token_count + 1, U32_MAX),
+            token_ready=True,
+        )
+        state = _with_slot(state, output.slot, advanced)
+    return state
+
+
+class RequestScheduler:
+    """Fixed-capacity request scheduler; `requests` is the hard concurrent request bound."""
+
+    def __init__(self, requests: int, logical_pages: int) -> None:
+        self._state = initial_scheduler(requests, logical_pages)
+
+    @property
+    def state(self) -> SchedulerState:
+        """The whole scheduler state (a frozen value)."""
+        return self._state
+
+    def commit(self, state: SchedulerState) -> None:
+        """Install a state produced by a spec transition."""
+        self._state = state
+
+    @property
+    def requests(self) -> int:
+        """The number of request slots."""
+        return len(self._state.slots)
+
+    @property
+    def logical_pages(self) -> int:
+        """Every request table's capacity."""
+        return len(self._state.slots[0].table)
+
+    def active_count(self) -> int:
+        """How many requests are live."""
+        return get_active_count(self._state)
+
+    def admit_with_prefix(
+        self, request_id: int, identity: PrefixIdentity | None, prefixes: PrefixKvStore, pool: BlockPool
+    ) -> Admission:
+        """Admit a request and atomically attach its prefix pages when published."""
+        self._state, pool_state, store_state, admission = admit(
+            self._state, pool.state, prefixes.state, request_id, identity
+        )
+        pool.commit(pool_state)
+        prefixes.commit(store_state)
+        return admission
+
+    def fork(self, parent_id: int, child_id: int, pool: BlockPool) -> int:
+        """Admit `child_id` sharing every page of `parent_id` (copy-on-write on first write)."""
+        self._state, pool_state, slot = fork(self._state, pool.state, parent_id, child_id)
+        pool.commit(pool_state)
+        return slot
+
+    def ensure_writable(self, request_id: int, logical_page: int, pool: BlockPool) -> CopyOnWrite:
+        """Make a logical page writable; a `Copy` tells the backend to copy the KV page first."""
+        self._state, pool_state, action = ensure_writable(self._state, pool.state, request_id, logical_page)
+        pool.commit(pool_state)
+        return action
+
+    def mark_prefill_complete(self, request_id: int) -> None:
+        """Move a PREFILL request to DECODE."""
+        self._state = mark_prefill_complete(self._state, request_id)
+
+    def seed_decode_token(self, request_id: int, token_id: int) -> None:
+        """Publish the token consumed by the request's next decode step."""
+        self._state = seed_decode_token(self._state, request_id, token_id)
+
+    def record_token(self, request_id: int) -> int:
+        """Count one token written outside a decode round; the new count."""
+        self._state, count = record_token(self._state, request_id)
+        return count
+
+    def page_table(self, request_id: int) -> Table:
+        """The request's logical page table (`None` where unmapped)."""
+        return self._state.slots[_require_request(self._state, request_id)].table
+
+    def runnable_into(self, out: MutableSequence[RequestView]) -> int:
+        """Write every live request into `out` in slot order; how many were written."""
+        views = get_views(self._state)
+        if len(out) < len(views):
+            raise OutputTooSmall(f"view buffer holds {len(out)}, {len(views)} requests are live")
+        for index, view in enumerate(views):
+            out[index] = view
+        return len(views)
+
+    def execute_decode_round(
+        self,
+        backend: RaggedDecodeBackend,
+        item_scratch: MutableSequence[RaggedBatchItem],
+        block_table_scratch: MutableSequence[int],
+        output_scratch: MutableSequence[RaggedBatchOutput],
+    ) -> RaggedBatchReceipt:
+        """Run one ragged decode round with exactly one backend call.
+
+        DECODE requests are lowered in slot order; their whole tables are concatenated into
+        `block_table_scratch` and each item carries its offset. The outputs are checked as a
+        complete batch before any request changes; an empty round calls no backend.
+        """
+        decoding = get_decoding_slots(self._state)
+        count, width = len(decoding), self.logical_pages
+        if len(item_scratch) < count:
+            raise ItemBufferTooSmall(f"item buffer holds {len(item_scratch)}, {count} requests decode")
+        if len(output_scratch) < count:
+            raise OutputBufferTooSmall(f"output buffer holds {len(output_scratch)}, {count} requests decode")
+        if len(block_table_scratch) < count * width:
+            raise BlockTableBufferTooSmall(
+                f"block-table buffer holds {len(block_table_scratch)}, {count} tables need {count * width}"
+            )
+        for position, index in enumerate(decoding):
+            item_scratch[position] = lower_item(self._state, index, position * width)
+            block_table_scratch[position * width : (position + 1) * width] = table_ops.to_abi(
+                self._state.slots[index].table
+            )
+        if count == 0:
+            return RaggedBatchReceipt()
+        items = tuple(item_scratch[:count])
+        outputs = [RaggedBatchOutput() for _ in range(count)]
+        try:
+            receipt = backend.execute_ragged(items, tuple(block_table_scratch[: count * width]), outputs)
+        except Exception as error:
+            raise BackendFailed(f"backend raised {type(error).__name__}: {error}") from error
+        finally:
+            for position in range(min(count, len(outputs))):
+                output_scratch[position] = outputs[position]
+        if len(outputs) != count:
+            raise OutputIdentityMismatch(f"backend resized the output list to {len(outputs)} from {count}")
+        receipt = check_outputs(items, receipt, outputs)
+        self._state = apply_outputs(self._state, outputs)
+        return receipt
+
+    def finish(self, request_id: int, pool: BlockPool) -> None:
+        """Release the request's pages and empty its slot; cancellation is identical."""
+        self._state, pool_state = finish(self._state, pool.state, request_id)
+        pool.commit(pool_state)
