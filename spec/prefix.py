@@ -98,6 +98,8 @@ class PrefixPageSet:
             raise InvalidArgument("a page set's pages are a tuple of ints")
         if not self.pages:
             raise EmptyPageSet("a prefix page set needs at least one page")
+        if len(set(self.pages)) != len(self.pages):
+            raise InvalidArgument(f"pages {self.pages} repeat a page: one page cannot hold two positions")
         if len(self.pages) > MAX_SET_PAGES:
             raise PageCapacity(f"{len(self.pages)} pages exceed the {MAX_SET_PAGES}-page limit")
         if not is_int(self.token_count) or not 1 <= self.token_count <= U32_MAX:

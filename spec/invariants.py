@@ -1,0 +1,106 @@
+"""The invariants of a kvsched system, as named predicates over one `SystemState`.
+
+Each `inv_*` takes the whole state and returns True when it holds. `INVARIANTS` collects them
+for the stateful harness, the contracts, the proofs' explorer and impl's debug check.
+`check_invariants` names every one that fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kvsched.spec.scheduler import RequestState, Slot, is_live
+from kvsched.spec.system import SystemState, get_owner_references
+from kvsched.spec.table import get_mapped_pages, is_empty_table
+
+
+def inv_refcount_equals_owners(state: SystemState) -> bool:
+    """Every page's reference count equals its owner references (tables, store, external)."""
+    owners = get_owner_references(state)
+    in_range = all(0 <= page < len(state.pool.refs) for page in owners)
+    return in_range and all(count == owners.get(page, 0) for page, count in enumerate(state.pool.refs))
+
+
+def inv_free_stack_exact(state: SystemState) -> bool:
+    """A page is on the free stack iff its count is 0, at most once; free + held = total."""
+    free = state.pool.free
+    zero = {page for page, count in enumerate(state.pool.refs) if count == 0}
+    return len(set(free)) == len(free) and set(free) == zero
+
+
+def inv_refcounts_bounded(state: SystemState) -> bool:
+    """No reference count exceeds the pool's maximum."""
+    return all(0 <= count <= state.pool.max_references for count in state.pool.refs)
+
+
+def _is_cleared(slot: Slot) -> bool:
+    return (
+        is_empty_table(slot.table)
+        and slot.request_id == 0
+        and slot.token_count == 0
+        and slot.prefix_tokens == 0
+        and slot.next_token_id == 0
+        and not slot.token_ready
+    )
+
+
+def inv_empty_slots_cleared(state: SystemState) -> bool:
+    """An empty slot has an empty table and every field cleared."""
+    return all(_is_cleared(slot) for slot in state.scheduler.slots if slot.state is RequestState.EMPTY)
+
+
+def inv_request_ids_unique(state: SystemState) -> bool:
+    """No request id is live in two slots."""
+    ids = [slot.request_id for slot in state.scheduler.slots if is_live(slot)]
+    return len(ids) == len(set(ids))
+
+
+def inv_tables_fixed_capacity(state: SystemState) -> bool:
+    """Every slot's table has the scheduler's fixed capacity."""
+    widths = {len(slot.table) for slot in state.scheduler.slots}
+    return len(widths) == 1
+
+
+def inv_tables_hold_their_pages(state: SystemState) -> bool:
+    """A table names only held pages, each at most once (isolation: nothing reads a free page)."""
+    for slot in state.scheduler.slots:
+        pages = get_mapped_pages(slot.table)
+        if len(pages) != len(set(pages)):
+            return False
+        if any(not 0 <= page < len(state.pool.refs) or state.pool.refs[page] == 0 for page in pages):
+            return False
+    return True
+
+
+def inv_prefix_tokens_within_count(state: SystemState) -> bool:
+    """A live request's prefix tokens never exceed its token count."""
+    return all(slot.prefix_tokens <= slot.token_count for slot in state.scheduler.slots if is_live(slot))
+
+
+def inv_store_entries_well_formed(state: SystemState) -> bool:
+    """Store identities are unique and every entry fits the per-entry page capacity."""
+    entries = [entry for entry in state.store.slots if entry is not None]
+    identities = [entry.page_set.identity for entry in entries]
+    fits = all(len(entry.page_set.pages) <= state.store.page_capacity for entry in entries)
+    recent = all(entry.last_used < state.store.clock for entry in entries)
+    return len(identities) == len(set(identities)) and fits and recent
+
+
+Invariant = Callable[[SystemState], bool]
+
+INVARIANTS: tuple[Invariant, ...] = (
+    inv_refcount_equals_owners,
+    inv_free_stack_exact,
+    inv_refcounts_bounded,
+    inv_empty_slots_cleared,
+    inv_request_ids_unique,
+    inv_tables_fixed_capacity,
+    inv_tables_hold_their_pages,
+    inv_prefix_tokens_within_count,
+    inv_store_entries_well_formed,
+)
+
+
+def check_invariants(state: SystemState) -> tuple[str, ...]:
+    """The names of every invariant `state` violates (empty when all hold)."""
+    return tuple(invariant.__name__ for invariant in INVARIANTS if not invariant(state))
