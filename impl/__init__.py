@@ -1,0 +1,55 @@
+"""The certified implementation of kvsched: the spec's API and behaviour, built for speed.
+
+Same classes, results, errors and ordering as `kvsched.spec`, over numpy struct-of-arrays with
+every buffer allocated at construction; the decode round and the batched copy-on-write run in
+numba kernels and hand a GPU-ready batch (`ITEM_DTYPE`, uint32 tables, `OUTPUT_DTYPE`) to the
+backend. Each class's `to_spec()` is its abstraction function (see `kvsched.impl.refinement`).
+"""
+
+from kvsched.impl.abi import ITEM_DTYPE, OUTPUT_DTYPE, ArrayDecodeBackend, empty_items, empty_outputs
+from kvsched.impl.pool import BlockPool
+from kvsched.impl.prefix import PrefixKvStore
+from kvsched.impl.scheduler import RequestScheduler
+from kvsched.impl.system import ImplSystem, make_impl_system
+from kvsched.impl.table import SequenceBlockTable
+from kvsched.impl.writes import ALLOCATED, COPY, EXISTING, WritePlan
+from kvsched.spec.batch import INVALID_BLOCK, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
+from kvsched.spec.errors import *  # noqa: F403  (the same closed error hierarchy as the spec)
+from kvsched.spec.errors import KvschedError
+from kvsched.spec.pool import Allocated, Copy, CopyOnWrite, Existing
+from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, derive_prefix_identity
+from kvsched.spec.scheduler import LIVE, Admission, RequestState, RequestView
+
+__all__ = [
+    "ALLOCATED",
+    "COPY",
+    "EXISTING",
+    "INVALID_BLOCK",
+    "ITEM_DTYPE",
+    "LIVE",
+    "OUTPUT_DTYPE",
+    "Admission",
+    "Allocated",
+    "ArrayDecodeBackend",
+    "BlockPool",
+    "Copy",
+    "CopyOnWrite",
+    "Existing",
+    "ImplSystem",
+    "KvschedError",
+    "PrefixIdentity",
+    "PrefixKvStore",
+    "PrefixPageSet",
+    "RaggedBatchItem",
+    "RaggedBatchOutput",
+    "RaggedBatchReceipt",
+    "RequestScheduler",
+    "RequestState",
+    "RequestView",
+    "SequenceBlockTable",
+    "WritePlan",
+    "derive_prefix_identity",
+    "empty_items",
+    "empty_outputs",
+    "make_impl_system",
+]

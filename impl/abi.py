@@ -65,8 +65,11 @@ def item_columns(items: ItemsLike) -> dict[str, npt.NDArray[np.uint64] | npt.NDA
         return {name: np.ascontiguousarray(items[name]) for name in ITEM_DTYPE.names or ()}
     columns: dict[str, npt.NDArray[np.uint64] | npt.NDArray[np.uint32]] = {}
     for name in ITEM_DTYPE.names or ():
-        dtype = np.uint64 if name == "request_id" else np.uint32
-        columns[name] = np.fromiter((getattr(item, name) for item in items), dtype=dtype, count=len(items))
+        values = (getattr(item, name) for item in items)
+        if name == "request_id":
+            columns[name] = np.fromiter(values, dtype=np.uint64, count=len(items))
+        else:
+            columns[name] = np.fromiter(values, dtype=np.uint32, count=len(items))
     return columns
 
 

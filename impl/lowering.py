@@ -1,0 +1,182 @@
+"""One ragged decode round: lower every DECODE slot into ABI records, call the backend once,
+check the whole answer, then commit.
+
+    items[i]        = (request_id, slot, token_id, position = token_count,
+                       block_table_offset = i * logical_pages, logical_pages, 0)
+    block_tables    = [ table(slot_0) | table(slot_1) | ... ]   logical_pages u32 entries each
+    outputs[i]      zeroed before the call, written by the backend
+
+The backend receives views of the scratch arrays (`items[:n]` and `block_tables[:n * width]`
+read-only, `outputs[:n]` writable), so a batch reaches a GPU without conversion. The checks
+and their order are the spec's (`RequestScheduler.execute_decode_round`); the slots change only
+after every check passed, in one kernel call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsched.impl.abi import ItemArray, OutputArray, TableArray
+from kvsched.impl.jit import jit
+from kvsched.impl.slots import DECODE, SlotArrays
+from kvsched.spec.batch import U32_MAX, RaggedBatchReceipt
+from kvsched.spec.errors import (
+    BackendFailed,
+    BackendLaunchCount,
+    BlockTableBufferTooSmall,
+    InvalidArgument,
+    ItemBufferTooSmall,
+    MissingInputToken,
+    OutputBufferTooSmall,
+    OutputIdentityMismatch,
+)
+
+
+@jit
+def lower_round(
+    states: Any,
+    request_ids: Any,
+    next_tokens: Any,
+    token_counts: Any,
+    token_ready: Any,
+    tables: Any,
+    items: Any,
+    block_tables: Any,
+    outputs: Any,
+    round_slots: Any,
+) -> tuple[int, int]:
+    """Lower the DECODE slots in slot order: (-1, count), or (first slot with no input token, 0)
+    having written nothing. Zeroes `outputs[:count]`; records the slots in `round_slots`."""
+    width = tables.shape[1]
+    count = 0
+    for slot in range(states.shape[0]):
+        if states[slot] == DECODE:
+            if not token_ready[slot]:
+                return slot, 0
+            round_slots[count] = slot
+            count += 1
+    for index in range(count):
+        slot = round_slots[index]
+        item = items[index]
+        item["request_id"] = request_ids[slot]
+        item["slot"] = slot
+        item["token_id"] = next_tokens[slot]
+        item["position"] = token_counts[slot]
+        item["block_table_offset"] = index * width
+        item["logical_pages"] = width
+        item["reserved"] = 0
+        offset = index * width
+        for entry in range(width):
+            block_tables[offset + entry] = tables[slot, entry]
+        output = outputs[index]
+        output["request_id"] = 0
+        output["slot"] = 0
+        output["next_token_id"] = 0
+    return -1, count
+
+
+@jit
+def apply_round(
+    outputs: Any,
+    round_slots: Any,
+    count: int,
+    request_ids: Any,
+    next_tokens: Any,
+    token_counts: Any,
+    token_ready: Any,
+) -> int:
+    """Commit a round if every output answers its item: -1, or the first mismatching position
+    (and nothing changed)."""
+    for index in range(count):
+        slot = round_slots[index]
+        output = outputs[index]
+        if output["request_id"] != request_ids[slot] or output["slot"] != slot:
+            return index
+    for index in range(count):
+        slot = round_slots[index]
+        next_tokens[slot] = outputs[index]["next_token_id"]
+        if token_counts[slot] < U32_MAX:
+            token_counts[slot] += 1
+        token_ready[slot] = True
+    return -1
+
+
+def require_scratch(name: str, value: object, dtype: np.dtype[Any]) -> Any:
+    """A caller's scratch buffer: a writable, C-contiguous 1-D array of `dtype`."""
+    if not (
+        isinstance(value, np.ndarray)
+        and value.ndim == 1
+        and value.dtype == dtype
+        and value.flags.c_contiguous
+        and value.flags.writeable
+    ):
+        raise InvalidArgument(f"{name} must be a writable contiguous 1-D array of {dtype}")
+    return value
+
+
+def _read_only(view: Any) -> Any:
+    view.flags.writeable = False
+    return view
+
+
+def execute_round(
+    slots: SlotArrays,
+    decoding: int,
+    round_slots: npt.NDArray[np.int64],
+    backend: Any,
+    items: ItemArray,
+    block_tables: TableArray,
+    outputs: OutputArray,
+) -> RaggedBatchReceipt:
+    """Run one round over the slots (`decoding` of them in DECODE) with the given scratch."""
+    width = slots.tables.shape[1]
+    if items.shape[0] < decoding:
+        raise ItemBufferTooSmall(f"item buffer holds {items.shape[0]}, {decoding} requests decode")
+    if outputs.shape[0] < decoding:
+        raise OutputBufferTooSmall(f"output buffer holds {outputs.shape[0]}, {decoding} requests decode")
+    if block_tables.shape[0] < decoding * width:
+        raise BlockTableBufferTooSmall(
+            f"block-table buffer holds {block_tables.shape[0]}, {decoding} tables need {decoding * width}"
+        )
+    missing, count = lower_round(
+        slots.states,
+        slots.request_ids,
+        slots.next_tokens,
+        slots.token_counts,
+        slots.token_ready,
+        slots.tables,
+        items,
+        block_tables,
+        outputs,
+        round_slots,
+    )
+    if missing >= 0:
+        request_id = int(slots.request_ids[missing])
+        raise MissingInputToken(f"request {request_id} in slot {missing} has no seeded input token")
+    assert count == decoding, "the DECODE count drifted from the slot states"
+    if count == 0:
+        return RaggedBatchReceipt()
+    out = outputs[:count]
+    try:
+        receipt = backend.execute_ragged(_read_only(items[:count]), _read_only(block_tables[: count * width]), out)
+    except Exception as error:
+        raise BackendFailed(f"backend raised {type(error).__name__}: {error}") from error
+    if not isinstance(receipt, RaggedBatchReceipt):
+        raise BackendFailed(f"backend returned {type(receipt).__name__}, not a RaggedBatchReceipt")
+    if receipt.batch_size != count:
+        raise OutputIdentityMismatch(f"backend answered {receipt.batch_size} items of {count}")
+    if receipt.backend_launches != 1:
+        raise BackendLaunchCount(f"backend reported {receipt.backend_launches} launches, not 1")
+    bad = apply_round(
+        out, round_slots, count, slots.request_ids, slots.next_tokens, slots.token_counts, slots.token_ready
+    )
+    if bad >= 0:
+        slot = int(round_slots[bad])
+        raise OutputIdentityMismatch(
+            f"output {bad} answers request {int(out[bad]['request_id'])} slot {int(out[bad]['slot'])}, "
+            f"expected request {int(slots.request_ids[slot])} slot {slot}"
+        )
+    return receipt

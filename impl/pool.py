@@ -1,0 +1,205 @@
+"""Physical KV pages as struct-of-arrays: uint32 reference counts and an int32 free stack.
+
+Refines `kvsched.spec.pool`: `to_spec()` is the abstraction function
+
+    PoolState(refs = tuple(refs), free = tuple(free[:top]), max_references)
+
+    free: [ p7 | p3 | p0 | .. | .. ]    the stack grows to the right; free[top - 1] is next
+                         ^ top          entries at and above top are stale and never read
+
+Representation invariant (checked by `kvsched.impl.refinement`): `free[:top]` holds exactly the
+pages whose count is 0, once each. Every array is allocated at construction; no operation
+allocates or grows storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsched.impl import faults
+from kvsched.impl.page_kernels import release_pages, retain_pages
+from kvsched.spec.batch import U32_MAX
+from kvsched.spec.domain import is_int, require_size
+from kvsched.spec.errors import (
+    DoubleRelease,
+    Exhausted,
+    InvalidArgument,
+    InvalidBlock,
+    KvschedError,
+    ReferenceOverflow,
+)
+from kvsched.spec.pool import MAX_PAGES, Allocated, Copy, CopyOnWrite, Existing, PoolState
+
+INT32_PAGES = 2**31  # a stack of at most this many pages fits int32 ids
+
+
+class PoolArrays(NamedTuple):
+    """The pool's storage, for impl's kernels only: writes outside `kvsched.impl` break refinement."""
+
+    refs: npt.NDArray[np.uint32]  # [pages] reference count per page
+    free: npt.NDArray[np.signedinteger[Any]]  # [pages] the free stack, valid below top[0]
+    top: npt.NDArray[np.int64]  # [1] how many pages are free
+    max_references: int
+
+
+class BlockPool:
+    """Fixed-capacity physical-page allocator with reference counts.
+
+    Complexity: `allocate`, `retain`, `release`, `ref_count`, `free_count` and `writable` are O(1)
+    and allocate nothing; construction and `to_spec` are O(pages).
+    Ordering promise (the spec's): a fresh pool hands out 0, 1, 2, ...; freed pages are reused
+    last-in-first-out; `writable` allocates a copy's destination before releasing its source.
+    Not thread-safe.
+    """
+
+    __slots__ = ("_free", "_max_references", "_refs", "_top")
+
+    def __init__(self, physical_pages: int, *, max_references: int = U32_MAX) -> None:
+        require_size("physical_pages", physical_pages, 0, MAX_PAGES)
+        require_size("max_references", max_references, 1, U32_MAX)
+        stack_type = np.int32 if physical_pages <= INT32_PAGES else np.int64
+        self._refs = np.zeros(physical_pages, dtype=np.uint32)
+        self._free = cast(npt.NDArray[np.signedinteger[Any]], np.arange(physical_pages - 1, -1, -1, dtype=stack_type))
+        self._top = np.array([physical_pages], dtype=np.int64)
+        self._max_references = max_references
+
+    @property
+    def physical_pages(self) -> int:
+        """The number of physical pages."""
+        return int(self._refs.shape[0])
+
+    @property
+    def max_references(self) -> int:
+        """The most references one page may have."""
+        return self._max_references
+
+    @property
+    def state(self) -> PoolState:
+        """The abstract state (`to_spec()`); O(pages)."""
+        return self.to_spec()
+
+    def to_spec(self) -> PoolState:
+        """The abstraction function: this pool as the spec's `PoolState`."""
+        top = int(self._top[0])
+        return PoolState(tuple(self._refs.tolist()), tuple(self._free[:top].tolist()), self._max_references)
+
+    def _require_page(self, page: object) -> int:
+        if not is_int(page):
+            raise InvalidArgument(f"page id must be an int, got {type(page).__name__}")
+        assert isinstance(page, int)
+        if not 0 <= page < self._refs.shape[0]:
+            raise InvalidBlock(f"page {page} is out of range for a pool of {self._refs.shape[0]} pages")
+        return page
+
+    def allocate(self) -> int:
+        """Allocate the top free page with one reference."""
+        top = int(self._top[0])
+        if top == 0:
+            raise Exhausted(f"no free page: all {self._refs.shape[0]} pages are held")
+        page = int(self._free[top - 1])
+        self._top[0] = top - 1
+        self._refs[page] = 1
+        return page
+
+    def retain(self, page: int) -> None:
+        """Add one reference to a held page."""
+        page = self._require_page(page)
+        count = int(self._refs[page])
+        if count == 0:
+            raise InvalidBlock(f"page {page} is free: only a held page can be retained")
+        if count >= self._max_references:
+            raise ReferenceOverflow(f"page {page} already has {count} references, the maximum")
+        self._refs[page] = count + 1
+
+    def release(self, page: int) -> None:
+        """Drop one reference; at zero the page goes back on top of the free stack."""
+        page = self._require_page(page)
+        count = int(self._refs[page])
+        if count == 0:
+            raise DoubleRelease(f"page {page} is already free")
+        self._refs[page] = count - 1
+        if count == 1:
+            top = int(self._top[0])
+            self._free[top] = page
+            self._top[0] = top + 1
+
+    def ref_count(self, page: int) -> int | None:
+        """The page's reference count (0 when free), or None when out of range."""
+        if not is_int(page) or not 0 <= page < self._refs.shape[0]:
+            return None
+        return int(self._refs[page])
+
+    def free_count(self) -> int:
+        """The number of free pages."""
+        return int(self._top[0])
+
+    def writable(self, current: int | None) -> CopyOnWrite:
+        """Make `current` safe to write: allocate when unmapped (None), copy when shared."""
+        if current is None:
+            return Allocated(self.allocate())
+        page = self._require_page(current)
+        count = int(self._refs[page])
+        if count == 1:
+            return Existing(page)
+        if count == 0:
+            raise InvalidBlock(f"page {page} is free: a table cannot write a page it does not hold")
+        destination = self.allocate()
+        self._refs[page] = count - 1  # count > 1: the source stays held
+        return Copy(page, destination)
+
+    def __repr__(self) -> str:
+        return f"BlockPool(physical_pages={self.physical_pages}, free={self.free_count()})"
+
+
+def get_arrays(pool: BlockPool) -> PoolArrays:
+    """The pool's storage, for impl's kernels."""
+    return PoolArrays(pool._refs, pool._free, pool._top, pool._max_references)
+
+
+def _fault(pool: BlockPool, code: int, detail: int, page: int) -> KvschedError:
+    # Kernel messages name the input page, which for a Python sequence may not fit any array.
+    if code == faults.OVERFLOW:
+        return faults.get_error(code, detail, physical_pages=pool.physical_pages, page=page)
+    return faults.get_error(code, page, physical_pages=pool.physical_pages)
+
+
+def retain_array(pool: BlockPool, pages: npt.NDArray[np.integer], skip_invalid: bool = False) -> None:
+    """Retain every page of a page-id array in order, or (by raising the spec's error) none."""
+    code, at, detail = retain_pages(pool._refs, pages, pages.shape[0], pool._max_references, skip_invalid)
+    if code != faults.OK:
+        raise _fault(pool, code, detail, int(pages[at]))
+
+
+def release_array(pool: BlockPool, pages: npt.NDArray[np.integer], skip_invalid: bool = False) -> None:
+    """Release every page of a page-id array in order, or (by raising the spec's error) none."""
+    code, at, detail = release_pages(pool._refs, pool._free, pool._top, pages, pages.shape[0], skip_invalid)
+    if code != faults.OK:
+        raise _fault(pool, code, detail, int(pages[at]))
+
+
+def retain_sequence(pool: BlockPool, pages: Sequence[object]) -> None:
+    """Retain Python page ids in order, all or nothing, with the spec's errors and check order.
+
+    An element that is not an int fails where the spec's `retain` would: after every earlier
+    element was retained, so an earlier failing page still wins.
+    """
+    ids = np.empty(len(pages), dtype=np.int64)
+    count = 0
+    for page in pages:
+        if not is_int(page):
+            break
+        assert isinstance(page, int)
+        ids[count] = page if 0 <= page < pool.physical_pages else -1
+        count += 1
+    code, at, detail = retain_pages(pool._refs, ids, count, pool._max_references, False)
+    if code != faults.OK:
+        page = pages[at]
+        assert isinstance(page, int)
+        raise _fault(pool, code, detail, page)
+    if count < len(pages):
+        release_pages(pool._refs, pool._free, pool._top, ids, count, False)  # undo: never reaches zero
+        raise InvalidArgument(f"page id must be an int, got {type(pages[count]).__name__}")

@@ -1,0 +1,248 @@
+"""Named shared prefixes: the fixed-capacity prefix store as struct-of-arrays.
+
+Refines `kvsched.spec.prefix.StoreState`. Entry `e` is occupied iff `identities[e]` is not None;
+its page set is `pages[e, :page_counts[e]]` and `token_counts[e]`, its LRU stamp `last_used[e]`.
+`to_spec()` is the abstraction function
+
+    StoreState(slots = (StoreEntry(PrefixPageSet(identities[e], pages[e, :page_counts[e]],
+                                                  token_counts[e]), last_used[e])
+                         or None for each e),
+               page_capacity, next_victim, clock)
+
+Representation invariants: `index` maps exactly the occupied identities to their entries;
+`empty` is a min-heap of exactly the unoccupied entries (so "the first empty entry" is its top).
+The `[entries, pages]` page array is allocated at construction, as the original's const-generic
+arrays are.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsched.impl.jit import jit
+from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_sequence
+from kvsched.impl.table import SequenceBlockTable, TableRow, get_row, install_row_prefix
+from kvsched.spec.domain import is_int
+from kvsched.spec.errors import InvalidArgument, KvschedError, PageCapacity, RegistryFull
+from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, StoreEntry, StoreState, initial_store
+
+
+class PrefixKvStore:
+    """Fixed-capacity prefix store with explicit physical-page ownership.
+
+    Complexity: `get`, `attach` and `remove` are O(1) dictionary lookups plus O(pages of the set);
+    `publish` adds O(log entries) for the lowest empty entry; `reclaim` is O(entries x pages +
+    pool pages) per evicted entry (a pressure path, not a hot one).
+    Ordering promises (the spec's): `publish` retains the new pages before the set is visible and
+    releases a replaced set after; a full store replaces round-robin; `reclaim` evicts idle entries
+    least recently used first, ties to the lowest entry. Every operation is atomic.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_empty",
+        "_identities",
+        "_index",
+        "_last_used",
+        "_next_victim",
+        "_page_capacity",
+        "_page_counts",
+        "_pages",
+        "_token_counts",
+    )
+
+    def __init__(self, entries: int, pages: int) -> None:
+        initial_store(entries, pages)  # the spec's checks, order and messages
+        self._identities: list[PrefixIdentity | None] = [None] * entries
+        self._index: dict[PrefixIdentity, int] = {}
+        self._empty: list[int] = list(range(entries))  # ascending: already a heap
+        self._pages = np.zeros((entries, pages), dtype=np.uint32)
+        self._page_counts = np.zeros(entries, dtype=np.int64)
+        self._token_counts = np.zeros(entries, dtype=np.uint32)
+        self._last_used = np.zeros(entries, dtype=np.int64)
+        self._page_capacity = pages
+        self._next_victim = 0
+        self._clock = 0
+
+    @property
+    def entries(self) -> int:
+        """The number of entries."""
+        return len(self._identities)
+
+    @property
+    def page_capacity(self) -> int:
+        """The most pages one entry holds."""
+        return self._page_capacity
+
+    @property
+    def state(self) -> StoreState:
+        """The abstract state (`to_spec()`)."""
+        return self.to_spec()
+
+    def to_spec(self) -> StoreState:
+        """The abstraction function: this store as the spec's `StoreState`."""
+        slots = tuple(
+            None if self._identities[entry] is None else StoreEntry(self._page_set(entry), int(self._last_used[entry]))
+            for entry in range(self.entries)
+        )
+        return StoreState(slots, self._page_capacity, self._next_victim, self._clock)
+
+    def _page_set(self, entry: int) -> PrefixPageSet:
+        identity = self._identities[entry]
+        assert identity is not None
+        pages = self._pages[entry, : self._page_counts[entry]].tolist()
+        return PrefixPageSet(identity, tuple(pages), int(self._token_counts[entry]))
+
+    def get(self, identity: PrefixIdentity) -> PrefixPageSet | None:
+        """The page set published under `identity`, if any (does not count as a use)."""
+        if not isinstance(identity, PrefixIdentity):
+            return None
+        entry = self._index.get(identity)
+        return None if entry is None else self._page_set(entry)
+
+    def publish(self, page_set: PrefixPageSet, pool: BlockPool) -> None:
+        """Retain the pages, then make the set visible, then release any replaced set."""
+        if not isinstance(page_set, PrefixPageSet):
+            raise InvalidArgument("publish takes a PrefixPageSet")
+        count = len(page_set.pages)
+        if count > self._page_capacity:
+            raise PageCapacity(f"{count} pages exceed this store's {self._page_capacity}-page entries")
+        retain_sequence(pool, page_set.pages)
+        new_pages = np.array(page_set.pages, dtype=np.uint32)  # every id is in range: retained
+        if not self._identities:
+            release_array(pool, new_pages)  # undo: each count was >= 2
+            raise RegistryFull("this store has no entries")
+        entry = self._index.get(page_set.identity)
+        victim = False
+        if entry is None:
+            entry = self._empty[0] if self._empty else None
+        if entry is None:
+            entry = self._next_victim % self.entries
+            victim = True
+        if self._identities[entry] is not None:
+            try:
+                release_array(pool, self._pages[entry, : self._page_counts[entry]])
+            except KvschedError:
+                release_array(pool, new_pages)  # undo the retains: each count was >= 2
+                raise
+            old = self._identities[entry]
+            assert old is not None
+            del self._index[old]
+        else:
+            heapq.heappop(self._empty)
+        if victim:
+            self._next_victim += 1
+        self._identities[entry] = page_set.identity
+        self._index[page_set.identity] = entry
+        self._pages[entry, :count] = new_pages
+        self._page_counts[entry] = count
+        self._token_counts[entry] = page_set.token_count
+        self._last_used[entry] = self._clock
+        self._clock += 1
+
+    def attach(self, identity: PrefixIdentity, table: SequenceBlockTable, pool: BlockPool) -> int | None:
+        """Install the prefix into `table` (all or nothing); its token count, or None on a miss."""
+        return attach_row(self, identity, get_row(table), pool)
+
+    def remove(self, identity: PrefixIdentity, pool: BlockPool) -> bool:
+        """Remove the entry, releasing its page references; False when absent."""
+        if not isinstance(identity, PrefixIdentity):
+            raise InvalidArgument("remove takes a PrefixIdentity")
+        entry = self._index.get(identity)
+        if entry is None:
+            return False
+        release_array(pool, self._pages[entry, : self._page_counts[entry]])
+        self._clear(entry)
+        return True
+
+    def _clear(self, entry: int) -> None:
+        identity = self._identities[entry]
+        assert identity is not None
+        del self._index[identity]
+        self._identities[entry] = None
+        self._page_counts[entry] = 0
+        self._token_counts[entry] = 0
+        self._last_used[entry] = 0
+        heapq.heappush(self._empty, entry)
+
+    def reclaim(self, pool: BlockPool, pages: int) -> int:
+        """Evict idle entries, least recently used first, until `pages` pages are free.
+
+        Stops early when no idle entry is left; returns how many pages became free.
+        """
+        if not is_int(pages) or pages < 0:
+            raise InvalidArgument(f"reclaim target must be a non-negative int, not {pages!r}")
+        before = pool.free_count()
+        if before >= pages:
+            return 0
+        refs = get_arrays(pool).refs
+        occupied = np.array([identity is not None for identity in self._identities], dtype=np.bool_)
+        store_refs = np.zeros(refs.shape[0], dtype=np.uint32)
+        while pool.free_count() < pages:
+            entry = find_idle_lru(self._pages, self._page_counts, occupied, self._last_used, refs, store_refs)
+            if entry < 0:
+                break
+            release_array(pool, self._pages[entry, : self._page_counts[entry]])
+            self._clear(entry)
+            occupied[entry] = False
+        return pool.free_count() - before
+
+    def __repr__(self) -> str:
+        return f"PrefixKvStore(entries={self.entries}, pages={self._page_capacity}, occupied={len(self._index)})"
+
+
+def attach_row(store: PrefixKvStore, identity: PrefixIdentity, row: TableRow, pool: BlockPool) -> int | None:
+    """Install the prefix `identity` names into the empty `row`: None on a miss, else its tokens."""
+    if not isinstance(identity, PrefixIdentity):
+        raise InvalidArgument("attach takes a PrefixIdentity")
+    entry = store._index.get(identity)
+    if entry is None:
+        return None
+    install_row_prefix(row, pool, store._pages[entry, : store._page_counts[entry]])
+    store._last_used[entry] = store._clock
+    store._clock += 1
+    return int(store._token_counts[entry])
+
+
+@jit
+def find_idle_lru(
+    pages: npt.NDArray[np.uint32],
+    page_counts: npt.NDArray[np.int64],
+    occupied: npt.NDArray[np.bool_],
+    last_used: npt.NDArray[np.int64],
+    refs: npt.NDArray[np.uint32],
+    store_refs: npt.NDArray[np.uint32],
+) -> int:
+    """The occupied entry with the least `last_used` (then lowest index) whose pages only the
+    store holds; -1 when none. An entry naming a page outside the pool is never idle."""
+    size = refs.shape[0]
+    store_refs[:] = 0
+    for entry in range(pages.shape[0]):
+        if occupied[entry]:
+            for index in range(page_counts[entry]):
+                page = pages[entry, index]
+                if page < size:
+                    store_refs[page] += 1
+    best = -1
+    for entry in range(pages.shape[0]):
+        if not occupied[entry] or (best >= 0 and last_used[entry] >= last_used[best]):
+            continue
+        idle = True
+        for index in range(page_counts[entry]):
+            page = pages[entry, index]
+            if page >= size or refs[page] != store_refs[page]:
+                idle = False
+                break
+        if idle:
+            best = entry
+    return best
+
+
+def get_indexes(
+    store: PrefixKvStore,
+) -> tuple[list[PrefixIdentity | None], dict[PrefixIdentity, int], list[int], npt.NDArray[np.int64]]:
+    """The store's identities, identity index, empty-entry heap and page counts (for refinement)."""
+    return store._identities, store._index, store._empty, store._page_counts

@@ -1,0 +1,273 @@
+"""Request lifecycle over struct-of-arrays slots: admission, copy-on-write, rounds, finish.
+
+Refines `kvsched.spec.scheduler`: `to_spec()` maps the slot arrays (see `slots`) to the spec's
+`SchedulerState`, slot by slot. Besides the arrays the scheduler keeps three indexes, each a
+function of the arrays (representation invariants, checked by `kvsched.impl.refinement`):
+
+    slot_of    dict request id -> slot, exactly the live slots
+    empty      min-heap of exactly the EMPTY slots: admission takes its top, the lowest
+    decoding   how many slots are in DECODE (a round's batch size, known before lowering)
+
+Every operation validates before it mutates, or undoes what it did, so on any error the
+scheduler, the pool and the store are exactly as before (the spec's atomicity).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import MutableSequence, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsched.impl.abi import ArrayDecodeBackend, empty_items, empty_outputs
+from kvsched.impl.lowering import execute_round, require_scratch
+from kvsched.impl.pool import BlockPool
+from kvsched.impl.prefix import PrefixKvStore, attach_row
+from kvsched.impl.slots import (
+    DECODE,
+    PREFILL,
+    REQUEST_STATES,
+    SlotArrays,
+    clear_slot,
+    copy_slot,
+    new_slot_arrays,
+    to_spec_slots,
+)
+from kvsched.impl.table import ensure_row_writable, fork_row, release_row, to_spec_table
+from kvsched.impl.writes import WritePlan, ensure_writable_batch, new_write_buffers, prepare_decode_round
+from kvsched.spec.batch import U32_MAX, RaggedBatchReceipt
+from kvsched.spec.domain import require_u32, require_u64
+from kvsched.spec.errors import DuplicateRequest, Full, InvalidArgument, InvalidState, OutputTooSmall, UnknownRequest
+from kvsched.spec.pool import CopyOnWrite
+from kvsched.spec.prefix import PrefixIdentity
+from kvsched.spec.scheduler import Admission, RequestView, SchedulerState, initial_scheduler
+from kvsched.spec.table import Table
+
+
+class RequestScheduler:
+    """Fixed-capacity request scheduler; `requests` is the hard concurrent request bound.
+
+    Complexity: `admit_with_prefix` O(log requests) plus the prefix's pages; `ensure_writable`,
+    `mark_prefill_complete`, `seed_decode_token`, `record_token`, `active_count` O(1); `finish`
+    and `fork` O(logical pages + log requests); `execute_decode_round`, `prepare_decode_round`
+    and `runnable_into` O(requests x logical pages) in compiled kernels (one kernel call for
+    bookkeeping each); `page_table` and `to_spec` O(logical pages) and O(whole state).
+    Storage (slots, tables, scratch, round buffers) is allocated at construction.
+    Ordering promises (the spec's): admission checks duplicates before capacity and takes the
+    lowest empty slot; views and round items are in slot order; a prefix hit admits into DECODE.
+    Not thread-safe; a backend must not call back into the scheduler during a round.
+    """
+
+    __slots__ = (
+        "_decoding",
+        "_empty",
+        "_items",
+        "_outputs",
+        "_round_slots",
+        "_slot_of",
+        "_slots",
+        "_tables",
+        "_writes",
+    )
+
+    def __init__(self, requests: int, logical_pages: int) -> None:
+        initial_scheduler(requests, 1)  # the spec's checks and messages, in its order
+        initial_scheduler(1, logical_pages)
+        self._slots = new_slot_arrays(requests, logical_pages)
+        self._slot_of: dict[int, int] = {}
+        self._empty: list[int] = list(range(requests))  # ascending: already a heap
+        self._decoding = 0
+        self._items = empty_items(requests)
+        self._tables = np.zeros(requests * logical_pages, dtype=np.uint32)
+        self._outputs = empty_outputs(requests)
+        self._round_slots = np.zeros(requests, dtype=np.int64)
+        self._writes = new_write_buffers(requests)
+
+    @property
+    def requests(self) -> int:
+        """The number of request slots."""
+        return int(self._slots.states.shape[0])
+
+    @property
+    def logical_pages(self) -> int:
+        """Every request table's capacity."""
+        return int(self._slots.tables.shape[1])
+
+    @property
+    def state(self) -> SchedulerState:
+        """The abstract state (`to_spec()`); O(whole state)."""
+        return self.to_spec()
+
+    def to_spec(self) -> SchedulerState:
+        """The abstraction function: this scheduler as the spec's `SchedulerState`."""
+        return to_spec_slots(self._slots)
+
+    def active_count(self) -> int:
+        """How many requests are live."""
+        return len(self._slot_of)
+
+    def _require_request(self, request_id: int) -> int:
+        slot = self._slot_of.get(require_u64("request_id", request_id))
+        if slot is None:
+            raise UnknownRequest(f"request {request_id} is not live")
+        return slot
+
+    def _require_free_slot(self, request_id: int) -> int:
+        if request_id in self._slot_of:
+            raise DuplicateRequest(f"request {request_id} is already live")
+        if not self._empty:
+            raise Full(f"all {self.requests} request slots are occupied; request {request_id} refused")
+        return self._empty[0]
+
+    def _occupy(self, slot: int, request_id: int, state: int) -> None:
+        heapq.heappop(self._empty)
+        self._slot_of[request_id] = slot
+        self._slots.request_ids[slot] = request_id
+        self._slots.states[slot] = state
+        self._decoding += state == DECODE
+
+    def admit_with_prefix(
+        self, request_id: int, identity: PrefixIdentity | None, prefixes: PrefixKvStore, pool: BlockPool
+    ) -> Admission:
+        """Admit a request into the lowest empty slot, attaching its prefix pages when published."""
+        require_u64("request_id", request_id)
+        if identity is not None and not isinstance(identity, PrefixIdentity):
+            raise InvalidArgument("identity must be a PrefixIdentity or None")
+        slot = self._require_free_slot(request_id)
+        tokens = None
+        if identity is not None:
+            tokens = attach_row(prefixes, identity, self._slots.tables[slot], pool)
+        prefix_tokens = tokens or 0
+        self._occupy(slot, request_id, DECODE if prefix_tokens else PREFILL)
+        self._slots.token_counts[slot] = prefix_tokens
+        self._slots.prefix_tokens[slot] = prefix_tokens
+        return Admission(slot, prefix_tokens != 0, prefix_tokens)
+
+    def fork(self, parent_id: int, child_id: int, pool: BlockPool) -> int:
+        """Admit `child_id` sharing every page of `parent_id` (copy-on-write on first write)."""
+        parent = self._require_request(parent_id)
+        child = self._require_free_slot(require_u64("child_id", child_id))
+        fork_row(self._slots.tables[parent], self._slots.tables[child], pool)
+        copy_slot(self._slots, parent, child)
+        self._occupy(child, child_id, int(self._slots.states[parent]))
+        return child
+
+    def ensure_writable(self, request_id: int, logical_page: int, pool: BlockPool) -> CopyOnWrite:
+        """Make a logical page writable; a `Copy` tells the backend to copy the KV page first."""
+        slot = self._require_request(request_id)
+        return ensure_row_writable(self._slots.tables[slot], pool, logical_page)
+
+    def ensure_writable_batch(
+        self,
+        request_ids: Sequence[int] | npt.NDArray[np.integer],
+        logical_pages: Sequence[int] | npt.NDArray[np.integer],
+        pool: BlockPool,
+    ) -> WritePlan:
+        """`ensure_writable` for every (request, logical page) pair in order, all or nothing.
+
+        Equivalent to the single calls in sequence (see `kvsched.impl.writes`); on the first
+        failing call nothing changes and that call's error is raised.
+        """
+        return ensure_writable_batch(self._slots, self._slot_of, request_ids, logical_pages, pool)
+
+    def prepare_decode_round(self, pool: BlockPool, page_size: int) -> WritePlan:
+        """Make every DECODE request's next token page writable, in slot order, all or nothing.
+
+        The request in slot `s` writes its next token at position `token_count`, so its page is
+        logical page `token_count // page_size`. One kernel call; the plan's arrays are this
+        scheduler's buffers, valid until the next `prepare_decode_round`.
+        """
+        return prepare_decode_round(self._slots, pool, page_size, self._writes)
+
+    def mark_prefill_complete(self, request_id: int) -> None:
+        """Move a PREFILL request to DECODE."""
+        slot = self._require_request(request_id)
+        state = int(self._slots.states[slot])
+        if state != PREFILL:
+            raise InvalidState(f"request {request_id} is in {REQUEST_STATES[state].value}, not prefill")
+        self._slots.states[slot] = DECODE
+        self._decoding += 1
+
+    def seed_decode_token(self, request_id: int, token_id: int) -> None:
+        """Publish the token consumed by the request's next decode step."""
+        slot = self._require_request(request_id)
+        self._slots.next_tokens[slot] = require_u32("token_id", token_id)
+        self._slots.token_ready[slot] = True
+
+    def record_token(self, request_id: int) -> int:
+        """Count one token written outside a decode round; the new count (saturating)."""
+        slot = self._require_request(request_id)
+        count = min(int(self._slots.token_counts[slot]) + 1, U32_MAX)
+        self._slots.token_counts[slot] = count
+        return count
+
+    def page_table(self, request_id: int) -> Table:
+        """The request's logical page table (`None` where unmapped)."""
+        return to_spec_table(self._slots.tables[self._require_request(request_id)])
+
+    def runnable_into(self, out: MutableSequence[RequestView]) -> int:
+        """Write every live request into `out` in slot order; how many were written."""
+        live = len(self._slot_of)
+        if len(out) < live:
+            raise OutputTooSmall(f"view buffer holds {len(out)}, {live} requests are live")
+        slots = self._slots
+        for index, slot in enumerate(sorted(self._slot_of.values())):
+            out[index] = RequestView(
+                int(slots.request_ids[slot]),
+                slot,
+                REQUEST_STATES[int(slots.states[slot])],
+                int(slots.token_counts[slot]),
+                int(slots.prefix_tokens[slot]),
+            )
+        return live
+
+    def execute_decode_round(
+        self,
+        backend: ArrayDecodeBackend,
+        item_scratch: npt.NDArray[np.void] | None = None,
+        block_table_scratch: npt.NDArray[np.uint32] | None = None,
+        output_scratch: npt.NDArray[np.void] | None = None,
+    ) -> RaggedBatchReceipt:
+        """Run one ragged decode round with exactly one backend call (see `kvsched.impl.lowering`).
+
+        Scratch buffers default to the scheduler's own; a caller's must be writable, contiguous
+        1-D arrays of `ITEM_DTYPE`, uint32 and `OUTPUT_DTYPE`.
+        """
+        items = (
+            self._items if item_scratch is None else require_scratch("item_scratch", item_scratch, self._items.dtype)
+        )
+        tables = (
+            self._tables
+            if block_table_scratch is None
+            else require_scratch("block_table_scratch", block_table_scratch, self._tables.dtype)
+        )
+        outputs = (
+            self._outputs
+            if output_scratch is None
+            else require_scratch("output_scratch", output_scratch, self._outputs.dtype)
+        )
+        return execute_round(self._slots, self._decoding, self._round_slots, backend, items, tables, outputs)
+
+    def finish(self, request_id: int, pool: BlockPool) -> None:
+        """Release the request's pages and empty its slot; cancellation is identical."""
+        slot = self._require_request(request_id)
+        release_row(self._slots.tables[slot], pool)
+        self._decoding -= int(self._slots.states[slot]) == DECODE
+        clear_slot(self._slots, slot)
+        del self._slot_of[request_id]
+        heapq.heappush(self._empty, slot)
+
+    def __repr__(self) -> str:
+        live = len(self._slot_of)
+        return f"RequestScheduler(requests={self.requests}, logical_pages={self.logical_pages}, live={live})"
+
+
+def get_indexes(scheduler: RequestScheduler) -> tuple[dict[int, int], list[int], int]:
+    """The scheduler's indexes (slot_of, empty heap, decoding count), for the refinement checks."""
+    return scheduler._slot_of, scheduler._empty, scheduler._decoding
+
+
+def get_slots(scheduler: RequestScheduler) -> SlotArrays:
+    """The scheduler's slot arrays, for the refinement checks."""
+    return scheduler._slots

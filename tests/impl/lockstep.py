@@ -1,0 +1,393 @@
+"""Spec and impl in lockstep: every operation, valid or not, applied to both systems.
+
+After every rule the two abstract states must be equal (`to_spec` of impl == spec state), every
+call must return equal values or raise the same exception type with the same message, and both
+systems must satisfy the representation invariants and (unless ownership is deliberately broken)
+every spec invariant. Rules draw from the valid domains; `call_out_of_domain` tries every
+out-of-domain value in every argument position. `OwnershipAbuse` lets callers release and write
+pages they do not own, which drives the rollback paths; there only lockstep equality is checked.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from hypothesis import event, note
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvsched.impl import ImplSystem, make_impl_system
+from kvsched.impl.refinement import check_representation
+from kvsched.spec import PrefixIdentity, PrefixPageSet, RequestView, derive_prefix_identity
+from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput
+from kvsched.spec.invariants import check_invariants
+from kvsched.spec.pool import Allocated, Copy
+from kvsched.spec.scheduler import RequestState
+from tests.impl import reference
+from tests.impl.support import FAULTS, FaultBackend, Outcome, SpecSystem, make_spec_system, outcome, records
+
+IDENTITIES = (
+    PrefixIdentity((1, 2, 3, 4)),
+    derive_prefix_identity(7, 1, 2, 3, [(1, 2, 3, 4, 5, 6)]),
+    derive_prefix_identity(7, 1, 2, 3, [(1, 2, 3, 4, 5, 6)], tenant_salt=9),
+)
+request_ids = st.integers(0, 4)
+identities = st.none() | st.sampled_from(IDENTITIES)
+logical = st.integers(-1, 4)
+tokens = st.integers(0, 40) | st.just(U32_MAX)
+VIEW = RequestView(0, 0, RequestState.EMPTY, 0, 0)
+
+# Out-of-domain values, and every operation with one argument position to put them in.
+BAD_VALUES: tuple[object, ...] = (-1, 2**32, 2**64, True, "7", 1.5, None, IDENTITIES[0])
+OUT_OF_DOMAIN: dict[str, Callable[[Any, object], object]] = {
+    "retain": lambda s, v: s.pool.retain(v),
+    "release": lambda s, v: s.pool.release(v),
+    "writable": lambda s, v: s.pool.writable(v) if v is not None else None,
+    "ref_count": lambda s, v: s.pool.ref_count(v),
+    "pool": lambda s, v: type(s.pool)(v),
+    "pool_max_references": lambda s, v: type(s.pool)(2, max_references=v),
+    "new_table": lambda s, v: s.new_table(v) and None,
+    "table_ensure_writable": lambda s, v: s.tables and s.tables[0].ensure_writable(v, s.pool),
+    "table_get": lambda s, v: s.tables and s.tables[0].get(v),
+    "table_install": lambda s, v: s.tables and s.tables[0].install_shared_prefix([v], s.pool),
+    "store": lambda s, v: type(s.store)(v, 1) and None,
+    "store_pages": lambda s, v: type(s.store)(1, v) and None,
+    "publish": lambda s, v: s.store.publish(v, s.pool),
+    "remove": lambda s, v: s.store.remove(v, s.pool),
+    "get": lambda s, v: s.store.get(v),
+    "attach": lambda s, v: s.tables and s.store.attach(v, s.tables[0], s.pool),
+    "reclaim": lambda s, v: s.store.reclaim(s.pool, v),
+    "scheduler": lambda s, v: type(s.scheduler)(v, 1) and None,
+    "scheduler_pages": lambda s, v: type(s.scheduler)(1, v) and None,
+    "admit": lambda s, v: s.scheduler.admit_with_prefix(v, None, s.store, s.pool),
+    "admit_identity": lambda s, v: s.scheduler.admit_with_prefix(0, v, s.store, s.pool),
+    "fork_parent": lambda s, v: s.scheduler.fork(v, 0, s.pool),
+    "fork_child": lambda s, v: s.scheduler.fork(0, v, s.pool),
+    "ensure_writable": lambda s, v: s.scheduler.ensure_writable(v, 0, s.pool),
+    "ensure_writable_page": lambda s, v: s.scheduler.ensure_writable(0, v, s.pool),
+    "mark_prefill_complete": lambda s, v: s.scheduler.mark_prefill_complete(v),
+    "seed_decode_token": lambda s, v: s.scheduler.seed_decode_token(v, 0),
+    "seed_decode_token_token": lambda s, v: s.scheduler.seed_decode_token(0, v),
+    "record_token": lambda s, v: s.scheduler.record_token(v),
+    "page_table": lambda s, v: s.scheduler.page_table(v),
+    "finish": lambda s, v: s.scheduler.finish(v, s.pool),
+}
+
+
+def ensure_page(system: Any, request_id: int, page: int) -> object:
+    """`ensure_writable` on one of the system's requests."""
+    return system.scheduler.ensure_writable(request_id, page, system.pool)
+
+
+class Lockstep(RuleBasedStateMachine):
+    """Drive a spec system and an impl system with the same calls and compare everything."""
+
+    check_spec_invariants = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec: SpecSystem = make_spec_system(1, 1, 0, 0, 1)
+        self.impl: ImplSystem = make_impl_system(1, 1, 0, 0, 1)
+        self.external: list[int] = []  # one entry per reference the test itself holds
+
+    @initialize(
+        requests=st.integers(1, 4),
+        logical_pages=st.integers(1, 4),
+        physical_pages=st.integers(0, 10),
+        store_entries=st.integers(0, 3),
+        store_pages=st.integers(1, 3),
+        max_references=st.sampled_from([2, 3, U32_MAX]),
+    )
+    def build(
+        self,
+        requests: int,
+        logical_pages: int,
+        physical_pages: int,
+        store_entries: int,
+        store_pages: int,
+        max_references: int,
+    ) -> None:
+        sizes = (requests, logical_pages, physical_pages, store_entries, store_pages, max_references)
+        note(f"make_system{sizes}")
+        self.spec = make_spec_system(*sizes)
+        self.impl = make_impl_system(*sizes)
+
+    def both(self, call: Callable[[Any], object], *, compare_values: bool = True) -> Outcome:
+        """Apply `call` to both systems; equal outcomes or the test fails."""
+        expected, actual = outcome(lambda: call(self.spec)), outcome(lambda: call(self.impl))
+        self.record(sys._getframe(1).f_code.co_name, expected)
+        assert (actual.error, actual.message) == (expected.error, expected.message), (expected, actual)
+        if compare_values:
+            assert actual.value == expected.value, (expected, actual)
+        return expected
+
+    def record(self, name: str, result: Outcome) -> None:
+        note(f"{name} -> {result}")
+        event(f"{name}: {result.error.__name__ if result.error else 'ok'}")
+
+    def pages(self) -> st.SearchStrategy[int]:
+        return st.integers(-1, self.spec.pool.physical_pages)
+
+    def held(self, page: object) -> bool:
+        return isinstance(page, int) and not isinstance(page, bool) and bool(self.spec.pool.ref_count(page))
+
+    def owned(self, page: object) -> bool:
+        """Calling `release`/`writable` on `page` keeps the ownership model intact."""
+        return not self.check_spec_invariants or not self.held(page) or page in self.external
+
+    # ---- the pool, as an external holder ------------------------------------------------------
+
+    @rule()
+    def allocate(self) -> None:
+        result = self.both(lambda system: system.pool.allocate())
+        if result.error is None:
+            assert isinstance(result.value, int)
+            self.external.append(result.value)
+
+    @rule(data=st.data())
+    def retain(self, data: st.DataObject) -> None:
+        page = data.draw(self.pages())
+        if self.both(lambda system: system.pool.retain(page)).error is None:
+            self.external.append(page)
+
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        choices = self.pages() | st.sampled_from(sorted(self.external)) if self.external else self.pages()
+        page = data.draw(choices)
+        released = self.owned(page) and self.both(lambda system: system.pool.release(page)).error is None
+        if released and page in self.external:
+            self.external.remove(page)
+
+    @rule(data=st.data())
+    def writable(self, data: st.DataObject) -> None:
+        mine: st.SearchStrategy[int | None] = st.sampled_from(sorted(self.external)) if self.external else st.none()
+        current = data.draw(st.none() | mine | self.pages())
+        if not self.owned(current):
+            return
+        result = self.both(lambda system: system.pool.writable(current))
+        if isinstance(result.value, Allocated):
+            self.external.append(result.value.page)
+        if isinstance(result.value, Copy) and result.value.source in self.external:
+            self.external.remove(result.value.source)
+            self.external.append(result.value.destination)
+
+    @rule(data=st.data())
+    def inspect_pool(self, data: st.DataObject) -> None:
+        page = data.draw(self.pages())
+        self.both(lambda system: (system.pool.ref_count(page), system.pool.free_count(), system.pool.physical_pages))
+
+    # ---- standalone tables --------------------------------------------------------------------
+
+    @rule(width=st.integers(0, 4))
+    def new_table(self, width: int) -> None:
+        self.both(lambda system: system.new_table(width), compare_values=False)
+
+    def table(self, data: st.DataObject) -> int:
+        return data.draw(st.integers(0, len(self.spec.tables) - 1))
+
+    @precondition(lambda self: self.spec.tables)
+    @rule(data=st.data(), logical_page=logical)
+    def table_ensure_writable(self, data: st.DataObject, logical_page: int) -> None:
+        index = self.table(data)
+        self.both(lambda system: system.tables[index].ensure_writable(logical_page, system.pool))
+
+    @precondition(lambda self: self.spec.tables)
+    @rule(data=st.data())
+    def table_fork(self, data: st.DataObject) -> None:
+        source, target = self.table(data), self.table(data)
+        self.both(lambda system: system.tables[source].fork_into(system.tables[target], system.pool))
+
+    @precondition(lambda self: self.spec.tables)
+    @rule(data=st.data())
+    def table_install(self, data: st.DataObject) -> None:
+        index = self.table(data)
+        pages = data.draw(st.lists(self.pages(), max_size=5, unique=True))
+        self.both(lambda system: system.tables[index].install_shared_prefix(pages, system.pool))
+
+    @precondition(lambda self: self.spec.tables)
+    @rule(data=st.data())
+    def table_release(self, data: st.DataObject) -> None:
+        index = self.table(data)
+        self.both(lambda system: system.tables[index].release_all(system.pool))
+
+    @precondition(lambda self: self.spec.tables)
+    @rule(data=st.data(), logical_page=logical)
+    def table_read(self, data: st.DataObject, logical_page: int) -> None:
+        index = self.table(data)
+        self.both(lambda system: (system.tables[index].get(logical_page), system.tables[index].entries()))
+
+    # ---- the prefix store ---------------------------------------------------------------------
+
+    @rule(data=st.data(), identity=st.sampled_from(IDENTITIES), token_count=st.integers(1, 40))
+    def publish(self, data: st.DataObject, identity: PrefixIdentity, token_count: int) -> None:
+        held = [page for page in range(self.spec.pool.physical_pages) if self.held(page)]
+        capacity = self.spec.store.state.page_capacity
+        pages: list[int] = data.draw(st.lists(self.pages(), min_size=1, max_size=capacity + 1, unique=True))
+        choose_held: int = data.draw(st.integers(0, 3))
+        if held and choose_held:  # mostly a set the store can take
+            pages = data.draw(st.lists(st.sampled_from(held), min_size=1, max_size=capacity, unique=True))
+        page_set = PrefixPageSet(identity, tuple(pages), token_count)
+        self.both(lambda system: system.store.publish(page_set, system.pool))
+
+    @rule(identity=identities)
+    def remove(self, identity: PrefixIdentity | None) -> None:
+        self.both(lambda system: system.store.remove(identity, system.pool))
+
+    @precondition(lambda self: self.spec.tables)
+    @rule(data=st.data(), identity=identities)
+    def attach(self, data: st.DataObject, identity: PrefixIdentity | None) -> None:
+        index = self.table(data)
+        self.both(lambda system: system.store.attach(identity, system.tables[index], system.pool))
+
+    @rule(identity=identities)
+    def get(self, identity: PrefixIdentity | None) -> None:
+        self.both(lambda system: system.store.get(identity))
+
+    @rule(pages=st.integers(0, 12))
+    def reclaim(self, pages: int) -> None:
+        self.both(lambda system: system.store.reclaim(system.pool, pages))
+
+    # ---- the request scheduler ----------------------------------------------------------------
+
+    @rule(request_id=request_ids, identity=identities)
+    def admit(self, request_id: int, identity: PrefixIdentity | None) -> None:
+        self.both(lambda system: system.scheduler.admit_with_prefix(request_id, identity, system.store, system.pool))
+
+    @rule(request_id=request_ids, identity=identities, prompt_pages=st.integers(0, 2), token=tokens)
+    def start_decoding(self, request_id: int, identity: PrefixIdentity | None, prompt_pages: int, token: int) -> None:
+        """Admit, prefill `prompt_pages` pages (16 tokens each), complete and seed: a request
+        ready for rounds. Every step is compared; it stops at the first refusal."""
+        admitted = self.both(
+            lambda system: system.scheduler.admit_with_prefix(request_id, identity, system.store, system.pool)
+        )
+        if admitted.error is not None:
+            return
+        if not admitted.value.prefix_hit:  # type: ignore[attr-defined]
+            for page in range(prompt_pages):
+                self.both(partial(ensure_page, request_id=request_id, page=page))
+                for _ in range(16):
+                    self.both(lambda system: system.scheduler.record_token(request_id))
+            self.both(lambda system: system.scheduler.mark_prefill_complete(request_id))
+        self.both(lambda system: system.scheduler.seed_decode_token(request_id, token))
+
+    @rule(parent=request_ids, child=request_ids)
+    def fork(self, parent: int, child: int) -> None:
+        self.both(lambda system: system.scheduler.fork(parent, child, system.pool))
+
+    @rule(request_id=request_ids, logical_page=logical)
+    def ensure_writable(self, request_id: int, logical_page: int) -> None:
+        self.both(lambda system: system.scheduler.ensure_writable(request_id, logical_page, system.pool))
+
+    @rule(request_id=request_ids)
+    def mark_prefill_complete(self, request_id: int) -> None:
+        self.both(lambda system: system.scheduler.mark_prefill_complete(request_id))
+
+    @rule(request_id=request_ids, token=tokens)
+    def seed_decode_token(self, request_id: int, token: int) -> None:
+        self.both(lambda system: system.scheduler.seed_decode_token(request_id, token))
+
+    @rule(request_id=request_ids)
+    def record_token(self, request_id: int) -> None:
+        self.both(lambda system: system.scheduler.record_token(request_id))
+
+    @rule(request_id=request_ids)
+    def finish(self, request_id: int) -> None:
+        self.both(lambda system: system.scheduler.finish(request_id, system.pool))
+
+    @rule(request_id=request_ids, length=st.integers(0, 5))
+    def read_requests(self, request_id: int, length: int) -> None:
+        self.both(lambda system: system.scheduler.page_table(request_id))
+
+        def views(system: Any) -> tuple[int, list[RequestView], int]:
+            out = [VIEW] * length
+            return system.scheduler.runnable_into(out), out, system.scheduler.active_count()
+
+        self.both(views)
+
+    @rule(
+        fault=st.sampled_from(FAULTS),
+        position=st.integers(0, 3),
+        short=st.sampled_from(["", "", "", "items", "tables", "outputs"]),
+    )
+    def decode_round(self, fault: str, position: int, short: str) -> None:
+        decoding = sum(slot.state is RequestState.DECODE for slot in self.spec.scheduler.state.slots)
+        width = self.spec.scheduler.logical_pages
+        lengths = {"items": decoding + 1, "tables": (decoding + 1) * width, "outputs": decoding + 1}
+        if short and decoding:
+            lengths[short] = decoding - 1 if short != "tables" else decoding * width - 1
+        backends = {"spec": FaultBackend(fault, position), "impl": FaultBackend(fault, position)}
+        scratch: dict[str, tuple[Any, Any, Any]] = {}
+
+        def run(system: Any) -> object:
+            name = "spec" if system is self.spec else "impl"
+            buffers = (
+                system.new_item_scratch(lengths["items"]),
+                system.new_table_scratch(lengths["tables"]),
+                system.new_output_scratch(lengths["outputs"]),
+            )
+            scratch[name] = buffers
+            return system.scheduler.execute_decode_round(backends[name], *buffers)
+
+        result = self.both(run)
+        event(f"decode_round with {decoding} decoding: {fault}")
+        assert backends["spec"].calls == backends["impl"].calls <= 1
+        assert backends["spec"].seen == backends["impl"].seen  # the backend saw the same batch
+        expected, actual = scratch["spec"], scratch["impl"]
+        assert records(actual[2], RaggedBatchOutput)[:decoding] == records(expected[2], RaggedBatchOutput)[:decoding]
+        if result.error is None:  # on an error the spec may have lowered part of the batch
+            assert records(actual[0], RaggedBatchItem)[:decoding] == records(expected[0], RaggedBatchItem)[:decoding]
+            assert actual[1][: decoding * width].tolist() == list(expected[1][: decoding * width])
+
+    @rule(page_size=st.integers(0, 5) | st.just(16))
+    def prepare_decode_round(self, page_size: int) -> None:
+        expected = outcome(lambda: reference.prepare_decode_round(self.spec.scheduler, self.spec.pool, page_size))
+        actual = outcome(lambda: self.impl.scheduler.prepare_decode_round(self.impl.pool, page_size))
+        self.compare_plans(expected, actual)
+
+    @rule(pairs=st.lists(st.tuples(request_ids, logical), max_size=5))
+    def ensure_writable_batch(self, pairs: list[tuple[int, int]]) -> None:
+        ids, pages = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+        expected = outcome(lambda: reference.ensure_writable_batch(self.spec.scheduler, self.spec.pool, ids, pages))
+        actual = outcome(lambda: self.impl.scheduler.ensure_writable_batch(ids, pages, self.impl.pool))
+        self.compare_plans(expected, actual)
+
+    def compare_plans(self, expected: Outcome, actual: Outcome) -> None:
+        self.record(sys._getframe(1).f_code.co_name, expected)
+        assert (actual.error, actual.message) == (expected.error, expected.message), (expected, actual)
+        if expected.error is None:
+            plan: Any = actual.value
+            actions = plan.actions()
+            assert actions == expected.value
+            copies = [(action.source, action.destination) for action in actions if isinstance(action, Copy)]
+            assert list(zip(plan.copy_sources.tolist(), plan.copy_destinations.tolist(), strict=True)) == copies
+
+    @rule(operation=st.sampled_from(sorted(OUT_OF_DOMAIN)), value=st.sampled_from(BAD_VALUES))
+    def call_out_of_domain(self, operation: str, value: object) -> None:
+        call = OUT_OF_DOMAIN[operation]
+        result = self.both(lambda system: call(system, value), compare_values=operation not in {"new_table"})
+        event(f"out of domain {operation}: {result.error.__name__ if result.error else 'ok'}")
+
+    # ---- after every rule ---------------------------------------------------------------------
+
+    @invariant()
+    def states_agree(self) -> None:
+        assert self.impl.snapshot(self.external) == self.spec.snapshot(self.external)
+        assert [table.to_spec() for table in self.impl.tables] == [table.state for table in self.spec.tables]
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        assert check_representation(self.impl.pool, self.impl.store, self.impl.scheduler) == ()
+        if self.check_spec_invariants:
+            assert check_invariants(self.spec.snapshot(self.external)) == ()
+            assert self.impl.check(self.external) == ()
+
+
+class OwnershipAbuse(Lockstep):
+    """Lockstep where `release` and `writable` also take pages the caller does not own, so tables
+    and store entries end up naming freed pages: the rollback paths of `finish`, `release_all`,
+    `publish`, `remove` and the batched writes run, and must still match the spec exactly."""
+
+    check_spec_invariants = False

@@ -1,0 +1,51 @@
+"""Reference semantics of impl's batched operations, in terms of the spec's single calls.
+
+These are what the spec will grow (the batched operations are impl API beyond seed A): a batch
+is the sequence of single `ensure_writable` calls, all or nothing, raising the first failing
+call's error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvsched import spec
+from kvsched.spec.batch import U32_MAX
+from kvsched.spec.domain import is_int
+from kvsched.spec.errors import InvalidArgument, KvschedError
+from kvsched.spec.pool import CopyOnWrite
+from kvsched.spec.scheduler import RequestState
+
+
+def ensure_writable_batch(
+    scheduler: spec.RequestScheduler,
+    pool: spec.BlockPool,
+    request_ids: Sequence[object],
+    logical_pages: Sequence[object],
+) -> tuple[CopyOnWrite, ...]:
+    """`scheduler.ensure_writable(request_ids[i], logical_pages[i], pool)` for every i, all or nothing."""
+    if len(request_ids) != len(logical_pages):
+        raise InvalidArgument(f"{len(request_ids)} request ids but {len(logical_pages)} logical pages")
+    before = scheduler.state, pool.state
+    actions = []
+    try:
+        for request_id, logical_page in zip(request_ids, logical_pages, strict=True):
+            actions.append(scheduler.ensure_writable(request_id, logical_page, pool))  # type: ignore[arg-type]
+    except KvschedError:
+        scheduler.commit(before[0])
+        pool.commit(before[1])
+        raise
+    return tuple(actions)
+
+
+def prepare_decode_round(
+    scheduler: spec.RequestScheduler, pool: spec.BlockPool, page_size: object
+) -> tuple[CopyOnWrite, ...]:
+    """Make room for every DECODE request's next token: its page `token_count // page_size`."""
+    if not is_int(page_size) or not 1 <= page_size <= U32_MAX:  # type: ignore[operator]
+        raise InvalidArgument(f"page_size must be an int in 1..2**32-1, not {page_size!r}")
+    assert isinstance(page_size, int)
+    decoding = [slot for slot in scheduler.state.slots if slot.state is RequestState.DECODE]
+    return ensure_writable_batch(
+        scheduler, pool, [slot.request_id for slot in decoding], [slot.token_count // page_size for slot in decoding]
+    )
