@@ -70,15 +70,18 @@ def _is_c_contiguous(array: Any) -> bool:
     return bool(is_c()) if callable(is_c) else False
 
 
-def check_cache_pair(k_cache: Any, v_cache: Any) -> tuple[int, int, int, int]:
-    """Validate the K and V caches together; returns `(pages, page_size, kv_heads, head_dim)`."""
-    check_array("k_cache", k_cache, CACHE_DTYPES, 4)
-    check_array("v_cache", v_cache, CACHE_DTYPES, 4)
+def check_cache_pair(k_cache: Any, v_cache: Any, ndim: int = 4) -> tuple[int, int, int, int]:
+    """Validate the K and V caches together; returns `(pages, page_size, kv_heads, head_dim)`.
+
+    `ndim=5` accepts caches with a leading layer axis, `[layers, pages, page_size, kv_heads, head_dim]`.
+    """
+    check_array("k_cache", k_cache, CACHE_DTYPES, ndim)
+    check_array("v_cache", v_cache, CACHE_DTYPES, ndim)
     if np.dtype(k_cache.dtype) != np.dtype(v_cache.dtype):
         raise ValueError(f"k_cache is {np.dtype(k_cache.dtype)} but v_cache is {np.dtype(v_cache.dtype)}")
     if tuple(k_cache.shape) != tuple(v_cache.shape):
         raise ValueError(f"k_cache shape {tuple(k_cache.shape)} != v_cache shape {tuple(v_cache.shape)}")
-    pages, page_size, kv_heads, head_dim = (int(n) for n in k_cache.shape)
+    pages, page_size, kv_heads, head_dim = (int(n) for n in tuple(k_cache.shape)[-4:])
     if page_size < 1 or kv_heads < 1:
         raise ValueError(f"caches need page_size >= 1 and kv_heads >= 1, got shape {tuple(k_cache.shape)}")
     if not 1 <= head_dim <= MAX_HEAD_DIM:
@@ -168,9 +171,7 @@ def check_attention(
     if q_dim != head_dim:
         raise ValueError(f"q has head_dim {q_dim} but the caches have {head_dim}")
     if q_heads % kv_heads or not 1 <= q_heads // kv_heads <= MAX_GROUP:
-        raise ValueError(
-            f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads}) at most {MAX_GROUP} times"
-        )
+        raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads}) at most {MAX_GROUP} times")
     if not np.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
     check_array("block_table", block_table, (np.dtype(np.uint32),), 1)
@@ -198,9 +199,7 @@ def check_append(
     check_array("v", v, (np.dtype(np.float32),), 3)
     pages, page_size, kv_heads, head_dim = check_cache_pair(k_cache, v_cache)
     if tuple(k.shape) != tuple(v.shape) or tuple(k.shape[1:]) != (kv_heads, head_dim):
-        raise ValueError(
-            f"k {tuple(k.shape)} and v {tuple(v.shape)} must both be [queries, {kv_heads}, {head_dim}]"
-        )
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must both be [queries, {kv_heads}, {head_dim}]")
     queries = int(k.shape[0])
     check_array("block_table", block_table, (np.dtype(np.uint32),), 1)
     offsets = check_index_vector("table_offsets", table_offsets, queries, low=0)
@@ -208,20 +207,19 @@ def check_append(
     check_reachable_pages(block_table, offsets, where, where + 1, page_size, pages)
     slots = block_table[offsets.astype(np.int64) + where // page_size].astype(np.int64) * page_size
     slots += where % page_size
-    unique, first, counts = np.unique(slots, return_index=True, return_counts=True)
+    unique, counts = np.unique(slots, return_counts=True)
     if unique.shape[0] != queries:
         twice = int(unique[np.flatnonzero(counts > 1)[0]])
         hits = np.flatnonzero(slots == twice)
         raise ValueError(
-            f"queries {int(hits[0])} and {int(hits[1])} both write page {twice // page_size} "
-            f"row {twice % page_size}"
+            f"queries {int(hits[0])} and {int(hits[1])} both write page {twice // page_size} row {twice % page_size}"
         )
     return offsets, where
 
 
 def check_copy(
-    k_cache: Any,  # [pages, page_size, kv_heads, head_dim] float16 | float32
-    v_cache: Any,  # [pages, page_size, kv_heads, head_dim] same dtype as k_cache
+    k_cache: Any,  # [pages, page_size, kv_heads, head_dim] or [layers, pages, ...] float16 | float32
+    v_cache: Any,  # same shape and dtype as k_cache
     pairs: Any,  # [copies, 2] integer (source, destination), or a sequence of pairs
 ) -> npt.NDArray[np.int32]:
     """Validate a batched page copy; returns the pairs as a contiguous int32 `[copies, 2]` array.
@@ -229,7 +227,8 @@ def check_copy(
     A destination may appear once and never as another pair's source: the copies of one launch
     run concurrently, so any overlap would make the result depend on their order.
     """
-    pages = check_cache_pair(k_cache, v_cache)[0]
+    layered = len(getattr(k_cache, "shape", ())) == 5
+    pages = check_cache_pair(k_cache, v_cache, 5 if layered else 4)[0]
     table = np.asarray(pairs)
     if table.size == 0:
         return np.zeros((0, 2), dtype=np.int32)

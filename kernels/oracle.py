@@ -26,7 +26,8 @@ def gather_positions(
     """The cache rows of `positions` for one query's table, as float64 `[n, kv_heads, head_dim]`."""
     page_size = cache.shape[1]
     pages = block_table[table_offset + positions // page_size].astype(np.int64)
-    return cache[pages, positions % page_size].astype(np.float64)
+    rows: npt.NDArray[np.float64] = cache[pages, positions % page_size].astype(np.float64)
+    return rows
 
 
 def paged_attention_oracle(

@@ -1,0 +1,140 @@
+"""The two kernels that write the paged KV cache: appending each query token's K and V at its
+position, and copying whole pages for copy-on-write.
+
+Both are one thread per element written, so consecutive threads write consecutive addresses. The
+wrappers refuse inputs under which two threads would write the same element (two queries at one
+cache row; a page that is both a copy's source and another's destination), because threads of one
+launch run in no defined order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvsched.kernels.device import cuda, is_host, jit, kernel_options, on_device
+from kvsched.kernels.layout import check_append, check_copy
+
+THREADS = 256  # threads per block for both kernels: a multiple of the warp size
+
+
+@jit(device=True)
+def row_of(
+    block_table: Any,  # [entries] uint32
+    table_offset: int,
+    position: int,
+    page_size: int,
+) -> tuple[int, int]:
+    """(physical page, row) of `position` in a query's table (see `kvsched.kernels.layout`)."""
+    logical = position // page_size
+    return block_table[table_offset + logical], position - logical * page_size
+
+
+@jit(**kernel_options((THREADS,)))
+def append_kv_kernel(
+    k: Any,  # [queries, kv_heads, head_dim] float32
+    v: Any,  # [queries, kv_heads, head_dim] float32
+    k_cache: Any,  # [pages, page_size, kv_heads, head_dim] float16 | float32, written
+    v_cache: Any,  # [pages, page_size, kv_heads, head_dim] same dtype as k_cache, written
+    block_table: Any,  # [entries] uint32, each query's entry validated < pages
+    table_offsets: Any,  # [queries] int32
+    positions: Any,  # [queries] int32
+) -> None:
+    """Thread i writes element i of `k` and of `v` (flattened) into its query's cache row."""
+    i = cuda.grid(1)
+    kv_heads, head_dim = k.shape[1], k.shape[2]
+    if i >= k.shape[0] * kv_heads * head_dim:
+        return
+    query = i // (kv_heads * head_dim)
+    rest = i - query * kv_heads * head_dim
+    kv_head = rest // head_dim
+    d = rest - kv_head * head_dim
+    page, row = row_of(block_table, table_offsets[query], positions[query], k_cache.shape[1])
+    k_cache[page, row, kv_head, d] = k[query, kv_head, d]
+    v_cache[page, row, kv_head, d] = v[query, kv_head, d]
+
+
+@jit(**kernel_options((THREADS,)))
+def copy_pages_kernel(
+    k_cache: Any,  # [layers, pages, page_elements] float16 | float32, written
+    v_cache: Any,  # [layers, pages, page_elements] same dtype as k_cache, written
+    pairs: Any,  # [copies, 2] int32 (source, destination), validated
+) -> None:
+    """Thread i copies one element of one layer of one pair's page, in K and in V."""
+    i = cuda.grid(1)
+    layers, page_elements = k_cache.shape[0], k_cache.shape[2]
+    if i >= pairs.shape[0] * layers * page_elements:
+        return
+    pair = i // (layers * page_elements)
+    rest = i - pair * layers * page_elements
+    layer = rest // page_elements
+    e = rest - layer * page_elements
+    source, destination = pairs[pair, 0], pairs[pair, 1]
+    k_cache[layer, destination, e] = k_cache[layer, source, e]
+    v_cache[layer, destination, e] = v_cache[layer, source, e]
+
+
+def launch_append_kv(
+    k: Any,  # [queries, kv_heads, head_dim] float32, host
+    v: Any,  # [queries, kv_heads, head_dim] float32, host
+    k_cache: Any,  # [pages, page_size, kv_heads, head_dim] float16 | float32, host or device, written
+    v_cache: Any,  # [pages, page_size, kv_heads, head_dim] same dtype as k_cache, written
+    block_table: Any,  # [entries] uint32, host
+    table_offsets: Any,  # [queries] integer, host
+    positions: Any,  # [queries] integer >= 0, host
+) -> None:
+    """Validate, launch, and (for host caches) copy the written caches back.
+
+    Raises `ValueError` before any transfer or launch on a bad input.
+    """
+    offsets, where = check_append(k, v, k_cache, v_cache, block_table, table_offsets, positions)
+    elements = int(np.prod(k.shape))
+    if elements == 0:
+        return
+    threads_per_block = THREADS
+    blocks_per_grid = (elements + THREADS - 1) // THREADS
+    device_k, device_v = on_device(k_cache), on_device(v_cache)
+    append_kv_kernel[blocks_per_grid, threads_per_block](
+        cuda.to_device(k),
+        cuda.to_device(v),
+        device_k,
+        device_v,
+        cuda.to_device(block_table),
+        cuda.to_device(offsets),
+        cuda.to_device(where),
+    )
+    _copy_back(device_k, k_cache)
+    _copy_back(device_v, v_cache)
+
+
+def launch_copy_pages(
+    k_cache: Any,  # [pages, ...] or [layers, pages, ...] float16 | float32, host or device, written
+    v_cache: Any,  # same shape and dtype as k_cache, written
+    pairs: Any,  # [copies, 2] integer (source, destination), host
+) -> None:
+    """Validate, launch one copy of every pair's page in every layer, and (for host caches) copy
+    the caches back. Raises `ValueError` before any transfer or launch on a bad input."""
+    table = check_copy(k_cache, v_cache, pairs)
+    shape = tuple(int(n) for n in k_cache.shape)
+    layers = shape[0] if len(shape) == 5 else 1
+    pages = shape[-4]
+    page_elements = shape[-3] * shape[-2] * shape[-1]
+    elements = table.shape[0] * layers * page_elements
+    if elements == 0:
+        return
+    threads_per_block = THREADS
+    blocks_per_grid = (elements + THREADS - 1) // THREADS
+    device_k, device_v = on_device(k_cache), on_device(v_cache)
+    copy_pages_kernel[blocks_per_grid, threads_per_block](
+        device_k.reshape(layers, pages, page_elements),
+        device_v.reshape(layers, pages, page_elements),
+        cuda.to_device(table),
+    )
+    _copy_back(device_k, k_cache)
+    _copy_back(device_v, v_cache)
+
+
+def _copy_back(device_array: Any, original: Any) -> None:
+    if is_host(original):
+        device_array.copy_to_host(original)

@@ -1,0 +1,152 @@
+"""The numba-CPU twins against the numpy oracles on random ragged batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsched.kernels import append_kv, copy_pages, paged_attention, twins
+from kvsched.kernels.jit import njit
+from tests.kernels.kernel_batches import kv_rows, ragged_batch
+
+SHAPES = st.fixed_dictionaries(
+    {
+        "kv_heads": st.sampled_from([1, 2]),
+        "group": st.sampled_from([1, 2, 4]),
+        "head_dim": st.sampled_from([4, 16, 64]),
+        "page_size": st.sampled_from([1, 3, 4, 16]),
+        "dtype": st.sampled_from([np.float16, np.float32]),
+        "requests": st.integers(1, 5),
+        "max_context": st.integers(1, 70),
+        "chunk": st.sampled_from([1, 1, 3]),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=SHAPES, seed=st.integers(0, 2**32 - 1))
+def test_attention_twin_matches_oracle(shape: dict[str, int], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    batch = ragged_batch(
+        rng,
+        requests=shape["requests"],
+        q_heads=shape["kv_heads"] * shape["group"],
+        kv_heads=shape["kv_heads"],
+        head_dim=shape["head_dim"],
+        page_size=shape["page_size"],
+        dtype=shape["dtype"],
+        max_context=shape["max_context"],
+        chunk=shape["chunk"],
+    )
+    expected = paged_attention(*batch.attention_args(), scale=batch.scale, device="numpy")
+    got = paged_attention(*batch.attention_args(), scale=batch.scale, device="cpu", table_lengths=batch.table_lengths)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-6)
+
+
+def test_attention_survives_scores_that_overflow_a_naive_softmax() -> None:
+    """exp(score) overflows float32 past ~88; the online softmax subtracts the running max."""
+    rng = np.random.default_rng(7)
+    batch = ragged_batch(
+        rng, requests=3, q_heads=4, kv_heads=2, head_dim=16, page_size=4, dtype=np.float32, max_context=40
+    )
+    batch.q *= 400.0
+    expected = paged_attention(*batch.attention_args(), scale=batch.scale, device="numpy")
+    got = paged_attention(*batch.attention_args(), scale=batch.scale, device="cpu")
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=SHAPES, seed=st.integers(0, 2**32 - 1))
+def test_append_twin_matches_oracle(shape: dict[str, int], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    batch = ragged_batch(
+        rng,
+        requests=shape["requests"],
+        q_heads=shape["kv_heads"],
+        kv_heads=shape["kv_heads"],
+        head_dim=shape["head_dim"],
+        page_size=shape["page_size"],
+        dtype=shape["dtype"],
+        max_context=shape["max_context"],
+        share_prefix=False,
+    )
+    k, v = kv_rows(rng, batch)
+    k *= 1000.0  # exercises float16 rounding, overflow to infinity and subnormals alike
+    positions = batch.context_lens - 1
+    caches = {}
+    for device in ("numpy", "cpu"):
+        k_cache, v_cache = batch.k_cache.copy(), batch.v_cache.copy()
+        append_kv(k, v, k_cache, v_cache, batch.block_table, batch.table_offsets, positions, device=device)
+        caches[device] = (k_cache, v_cache)
+    assert caches["cpu"][0].tobytes() == caches["numpy"][0].tobytes()
+    assert caches["cpu"][1].tobytes() == caches["numpy"][1].tobytes()
+    assert caches["cpu"][0].tobytes() != batch.k_cache.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("layered", [False, True])
+def test_copy_twin_matches_oracle(dtype: type, layered: bool) -> None:
+    rng = np.random.default_rng(3)
+    shape = (2, 9, 4, 2, 8) if layered else (9, 4, 2, 8)
+    k_cache: npt.NDArray[Any] = rng.standard_normal(shape).astype(dtype)
+    v_cache: npt.NDArray[Any] = rng.standard_normal(shape).astype(dtype)
+    pairs = [(0, 5), (0, 6), (3, 1), (8, 2)]
+    results = {}
+    for device in ("numpy", "cpu"):
+        k, v = k_cache.copy(), v_cache.copy()
+        copy_pages(k, v, pairs, device=device)
+        results[device] = (k, v)
+    np.testing.assert_array_equal(results["cpu"][0], results["numpy"][0])
+    np.testing.assert_array_equal(results["cpu"][1], results["numpy"][1])
+    per_layer = (-1, *shape[-4:])  # [layers, pages, ...], a single layer when not layered
+    for layer_k, original in zip(results["cpu"][0].reshape(per_layer), k_cache.reshape(per_layer), strict=True):
+        np.testing.assert_array_equal(layer_k[6], original[0])  # copied
+        np.testing.assert_array_equal(layer_k[7], original[7])  # untouched
+
+
+@njit(cache=True)
+def _widen_all(bits: npt.NDArray[np.uint16], out: npt.NDArray[np.float32]) -> None:
+    for i in range(bits.shape[0]):
+        out[i] = twins.half_to_float(bits[i])
+        out[bits.shape[0] + i] = twins.half_to_float_software(bits[i])
+
+
+@njit(cache=True)
+def _narrow_all(values: npt.NDArray[np.float32], out: npt.NDArray[np.uint16]) -> None:
+    for i in range(values.shape[0]):
+        out[i] = twins.float_to_half(values[i])
+        out[values.shape[0] + i] = twins.float_to_half_software(values[i])
+
+
+def test_half_to_float_is_exact_for_every_bit_pattern() -> None:
+    bits = np.arange(2**16, dtype=np.uint16)
+    out = np.empty(2 * bits.size, dtype=np.float32)
+    _widen_all(bits, out)
+    expected = bits.view(np.float16).astype(np.float32)
+    for half in (out[: bits.size], out[bits.size :]):
+        finite = ~np.isnan(expected)
+        np.testing.assert_array_equal(half[finite].view(np.uint32), expected[finite].view(np.uint32))
+        assert np.isnan(half[~finite]).all()
+
+
+def test_float_to_half_rounds_like_numpy() -> None:
+    rng = np.random.default_rng(11)
+    patterns = [rng.integers(0, 2**32, size=200_000, dtype=np.uint64).astype(np.uint32)]
+    for edge in (0x33000000, 0x38000000, 0x387FC000, 0x477FE000, 0x7F800000):  # underflow .. overflow
+        patterns.append(np.arange(edge - 3000, edge + 3000, dtype=np.uint32))
+    words = np.concatenate(patterns)
+    values = np.concatenate([words, words | np.uint32(0x80000000)]).view(np.float32)
+    out = np.empty(2 * values.size, dtype=np.uint16)
+    _narrow_all(values, out)
+    with np.errstate(over="ignore"):
+        expected = values.astype(np.float16)
+    for half in (out[: values.size], out[values.size :]):
+        nan = np.isnan(expected)
+        np.testing.assert_array_equal(half[~nan], expected[~nan].view(np.uint16))
+        assert np.isnan(half[nan].view(np.float16)).all()
