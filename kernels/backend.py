@@ -1,0 +1,133 @@
+"""The paged decode backend: the model of `kvsched.kernels.model` over a paged KV cache, on the
+"numpy", "cpu" or "cuda" device, behind the scheduler's backend protocol.
+
+    execute_ragged(items, block_tables, out)  one decode round = one call (however many kernels):
+                                              every item's token at its position, KV appended,
+                                              attention over position + 1 tokens, greedy argmax
+    prefill(tokens, start, page_table)        a request's prompt chunk through the same kernels
+                                              (append all, then causal attention); the logits
+    copy_pages(pairs)                         copy-on-write: one launch for every layer's K and V
+
+It serves both scheduler forms: the spec's tuples of records and impl's structured arrays (read
+through `kvsched.impl.abi`). Ownership: the backend owns its caches
+(`[layers, pages, page_size, kv_heads, head_dim]`, K and V; on "cuda" they live on the device for
+the backend's lifetime); which request may write which page is the scheduler's business, and the
+backend only refuses what no scheduler may ask: a table entry that is unmapped or outside the
+cache where a token is read or written, a position past the request's own table, a token id
+outside the vocabulary. Those raise `ValueError` before any cache is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsched.impl.abi import item_columns, table_array, write_outputs
+from kvsched.kernels import ops
+from kvsched.kernels.layout import INVALID_BLOCK, check_reachable_pages
+from kvsched.kernels.model import Transformer
+from kvsched.kernels.weights import Weights
+from kvsched.spec.batch import RaggedBatchReceipt
+
+F32 = npt.NDArray[np.float32]
+
+
+class PagedBackend:
+    """A paged-KV model backend on one device; see the module docstring."""
+
+    def __init__(self, weights: Weights, pages: int, device: str = "cpu") -> None:
+        if not isinstance(pages, int) or pages < 1:
+            raise ValueError(f"pages must be a positive int, got {pages!r}")
+        self.device = ops.check_device(device)
+        self.model = Transformer(weights)
+        self.config = weights.config
+        self.pages = pages
+        shape = self.config.cache_shape(pages)
+        k_cache = np.zeros(shape, dtype=self.config.cache_numpy_dtype)
+        v_cache = np.zeros(shape, dtype=self.config.cache_numpy_dtype)
+        if self.device == "cuda":
+            from kvsched.kernels.device import cuda
+
+            k_cache, v_cache = cuda.to_device(k_cache), cuda.to_device(v_cache)
+        self.k_cache: Any = k_cache  # [layers, pages, page_size, kv_heads, head_dim], written by this backend
+        self.v_cache: Any = v_cache
+        self.rounds = 0  # decode rounds served (each one backend call)
+
+    def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> RaggedBatchReceipt:
+        """One decode round: for every item, consume `token_id` at `position` and answer the
+        argmax next token with the item's `request_id` and `slot`, in item order."""
+        columns = item_columns(items)
+        tables = table_array(block_tables)
+        count = int(columns["request_id"].shape[0])
+        if len(out) < count:
+            raise ValueError(f"output buffer holds {len(out)} entries for {count} items")
+        positions = columns["position"].astype(np.int64)
+        logits = self._forward(
+            columns["token_id"],
+            positions,
+            tables,
+            columns["block_table_offset"].astype(np.int32),
+            columns["logical_pages"].astype(np.int32),
+        )
+        next_tokens = np.argmax(logits, axis=1).astype(np.uint32) if count else np.zeros(0, np.uint32)
+        write_outputs(out, columns["request_id"].astype(np.uint64), columns["slot"].astype(np.uint32), next_tokens)
+        self.rounds += 1
+        moved = self._device_to_host_bytes(count) + (next_tokens.nbytes if self.device == "cuda" else 0)
+        return RaggedBatchReceipt(batch_size=count, backend_launches=1, device_to_host_bytes=moved)
+
+    def prefill(self, tokens: Sequence[int], start: int, page_table: Sequence[int | None]) -> F32:
+        """Run `tokens` at positions `start, start + 1, ...` of one request whose logical page
+        table is `page_table` (`None` or INVALID_BLOCK where unmapped); returns the logits after
+        every token, `[len(tokens), vocab]` (the last row picks the first generated token)."""
+        table = np.fromiter(
+            (INVALID_BLOCK if page is None else page for page in page_table), dtype=np.uint32, count=len(page_table)
+        )
+        count = len(tokens)
+        return self._forward(
+            np.asarray(tokens, dtype=np.int64),
+            np.arange(start, start + count, dtype=np.int64),
+            table,
+            np.zeros(count, dtype=np.int32),
+            np.full(count, table.shape[0], dtype=np.int32),
+        )
+
+    def copy_pages(self, pairs: Sequence[tuple[int, int]] | npt.NDArray[np.integer]) -> None:
+        """Copy each (source, destination) page in every layer, K and V: do this when the
+        scheduler answers `Copy(source, destination)`, before anything is written there."""
+        ops.copy_pages(self.k_cache, self.v_cache, pairs, device=self.device)
+
+    def _forward(
+        self,
+        tokens: npt.NDArray[np.integer],  # [n]
+        positions: npt.NDArray[np.int64],  # [n]
+        tables: npt.NDArray[np.uint32],  # [entries]
+        offsets: npt.NDArray[np.int32],  # [n]
+        lengths: npt.NDArray[np.int32],  # [n] table entries each token's request owns
+    ) -> F32:
+        c = self.config
+        if positions.size and int(positions.max()) >= 2**31 - 1:
+            raise ValueError(f"position {int(positions.max())} is beyond the kernels' int32 range")
+        contexts = (positions + 1).astype(np.int32)
+        # Every entry any layer will read or write is checked once, up front, so that a bad table
+        # fails before layer 0 writes anything (the kernels check again, per call).
+        check_reachable_pages(tables, offsets, np.zeros_like(contexts), contexts, c.page_size, self.pages, lengths)
+        x = self.model.embed(tokens)
+        where = positions.astype(np.int32)
+        for layer in range(c.layers):
+            q, k, v = self.model.project(layer, x, positions)
+            k_layer, v_layer = self.k_cache[layer], self.v_cache[layer]
+            ops.append_kv(k, v, k_layer, v_layer, tables, offsets, where, device=self.device)
+            attended = ops.paged_attention(
+                q, k_layer, v_layer, tables, offsets, contexts, scale=c.scale, device=self.device, table_lengths=lengths
+            )
+            x = self.model.finish_layer(layer, x, attended)
+        return self.model.logits(x)
+
+    def _device_to_host_bytes(self, count: int) -> int:
+        """Attention outputs copied back per layer (the dense layers run on the host)."""
+        if self.device != "cuda":
+            return 0
+        return count * self.config.q_heads * self.config.head_dim * 4 * self.config.layers
