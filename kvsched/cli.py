@@ -1,0 +1,147 @@
+"""The `kvsched` command.
+
+kvsched verify   the model-checking campaigns (and the proofs), with a summary table
+kvsched proofs   the inductive proofs and the exhaustive explorer
+kvsched bench    spec vs impl bookkeeping; `kvsched bench decode` the decode kernels
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from kvsched.testing.campaign import CampaignResult, run_campaign
+from kvsched.testing.system import SystemFactory, spec_system
+
+PROFILES = {"fast": (200, 50), "deep": (5000, 100)}
+
+
+def _optional(module: str, attribute: str) -> Any | None:
+    """An attribute of a component that may not be built into this checkout yet."""
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _campaigns() -> list[tuple[str, SystemFactory, SystemFactory | None, str]]:
+    spec_setup = "from kvsched.testing.machine import KvschedMachine\nfrom kvsched.testing.system import spec_system"
+    campaigns: list[tuple[str, SystemFactory, SystemFactory | None, str]] = [
+        (
+            "spec (invariants, atomicity, ghost reads)",
+            spec_system,
+            None,
+            spec_setup + "\nfactory, reference = spec_system, None",
+        )
+    ]
+    impl_factory = _optional("kvsched.testing.impl_system", "impl_system")
+    if impl_factory is not None:
+        setup = spec_setup + "\nfrom kvsched.testing.impl_system import impl_system"
+        campaigns.append(
+            (
+                "impl ⇄ spec lockstep",
+                impl_factory,
+                spec_system,
+                setup + "\nfactory, reference = impl_system, spec_system",
+            )
+        )
+    return campaigns
+
+
+def _print_table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> None:
+    cells = [[str(value) for value in row] for row in [header, *rows]]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
+    for index, row in enumerate(cells):
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)))
+        if index == 0:
+            print("  ".join("-" * width for width in widths))
+
+
+def command_verify(args: argparse.Namespace) -> int:
+    """Run every campaign (and the proofs unless --no-proofs); non-zero on any counterexample."""
+    examples, steps = PROFILES[args.profile]
+    examples = args.examples or examples
+    steps = args.steps or steps
+    results: list[CampaignResult] = []
+    for name, factory, reference, setup in _campaigns():
+        results.append(
+            run_campaign(
+                name, factory, reference, examples=examples, steps=steps, random_seed=args.seed, machine_import=setup
+            )
+        )
+    rows: list[list[object]] = [
+        [r.machine, r.examples, r.steps, r.invariant_checks, r.outcome, f"{r.seconds:.1f}s"] for r in results
+    ]
+    failed = any(result.counterexample for result in results)
+    proof_rows = _optional("kvsched.proofs", "summary_rows")
+    if proof_rows is not None and not args.no_proofs:
+        for row in proof_rows(deep=args.profile == "deep"):
+            rows.append(list(row))
+            failed = failed or row[4] != "pass"
+    print(f"kvsched verify on {platform.node() or 'this machine'} (seed {args.seed}, {steps} steps per example)")
+    _print_table(rows, ["machine", "examples", "steps", "invariants checked", "outcome", "time"])
+    for result in results:
+        if result.counterexample:
+            print(f"\ncounterexample for {result.machine} — a runnable reproduction:\n")
+            print(result.counterexample)
+    if args.json:
+        payload = [row[:4] + [row[4], row[5]] for row in rows]
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=2)
+    return 1 if failed else 0
+
+
+def _delegate(module: str, argv: list[str]) -> int:
+    main = _optional(module, "main")
+    if main is None:
+        print(f"{module} is not part of this build", file=sys.stderr)
+        return 2
+    result: int = main(argv)
+    return result
+
+
+def command_bench(args: argparse.Namespace) -> int:
+    """Spec vs impl bookkeeping (default) or the decode kernels (`bench decode`)."""
+    if args.target == "decode":
+        return _delegate("kvsched.kernels.bench", args.rest)
+    return _delegate("kvsched.impl.bench", args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvsched", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    verify = commands.add_parser("verify", help="run the model-checking campaigns and the proofs")
+    verify.add_argument("--examples", type=int, default=0, help="programs per campaign (default: by profile)")
+    verify.add_argument("--steps", type=int, default=0, help="operations per program (default: by profile)")
+    verify.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    verify.add_argument("--profile", choices=sorted(PROFILES), default="fast")
+    verify.add_argument("--no-proofs", action="store_true", help="skip the proofs")
+    verify.add_argument("--json", help="also write the summary table as JSON here")
+    verify.set_defaults(run=command_verify)
+    proofs = commands.add_parser("proofs", help="the z3 proofs and the exhaustive explorer")
+    proofs.add_argument("rest", nargs=argparse.REMAINDER)
+    proofs.set_defaults(run=lambda args: _delegate("kvsched.proofs", args.rest))
+    bench = commands.add_parser("bench", help="benchmarks: bookkeeping (default) or `decode`")
+    bench.add_argument("target", nargs="?", choices=["bookkeeping", "decode"], default="bookkeeping")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    bench.set_defaults(run=command_bench)
+    mutants = commands.add_parser("mutants", help="run the harness on every broken variant of impl")
+    mutants.add_argument("rest", nargs=argparse.REMAINDER)
+    mutants.set_defaults(run=lambda args: _delegate("kvsched.testing.mutants", args.rest))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `kvsched` console command."""
+    args = build_parser().parse_args(argv)
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

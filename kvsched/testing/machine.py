@@ -1,0 +1,425 @@
+"""The stateful model-checking machine: any system under test, driven through every operation.
+
+`KvschedMachine(factory, reference)` builds the system under test from `factory` and, unless
+`reference` is None, a spec system beside it. Every rule runs one public operation — valid,
+invalid (unknown ids, duplicates, out-of-range pages, exhausted pools, full schedulers, double
+finishes, short buffers) or fault-injected (see `FAULTS`) — on both, then checks:
+
+- lockstep: same result, same error type, same abstract state as the reference;
+- atomicity: an operation that raised left the whole state exactly as it was;
+- errors are typed: anything but a `KvschedError` is a bug;
+- postconditions: after `ensure_writable` the written page has exactly one reference;
+- after every step, every `inv_*` of `kvsched.spec.invariants` and the ghost-memory read check;
+- at teardown, liveness: finishing every request, removing every prefix and dropping the
+  harness's own holds returns every page to the free stack.
+
+A failure prints the steps as calls on a fresh machine (`state = KvschedMachine()` ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from kvsched.spec import Copy, KvschedError, PrefixIdentity, PrefixPageSet, RequestState, RequestView
+from kvsched.spec.invariants import INVARIANTS, check_invariants
+from kvsched.spec.pool import PoolState
+from kvsched.spec.scheduler import Slot, is_live
+from kvsched.spec.system import SystemState
+from kvsched.testing.backends import FAULTS, HarnessBackend
+from kvsched.testing.ghost import GhostMemory, History
+from kvsched.testing.system import SystemConfig, SystemFactory, SystemUnderTest, spec_system
+
+NEW_IDS = st.sampled_from([-1, 0, 0, 1, 1, 2, 2, 3, 4, 2**64])
+PICKS = st.integers(0, 9)  # mostly a live request (see `_request`), sometimes a bad id
+IDENTITY_COUNT = 3  # one more than the store's entries, so publishing replaces
+UNKNOWN_IDENTITY = PrefixIdentity((99, 99, 99, 99))
+
+
+def prefix_identity(index: int) -> PrefixIdentity:
+    """The harness's prefix number `index`."""
+    return PrefixIdentity((index + 1, 0, 0, 0))
+
+
+def prefix_history(index: int, tokens: int) -> History:
+    """The tokens prefix `index` holds: the content is fixed by the identity."""
+    return tuple(100 + 10 * index + position for position in range(tokens))
+
+
+@dataclass(slots=True)
+class CampaignStats:
+    """Counts a campaign reports."""
+
+    examples: int = 0
+    steps: int = 0
+    invariant_checks: int = 0
+    decoded_tokens: int = 0
+    failed_operations: int = 0
+
+
+Outcome = tuple[Any, BaseException | None]
+
+
+class KvschedMachine(RuleBasedStateMachine):
+    """Drives one system under test, in lockstep with the spec unless `reference` is None."""
+
+    def __init__(
+        self,
+        factory: SystemFactory = spec_system,
+        reference: SystemFactory | None = spec_system,
+        config: SystemConfig | None = None,
+        stats: CampaignStats | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = config or SystemConfig()
+        self.sut = factory(self.config)
+        self.ref = reference(self.config) if reference is not None else None
+        self.ghost = GhostMemory(self.config.page_size)
+        self.external: list[int] = []
+        self.stats = stats
+        if stats is not None:
+            stats.examples += 1
+
+    @initialize(pages=st.integers(0, 2), keep=st.booleans())
+    def start_with_a_prefix(self, pages: int, keep: bool) -> None:
+        """Most programs start with a published prefix, so attach paths are exercised early."""
+        for _ in range(pages):
+            self.producer_allocate()
+        if pages:
+            self.publish(prefix=0, pages=pages, tokens=pages * self.config.page_size - 1)
+        if not keep:
+            for page in list(self.external):
+                self._step(f"pool.release({page})", lambda s, _, page=page: s.pool.release(page))
+                self.external.remove(page)
+
+    # -- the checked step ------------------------------------------------------------------
+
+    def _step(self, description: str, operation: Callable[[SystemUnderTest, str], Any]) -> Outcome:
+        if currently_in_test_context():
+            note(f"# {description}")
+        if self.stats is not None:
+            self.stats.steps += 1
+        before = self.sut.snapshot()
+        outcome = _attempt(operation, self.sut, "sut")
+        result, error = outcome
+        if error is not None and not isinstance(error, KvschedError):
+            raise AssertionError(f"{description} raised an untyped {type(error).__name__}: {error}") from error
+        if error is not None:
+            if self.stats is not None:
+                self.stats.failed_operations += 1
+            assert self.sut.snapshot() == before, f"{description} raised {type(error).__name__} but changed state"
+        else:
+            _check_lifo(before[0], self.sut.snapshot()[0], description)
+        if self.ref is not None:
+            ref_result, ref_error = _attempt(operation, self.ref, "ref")
+            assert type(error) is type(ref_error), (
+                f"{description}: system raised {type(error).__name__}, spec raised {type(ref_error).__name__}"
+            )
+            if error is None:
+                assert result == ref_result, f"{description}: system returned {result!r}, spec {ref_result!r}"
+            assert self.sut.snapshot() == self.ref.snapshot(), f"{description}: states diverge from the spec"
+        return outcome
+
+    def _slot(self, request_id: int) -> Slot | None:
+        for slot in self.sut.snapshot()[2].slots:
+            if is_live(slot) and slot.request_id == request_id:
+                return slot
+        return None
+
+    def has_live_request(self) -> bool:
+        """Some slot holds a request (the rules that need one wait for it)."""
+        return any(is_live(slot) for slot in self.sut.snapshot()[2].slots)
+
+    def _request(self, pick: int) -> int:
+        """A live request for picks 0..6 (when any is live), else an unknown or invalid id."""
+        live = sorted(slot.request_id for slot in self.sut.snapshot()[2].slots if is_live(slot))
+        if live and pick <= 6:
+            return live[pick % len(live)]
+        return (2**64, -1, 5, 4, 3, 2, 1, 0, 9, 7)[pick]
+
+    def _page(self, pick: int) -> int:
+        """A held page for picks 0..5 (when any is held), else any id, in range or not."""
+        held = [page for page, count in enumerate(self.sut.snapshot()[0].refs) if count > 0]
+        if held and pick <= 5:
+            return held[pick % len(held)]
+        return (-1, 0, 1, 2, 3, 4, 5, 6, 7, self.config.physical_pages)[pick]
+
+    def _ref_count(self, page: int) -> int | None:
+        refs = self.sut.snapshot()[0].refs
+        return refs[page] if 0 <= page < len(refs) else None
+
+    # -- requests ---------------------------------------------------------------------------
+
+    @rule(request_id=NEW_IDS, prefix=st.integers(-1, IDENTITY_COUNT))
+    def admit(self, request_id: int, prefix: int) -> None:
+        identity = None if prefix < 0 else UNKNOWN_IDENTITY if prefix == IDENTITY_COUNT else prefix_identity(prefix)
+        result, error = self._step(
+            f"admit_with_prefix({request_id}, {identity!r})",
+            lambda s, _: s.scheduler.admit_with_prefix(request_id, identity, s.store, s.pool),
+        )
+        if error is None:
+            self.ghost.histories[request_id] = prefix_history(prefix, result.prefix_tokens) if result.prefix_hit else ()
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS, child=NEW_IDS)
+    def fork(self, pick: int, child: int) -> None:
+        parent = self._request(pick)
+        _, error = self._step(f"fork({parent}, {child})", lambda s, _: s.scheduler.fork(parent, child, s.pool))
+        if error is None:
+            self.ghost.histories[child] = self.ghost.histories.get(parent, ())
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS, logical_page=st.integers(-1, 3))
+    def ensure_writable(self, pick: int, logical_page: int) -> None:
+        self._ensure_writable(self._request(pick), logical_page)
+
+    def _ensure_writable(self, request_id: int, logical_page: int) -> BaseException | None:
+        action, error = self._step(
+            f"ensure_writable({request_id}, {logical_page})",
+            lambda s, _: s.scheduler.ensure_writable(request_id, logical_page, s.pool),
+        )
+        if error is None:
+            if isinstance(action, Copy):
+                self.ghost.copy_page(action.source, action.destination)
+            slot = self._slot(request_id)
+            assert slot is not None
+            page = slot.table[logical_page]
+            assert page is not None and self._ref_count(page) == 1, f"written page {page} is not exclusive"
+        return error
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS, token=st.integers(0, 49))
+    def write_token(self, pick: int, token: int) -> None:
+        """The engine's prefill write: make the next position's page writable, write, count."""
+        request_id = self._request(pick)
+        slot = self._slot(request_id)
+        if slot is None:
+            self._step(f"record_token({request_id})", lambda s, _: s.scheduler.record_token(request_id))
+            return
+        position = slot.token_count
+        if self._ensure_writable(request_id, position // self.config.page_size) is not None:
+            return
+        page = self.sut.snapshot()[2].slots[self._slot_index(request_id)].table[position // self.config.page_size]
+        assert page is not None
+        history = self.ghost.histories.get(request_id, ())[:position] + (token,)
+        self.ghost.write(page, position, history)
+        _, error = self._step(f"record_token({request_id})", lambda s, _: s.scheduler.record_token(request_id))
+        assert error is None, f"record_token failed on a live request: {error!r}"
+        self.ghost.histories[request_id] = history
+
+    def _slot_index(self, request_id: int) -> int:
+        slots = self.sut.snapshot()[2].slots
+        return next(i for i, slot in enumerate(slots) if is_live(slot) and slot.request_id == request_id)
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS)
+    def record_token(self, pick: int) -> None:
+        """A token counted without a write the harness knows of (its slot is never checked)."""
+        request_id = self._request(pick)
+        _, error = self._step(f"record_token({request_id})", lambda s, _: s.scheduler.record_token(request_id))
+        if error is None:
+            self.ghost.histories[request_id] = self.ghost.histories.get(request_id, ()) + (None,)
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS)
+    def mark_prefill_complete(self, pick: int) -> None:
+        request_id = self._request(pick)
+        self._step(f"mark_prefill_complete({request_id})", lambda s, _: s.scheduler.mark_prefill_complete(request_id))
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS, token=st.integers(0, 49))
+    def start_decoding(self, pick: int, token: int) -> None:
+        """The engine after a prefill: seed the first sampled token, then move to decode."""
+        request_id = self._request(pick)
+        self._step(
+            f"seed_decode_token({request_id}, {token})", lambda s, _: s.scheduler.seed_decode_token(request_id, token)
+        )
+        slot = self._slot(request_id)
+        if slot is not None and slot.state is RequestState.PREFILL:
+            self._step(
+                f"mark_prefill_complete({request_id})", lambda s, _: s.scheduler.mark_prefill_complete(request_id)
+            )
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS, token=st.sampled_from([-1, 0, 3, 3, 7, 7, 2**32 - 1, 2**32]))
+    def seed_decode_token(self, pick: int, token: int) -> None:
+        request_id = self._request(pick)
+        self._step(
+            f"seed_decode_token({request_id}, {token})",
+            lambda s, _: s.scheduler.seed_decode_token(request_id, token),
+        )
+
+    @precondition(lambda self: self.has_live_request())
+    @rule()
+    def engine_round(self) -> None:
+        """A well-behaved round with exact buffers: the engine's common case."""
+        self.decode_round("none", "none")
+
+    @rule(fault=st.sampled_from(FAULTS), short=st.sampled_from(["none", "none", "items", "tables", "outputs"]))
+    def decode_round(self, fault: str, short: str) -> None:
+        """The engine's round: make every decoding request's next page writable, then decode."""
+        for slot in self.sut.snapshot()[2].slots:
+            logical = slot.token_count // self.config.page_size
+            if slot.state is RequestState.DECODE and logical < self.config.logical_pages:
+                self._ensure_writable(slot.request_id, logical)
+        decoding = sum(1 for slot in self.sut.snapshot()[2].slots if slot.state is RequestState.DECODE)
+        width = self.config.logical_pages
+        items = decoding - (short == "items")
+        tables = decoding * width - (short == "tables")
+        outputs = decoding - (short == "outputs")
+        backends: dict[str, HarnessBackend] = {}
+
+        def run(system: SystemUnderTest, role: str) -> Any:
+            backend = HarnessBackend(fault, self.config.page_size, self.ghost if role == "sut" else None)
+            backends[role] = backend
+            scratch = system.scratch(max(items, 0), max(tables, 0), max(outputs, 0))
+            return system.scheduler.execute_decode_round(backend, *scratch)
+
+        _, error = self._step(f"execute_decode_round(HarnessBackend({fault!r}), short={short!r})", run)
+        if "ref" in backends:
+            assert backends["sut"].seen == backends["ref"].seen, "the backends saw different batches"
+        if error is None and backends["sut"].seen is not None:
+            if self.stats is not None:
+                self.stats.decoded_tokens += len(backends["sut"].seen[0])
+            for request_id, _, token, position, *_ in backends["sut"].seen[0]:
+                history = self.ghost.histories.get(request_id, ())
+                self.ghost.histories[request_id] = history[:position] + (token,)
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS)
+    def finish(self, pick: int) -> None:
+        request_id = self._request(pick)
+        _, error = self._step(f"finish({request_id})", lambda s, _: s.scheduler.finish(request_id, s.pool))
+        if error is None:
+            self.ghost.histories.pop(request_id, None)
+
+    # -- the producer: an external page holder that publishes prefixes --------------------
+
+    @precondition(lambda self: len(self.external) < 4)
+    @rule()
+    def producer_allocate(self) -> None:
+        page, error = self._step("pool.allocate()", lambda s, _: s.pool.allocate())
+        if error is None:
+            self.external.append(page)
+
+    @rule(pick=st.integers(0, 9), retain=st.booleans())
+    def producer_hold(self, pick: int, retain: bool) -> None:
+        """Take one more reference on a page, or drop one of the producer's own."""
+        page = -1 - pick if pick < 0 else self._page(pick)  # a negative pick names page -1 - pick
+        if retain:
+            _, error = self._step(f"pool.retain({page})", lambda s, _: s.pool.retain(page))
+            if error is None:
+                self.external.append(page)
+            return
+        if page not in self.external and self._ref_count(page) not in (0, None):
+            return  # someone else's reference: the producer may not drop it
+        _, error = self._step(f"pool.release({page})", lambda s, _: s.pool.release(page))
+        if error is None:
+            self.external.remove(page)
+
+    @rule(pick=st.integers(0, 3))
+    def hold_prefix_page(self, pick: int) -> None:
+        """An external holder (an offload copy in flight, say) takes a reference on a prefix page."""
+        pages = sorted({p for entry in self.sut.snapshot()[1].slots if entry for p in entry.page_set.pages})
+        if pages:
+            self.producer_hold(pick=-1 - pages[pick % len(pages)], retain=True)
+
+    @rule(prefix=st.integers(0, IDENTITY_COUNT - 1), pages=st.integers(1, 3), tokens=st.integers(1, 6))
+    def publish(self, prefix: int, pages: int, tokens: int) -> None:
+        """Write a prefix into pages the producer alone holds, then publish them."""
+        own = sorted({page for page in self.external if self._ref_count(page) == 1})
+        chosen = own[:pages]
+        if len(chosen) < pages:
+            free = [page for page, count in enumerate(self.sut.snapshot()[0].refs) if count == 0]
+            chosen += free[: pages - len(chosen)]  # a free page in the set: publish must refuse it
+        if len(chosen) < pages:
+            return
+        token_count = min(tokens, len(chosen) * self.config.page_size)
+        history = prefix_history(prefix, token_count)
+        for position in range(token_count):
+            page = chosen[position // self.config.page_size]
+            if page in own:
+                self.ghost.write(page, position, history[: position + 1])
+        page_set = PrefixPageSet(prefix_identity(prefix), tuple(chosen), token_count)
+        self._step(f"store.publish({page_set!r})", lambda s, _: s.store.publish(page_set, s.pool))
+
+    @rule(prefix=st.integers(0, IDENTITY_COUNT))
+    def remove(self, prefix: int) -> None:
+        identity = UNKNOWN_IDENTITY if prefix == IDENTITY_COUNT else prefix_identity(prefix)
+        self._step(f"store.remove({identity!r})", lambda s, _: s.store.remove(identity, s.pool))
+
+    @rule(pages=st.integers(-1, 7))
+    def reclaim(self, pages: int) -> None:
+        self._step(f"store.reclaim({pages})", lambda s, _: s.store.reclaim(s.pool, pages))
+
+    @rule(prefix=st.integers(0, IDENTITY_COUNT), page=st.integers(-1, 7), size=st.integers(0, 4))
+    def query(self, prefix: int, page: int, size: int) -> None:
+        """Every read-only operation at once; they must agree and change nothing."""
+        identity = prefix_identity(prefix)
+
+        def read(system: SystemUnderTest, _: str) -> tuple[Any, ...]:
+            views = [RequestView(0, 0, RequestState.EMPTY, 0, 0)] * size
+            return (
+                system.store.get(identity),
+                system.pool.ref_count(page),
+                system.pool.free_count(),
+                system.scheduler.active_count(),
+                system.scheduler.runnable_into(views),
+                views,
+            )
+
+        before = self.sut.snapshot()
+        self._step(f"queries({identity!r}, page={page}, views={size})", read)
+        assert self.sut.snapshot() == before, "a read-only operation changed state"
+
+    # -- checks after every step ------------------------------------------------------------
+
+    @invariant()
+    def check_system_invariants(self) -> None:
+        state = SystemState(*self.sut.snapshot(), tuple(sorted(self.external)))
+        broken = check_invariants(state)
+        assert not broken, f"invariants violated: {', '.join(broken)}"
+        mismatches = self.ghost.mismatches(state.scheduler)
+        assert not mismatches, "wrong KV read: " + "; ".join(mismatches[:3])
+        if self.stats is not None:
+            self.stats.invariant_checks += len(INVARIANTS) + 1
+
+    def teardown(self) -> None:
+        """Liveness: finish everything, remove every prefix, drop own holds; all pages free."""
+        try:
+            live = [slot.request_id for slot in self.sut.snapshot()[2].slots if is_live(slot)]
+            for request_id in live:
+                self.sut.scheduler.finish(request_id, self.sut.pool)
+            for prefix in range(IDENTITY_COUNT):
+                self.sut.store.remove(prefix_identity(prefix), self.sut.pool)
+            for page in self.external:
+                self.sut.pool.release(page)
+        except KvschedError as error:
+            raise AssertionError(f"cleanup at teardown failed: {type(error).__name__}: {error}") from error
+        pool = self.sut.snapshot()[0]
+        assert len(pool.free) == len(pool.refs), f"leak: {len(pool.refs) - len(pool.free)} pages still held"
+
+
+def _check_lifo(before: PoolState, after: PoolState, description: str) -> None:
+    """The free stack changes only at its top: pops hand out held pages, pushes return freed ones."""
+    common = 0
+    for old, new in zip(before.free, after.free, strict=False):
+        if old != new:
+            break
+        common += 1
+    popped, pushed = before.free[common:], after.free[common:]
+    assert all(after.refs[page] > 0 for page in popped), f"{description}: a page left the free stack out of order"
+    assert all(before.refs[page] > 0 for page in pushed), f"{description}: a free page was pushed again"
+
+
+def _attempt(operation: Callable[[SystemUnderTest, str], Any], system: SystemUnderTest, role: str) -> Outcome:
+    try:
+        return operation(system, role), None
+    except Exception as error:  # every error is compared, typed or not
+        return None, error

@@ -1,0 +1,74 @@
+"""The system under test: one pool, one prefix store and one request scheduler, built together.
+
+The harness drives any implementation through this narrow boundary. An adapter supplies the
+three objects (with the spec's public API), scratch buffers in the form its scheduler takes,
+and `snapshot()`: its abstraction function to the spec's frozen states, so two implementations
+are compared state for state. `spec_system` is the reference; `kvsched.impl` and a user's own
+page manager plug in the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kvsched.spec import BlockPool, PrefixKvStore, RaggedBatchItem, RaggedBatchOutput, RequestScheduler
+from kvsched.spec.pool import PoolState
+from kvsched.spec.prefix import StoreState
+from kvsched.spec.scheduler import SchedulerState
+
+
+@dataclass(frozen=True, slots=True)
+class SystemConfig:
+    """The sizes of one system. Small on purpose: bugs live at the boundaries."""
+
+    requests: int = 3
+    logical_pages: int = 3
+    physical_pages: int = 6
+    store_entries: int = 2
+    store_pages: int = 2
+    max_references: int = 5
+    page_size: int = 2
+
+
+Snapshot = tuple[PoolState, StoreState, SchedulerState]
+
+
+class SystemUnderTest(Protocol):
+    """What the harness needs of an implementation."""
+
+    pool: Any
+    store: Any
+    scheduler: Any
+
+    def snapshot(self) -> Snapshot:
+        """The abstraction function: the whole state as the spec's frozen values."""
+        ...
+
+    def scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
+        """Decode-round scratch buffers of these lengths, in the form the scheduler takes."""
+        ...
+
+
+SystemFactory = Callable[[SystemConfig], SystemUnderTest]
+
+
+class SpecSystem:
+    """The reference implementation: `kvsched.spec` itself."""
+
+    def __init__(self, config: SystemConfig) -> None:
+        self.pool = BlockPool(config.physical_pages, max_references=config.max_references)
+        self.store = PrefixKvStore(config.store_entries, config.store_pages)
+        self.scheduler = RequestScheduler(config.requests, config.logical_pages)
+
+    def snapshot(self) -> Snapshot:
+        return self.pool.state, self.store.state, self.scheduler.state
+
+    def scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
+        return [RaggedBatchItem()] * items, [0] * tables, [RaggedBatchOutput()] * outputs
+
+
+def spec_system(config: SystemConfig) -> SystemUnderTest:
+    """A fresh reference system."""
+    return SpecSystem(config)

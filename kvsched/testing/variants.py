@@ -1,0 +1,125 @@
+"""Deliberately broken variants of the spec: proof that the harness can fail.
+
+Each variant is a `SpecSystem` with one component replaced by a subclass that reintroduces a
+bug serving engines have shipped. `VARIANTS` maps a name to its factory; the tests run the
+machine on each, with and without the spec beside it, and require a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableSequence
+
+from kvsched.spec import (
+    BlockPool,
+    PoolError,
+    PrefixIdentity,
+    PrefixKvStore,
+    RaggedBatchItem,
+    RaggedBatchOutput,
+    RaggedBatchReceipt,
+    RaggedDecodeBackend,
+    RequestScheduler,
+)
+from kvsched.spec import scheduler as sched_ops
+from kvsched.spec.pool import PoolState
+from kvsched.spec.scheduler import Admission, SchedulerState, Slot
+from kvsched.spec.table import to_abi
+from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, SystemUnderTest
+
+
+class NoRollbackScheduler(RequestScheduler):
+    """Admission whose prefix install keeps the references it took before a retain failed."""
+
+    def admit_with_prefix(
+        self, request_id: int, identity: PrefixIdentity | None, prefixes: PrefixKvStore, pool: BlockPool
+    ) -> Admission:
+        try:
+            return super().admit_with_prefix(request_id, identity, prefixes, pool)
+        except PoolError:
+            page_set = prefixes.get(identity) if identity is not None else None
+            for page in page_set.pages if page_set is not None else ():
+                try:
+                    pool.retain(page)
+                except PoolError:
+                    break
+            raise
+
+
+class MutateBeforeCheckScheduler(RequestScheduler):
+    """A decode round that applies the outputs before checking they answer the items."""
+
+    def execute_decode_round(
+        self,
+        backend: RaggedDecodeBackend,
+        item_scratch: MutableSequence[RaggedBatchItem],
+        block_table_scratch: MutableSequence[int],
+        output_scratch: MutableSequence[RaggedBatchOutput],
+    ) -> RaggedBatchReceipt:
+        decoding = sched_ops.get_decoding_slots(self.state)
+        width = self.logical_pages
+        items = tuple(sched_ops.lower_item(self.state, index, n * width) for n, index in enumerate(decoding))
+        if not items:
+            return RaggedBatchReceipt()
+        tables = tuple(page for index in decoding for page in to_abi(self.state.slots[index].table))
+        outputs = [RaggedBatchOutput() for _ in items]
+        receipt = backend.execute_ragged(items, tables, outputs)
+        valid = [output for output in outputs if 0 <= output.slot < self.requests]
+        self.commit(sched_ops.apply_outputs(self.state, valid))
+        return sched_ops.check_outputs(items, receipt, outputs)
+
+
+class FifoPool(BlockPool):
+    """A pool that reuses freed pages first-in-first-out: freed pages go to the stack's bottom."""
+
+    def commit(self, state: PoolState) -> None:
+        before = self.state
+        common = 0
+        for old, new in zip(before.free, state.free, strict=False):
+            if old != new:
+                break
+            common += 1
+        pushed = tuple(page for page in state.free[common:] if before.refs[page] > 0)
+        kept = tuple(page for page in state.free if page not in pushed)
+        super().commit(PoolState(state.refs, pushed + kept, state.max_references))
+
+    def release(self, page: int) -> None:
+        previous = self.state
+        super().release(page)
+        after = self.state
+        super().commit(previous)
+        self.commit(after)
+
+
+class LeakOnFinishScheduler(RequestScheduler):
+    """`finish` that forgets to release the request's first page."""
+
+    def finish(self, request_id: int, pool: BlockPool) -> None:
+        table = self.page_table(request_id)
+        for page in table[1:]:
+            if page is not None:
+                pool.release(page)
+        slots = tuple(
+            Slot((None,) * len(table)) if sched_ops.is_live(slot) and slot.request_id == request_id else slot
+            for slot in self.state.slots
+        )
+        self.commit(SchedulerState(slots))
+
+
+def _with(scheduler: type[RequestScheduler] | None = None, pool: type[BlockPool] | None = None) -> SystemFactory:
+    def build(config: SystemConfig) -> SystemUnderTest:
+        system = SpecSystem(config)
+        if scheduler is not None:
+            system.scheduler = scheduler(config.requests, config.logical_pages)
+        if pool is not None:
+            system.pool = pool(config.physical_pages, max_references=config.max_references)
+        return system
+
+    return build
+
+
+VARIANTS: dict[str, SystemFactory] = {
+    "install_shared_prefix without rollback": _with(scheduler=NoRollbackScheduler),
+    "outputs applied before the identity check": _with(scheduler=MutateBeforeCheckScheduler),
+    "pages reused first-in-first-out": _with(pool=FifoPool),
+    "finish leaks one page": _with(scheduler=LeakOnFinishScheduler),
+}
