@@ -95,8 +95,7 @@ class KvschedMachine(RuleBasedStateMachine):
             self.publish(prefix=0, pages=pages, tokens=pages * self.config.page_size - 1)
         if not keep:
             for page in list(self.external):
-                self._step(f"pool.release({page})", lambda s, _, page=page: s.pool.release(page))
-                self.external.remove(page)
+                self.producer_hold(pick=-1 - page, retain=False)
 
     # -- the checked step ------------------------------------------------------------------
 

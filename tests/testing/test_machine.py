@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from kvsched.testing.impl_system import impl_system
 from kvsched.testing.machine import CampaignStats, KvschedMachine
 from kvsched.testing.system import spec_system
 
@@ -21,3 +22,10 @@ def test_spec_in_lockstep_with_itself() -> None:
     stats = CampaignStats()
     run_state_machine_as_test(lambda: KvschedMachine(spec_system, spec_system, stats=stats), settings=settings())
     assert stats.decoded_tokens > 0  # rounds really decoded
+
+
+def test_impl_in_lockstep_with_the_spec() -> None:
+    """`kvsched.impl` refines the spec: same results, errors and abstract states at every step."""
+    stats = CampaignStats()
+    run_state_machine_as_test(lambda: KvschedMachine(impl_system, spec_system, stats=stats), settings=settings())
+    assert stats.decoded_tokens > 0

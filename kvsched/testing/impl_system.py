@@ -1,0 +1,44 @@
+"""`kvsched.impl` as a system under test: its abstraction function and its array scratch.
+
+The same adapter shape fits any page manager a user wants to check: build the three objects,
+map their state to the spec's frozen values in `snapshot`, and hand out scratch buffers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvsched.impl.abi import empty_items, empty_outputs
+from kvsched.impl.system import ImplSystem, make_impl_system
+from kvsched.testing.system import Snapshot, SystemConfig, SystemUnderTest
+
+
+class ImplAdapter:
+    """An `ImplSystem` behind the harness boundary."""
+
+    def __init__(self, system: ImplSystem) -> None:
+        self.system = system
+        self.pool = system.pool
+        self.store = system.store
+        self.scheduler = system.scheduler
+
+    def snapshot(self) -> Snapshot:
+        return self.pool.to_spec(), self.store.to_spec(), self.scheduler.to_spec()
+
+    def scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
+        return empty_items(items), np.zeros(tables, dtype=np.uint32), empty_outputs(outputs)
+
+
+def impl_system(config: SystemConfig) -> SystemUnderTest:
+    """A fresh impl system of the configured sizes."""
+    system = make_impl_system(
+        config.requests,
+        config.logical_pages,
+        config.physical_pages,
+        config.store_entries,
+        config.store_pages,
+        config.max_references,
+    )
+    return ImplAdapter(system)
