@@ -3,6 +3,12 @@
 Each `inv_*` takes the whole state and returns True when it holds. `INVARIANTS` collects them
 for the stateful harness, the contracts, the proofs' explorer and impl's debug check.
 `check_invariants` names every one that fails.
+
+Three properties relate two states or need a record the state does not keep; they are stated
+here as `post_*` predicates and checked by the harness after every step:
+`post_failure_changes_nothing`, `post_written_page_exclusive`, and the read-correctness check
+over ghost memory (`kvsched.testing.ghost`: every position a request can read holds its own
+history, or a shared prefix with exactly its tokens at exactly its positions).
 """
 
 from __future__ import annotations
@@ -104,3 +110,17 @@ INVARIANTS: tuple[Invariant, ...] = (
 def check_invariants(state: SystemState) -> tuple[str, ...]:
     """The names of every invariant `state` violates (empty when all hold)."""
     return tuple(invariant.__name__ for invariant in INVARIANTS if not invariant(state))
+
+
+def post_failure_changes_nothing(before: SystemState, after: SystemState) -> bool:
+    """An operation that raised left the whole system exactly as it was."""
+    return before == after
+
+
+def post_written_page_exclusive(state: SystemState, request_id: int, logical_page: int) -> bool:
+    """After `ensure_writable`, the page behind the written logical page has exactly one owner."""
+    for slot in state.scheduler.slots:
+        if is_live(slot) and slot.request_id == request_id:
+            page = slot.table[logical_page]
+            return page is not None and state.pool.refs[page] == 1
+    return False

@@ -28,7 +28,12 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvsched.spec import Copy, KvschedError, PrefixIdentity, PrefixPageSet, RequestState, RequestView
-from kvsched.spec.invariants import INVARIANTS, check_invariants
+from kvsched.spec.invariants import (
+    INVARIANTS,
+    check_invariants,
+    post_failure_changes_nothing,
+    post_written_page_exclusive,
+)
 from kvsched.spec.pool import PoolState
 from kvsched.spec.scheduler import Slot, is_live
 from kvsched.spec.system import SystemState
@@ -112,7 +117,8 @@ class KvschedMachine(RuleBasedStateMachine):
         if error is not None:
             if self.stats is not None:
                 self.stats.failed_operations += 1
-            assert self.sut.snapshot() == before, f"{description} raised {type(error).__name__} but changed state"
+            unchanged = post_failure_changes_nothing(SystemState(*before), SystemState(*self.sut.snapshot()))
+            assert unchanged, f"{description} raised {type(error).__name__} but changed state"
         else:
             _check_lifo(before[0], self.sut.snapshot()[0], description)
         if self.ref is not None:
@@ -186,10 +192,10 @@ class KvschedMachine(RuleBasedStateMachine):
         if error is None:
             if isinstance(action, Copy):
                 self.ghost.copy_page(action.source, action.destination)
-            slot = self._slot(request_id)
-            assert slot is not None
-            page = slot.table[logical_page]
-            assert page is not None and self._ref_count(page) == 1, f"written page {page} is not exclusive"
+            state = SystemState(*self.sut.snapshot(), tuple(sorted(self.external)))
+            assert post_written_page_exclusive(state, request_id, logical_page), (
+                f"ensure_writable({request_id}, {logical_page}) left the written page shared"
+            )
         return error
 
     @precondition(lambda self: self.has_live_request())
