@@ -55,6 +55,9 @@ class PagedBackend:
         self.k_cache: Any = k_cache  # [layers, pages, page_size, kv_heads, head_dim], written by this backend
         self.v_cache: Any = v_cache
         self.rounds = 0  # decode rounds served (each one backend call)
+        # The logits behind the latest decode round's tokens, [items, vocab] in item order: kept
+        # so callers can check them against a reference (the protocol itself returns tokens only).
+        self.last_logits: F32 = np.zeros((0, self.config.vocab), dtype=np.float32)
 
     def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> RaggedBatchReceipt:
         """One decode round: for every item, consume `token_id` at `position` and answer the
@@ -73,6 +76,7 @@ class PagedBackend:
             columns["logical_pages"].astype(np.int32),
         )
         next_tokens = np.argmax(logits, axis=1).astype(np.uint32) if count else np.zeros(0, np.uint32)
+        self.last_logits = logits
         write_outputs(out, columns["request_id"].astype(np.uint64), columns["slot"].astype(np.uint32), next_tokens)
         self.rounds += 1
         moved = self._device_to_host_bytes(count) + (next_tokens.nbytes if self.device == "cuda" else 0)
