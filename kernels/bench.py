@@ -246,10 +246,10 @@ def measure_gpu(requests: int, context: int, repeats: int, peak_gbps: float, see
         launch()
     stop.record()
     stop.synchronize()
-    seconds = cuda.event_elapsed_time(start, stop) / 1e3 / repeats
+    seconds = start.elapsed_time(stop) / 1e3 / repeats
     gbps = kv_bytes(batch) / seconds / 1e9
     return {
-        "device": str(cuda.get_current_device().name),
+        "device": _device_name(cuda.get_current_device()),
         "requests": requests,
         "context": context,
         "cache_dtype": "float16",
@@ -324,6 +324,11 @@ def _row(dtype: str, name: str, seconds: float, moved: int, copy_gbps: float, go
     gbps = moved / seconds / 1e9
     error = float(np.abs(np.asarray(got) - expected).max())
     return Row(dtype, name, seconds, gbps, gbps / copy_gbps, error)
+
+
+def _device_name(device: Any) -> str:
+    name = getattr(device, "name", "unknown GPU")
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def _timed(run: Callable[[], Any]) -> float:

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import kvsched
+
 TARGET_CC = (9, 0)  # Hopper (H100/H200): the GPUs the decode path is sized for
 ARCH = "sm_90"
 
@@ -131,6 +133,9 @@ def compile_reports(ptxas: Path | None = None) -> list[KernelReport]:
 def report(ptxas: Path | None = None, timeout: float = 300.0) -> list[KernelReport]:
     """`compile_reports()` in a fresh interpreter without the simulator, for the CLI and tests."""
     env = {key: value for key, value in os.environ.items() if key != "NUMBA_ENABLE_CUDASIM"}
+    # The child must import this same kvsched, installed or not (e.g. run from a checkout).
+    root = str(Path(kvsched.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH", "")]))
     command = [sys.executable, "-m", "kvsched.kernels.ptx", "--json", "-"]
     if ptxas is not None:
         command += ["--ptxas", str(ptxas)]

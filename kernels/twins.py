@@ -124,22 +124,27 @@ def float_to_half_software(value: np.float32) -> np.uint16:
         return np.uint16(sign + (f_sig >> np.uint32(13)))
     h_exp = (f_exp - np.uint32(0x38000000)) >> np.uint32(13)
     f_sig = f & np.uint32(0x007FFFFF)
+    # Add half an ulp of the half (round to nearest) unless that would round an exact tie up from
+    # an even mantissa (kept bits even, dropped bits exactly one half): ties go to even.
     if (f_sig & np.uint32(0x3FFF)) != np.uint32(0x1000):
         f_sig += np.uint32(0x1000)
     return np.uint16(sign + h_exp + (f_sig >> np.uint32(13)))
 
 
 def _host_converts_half() -> bool:
-    """Whether LLVM lowers `fpext`/`fptrunc half` to instructions here: on x86 only with F16C;
-    without it LLVM would call compiler-rt helpers the JIT does not link."""
-    if platform.machine().lower() not in {"x86_64", "amd64", "i386", "i686"}:
+    """Whether LLVM lowers `fpext`/`fptrunc half` to instructions here (64-bit Arm always, x86
+    with F16C); elsewhere it would call compiler-rt helpers that numba's JIT does not link."""
+    machine = platform.machine().lower()
+    if machine in {"aarch64", "arm64"}:
         return True
-    return "+f16c" in llvm_binding.get_host_cpu_features().flatten().split(",")
+    if machine in {"x86_64", "amd64"}:
+        return "+f16c" in llvm_binding.get_host_cpu_features().flatten().split(",")
+    return False
 
 
 if _host_converts_half():
     half_to_float, float_to_half = half_to_float_hardware, float_to_half_hardware
-else:  # pragma: no cover - x86 CPUs without F16C predate 2012
+else:  # pragma: no cover - x86 without F16C (pre-2012) and other architectures
     half_to_float, float_to_half = half_to_float_software, float_to_half_software
 
 
