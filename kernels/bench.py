@@ -8,8 +8,9 @@ once (`sum(context_lens) * kv_heads * head_dim * 2 * itemsize`). The copy refere
 copying a large array, counted as bytes read + bytes written per second (a copy moves both), so
 "fraction of copy" compares like with like: bytes through the memory system per second.
 The torch path gathers each request's pages into contiguous K/V (`index_select`) and calls
-`scaled_dot_product_attention(..., enable_gqa=True)` per request, in float32 (float16 caches are
-widened after the gather: torch's CPU half matmul is not a fair baseline).
+`scaled_dot_product_attention` per request with each kv head's query heads as its query rows
+(the cheapest exact GQA decode in torch: `enable_gqa=True` repeats K and V and ran ~2x slower),
+in float32 (float16 caches are widened after the gather; torch's CPU half matmul is no baseline).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class Report:
     shape: dict[str, int]
     cpu_count: int
     copy_gbps: float
+    load_average: list[float]  # 1/5/15-minute load when the bench started: other work skews it
     rows: list[Row] = field(default_factory=list)
     targets: dict[str, Any] = field(default_factory=dict)
     gpu: dict[str, Any] = field(default_factory=dict)
@@ -124,21 +126,24 @@ def torch_attention(batch: dict[str, Any], scale: float) -> Callable[[], npt.NDA
     table = torch.from_numpy(batch["block_table"].astype(np.int64))
     page_size = int(batch["k_cache"].shape[1])
 
+    kv_heads, head_dim = int(batch["k_cache"].shape[2]), int(batch["k_cache"].shape[3])
+    group = int(batch["q"].shape[1]) // kv_heads
+
     def run() -> npt.NDArray[np.float32]:
         outputs = []
         with torch.inference_mode():
             for query, (offset, length) in enumerate(zip(batch["table_offsets"], batch["context_lens"], strict=True)):
                 pages = table[int(offset) : int(offset) + (int(length) + page_size - 1) // page_size]
-                keys = k_cache.index_select(0, pages).flatten(0, 1)[: int(length)].float()
+                keys = k_cache.index_select(0, pages).flatten(0, 1)[: int(length)].float()  # [length, kv, d]
                 values = v_cache.index_select(0, pages).flatten(0, 1)[: int(length)].float()
+                # A kv head's `group` query heads become its query rows: plain SDPA, no K/V repeat.
                 attended = functional.scaled_dot_product_attention(
-                    q[query].unsqueeze(1).unsqueeze(0),  # [1, q_heads, 1, head_dim]
-                    keys.transpose(0, 1).unsqueeze(0),  # [1, kv_heads, length, head_dim]
-                    values.transpose(0, 1).unsqueeze(0),
+                    q[query].view(1, kv_heads, group, head_dim),
+                    keys.permute(1, 0, 2).unsqueeze(0),  # [1, kv_heads, length, head_dim]
+                    values.permute(1, 0, 2).unsqueeze(0),
                     scale=scale,
-                    enable_gqa=True,
                 )
-                outputs.append(attended[0, :, 0])
+                outputs.append(attended.reshape(kv_heads * group, head_dim))
         result: npt.NDArray[np.float32] = torch.stack(outputs).numpy()
         return result
 
@@ -146,11 +151,18 @@ def torch_attention(batch: dict[str, Any], scale: float) -> Callable[[], npt.NDA
 
 
 def measure_cpu(
-    shape: DecodeShape, dtypes: list[str], repeats: int, use_torch: bool, seed: int, log: Callable[[str], None]
+    shape: DecodeShape,
+    dtypes: list[str],
+    repeats: int,
+    use_torch: bool,
+    seed: int,
+    log: Callable[[str], None],
+    copy_megabytes: int = 256,
 ) -> Report:
     """The CPU table: twin, oracle and (if importable) torch, per cache dtype."""
     log("measuring memory-copy bandwidth")
-    report = Report(asdict(shape), os.cpu_count() or 1, copy_bandwidth())
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
+    report = Report(asdict(shape), os.cpu_count() or 1, copy_bandwidth(copy_megabytes), load)
     rng = np.random.default_rng(seed)
     for dtype in dtypes:
         report.rows += measure_dtype(
@@ -264,7 +276,8 @@ def measure_gpu(requests: int, context: int, repeats: int, peak_gbps: float, see
 def format_report(report: Report) -> str:
     """The human-readable table."""
     lines = [
-        f"memory copy: {report.copy_gbps:.1f} GB/s (read + write), {report.cpu_count} CPUs",
+        f"memory copy: {report.copy_gbps:.1f} GB/s (read + write), {report.cpu_count} CPUs, "
+        f"load average {' '.join(f'{x:.1f}' for x in report.load_average)}",
         f"{'cache':<8} {'implementation':<24} {'ms':>9} {'GB/s':>8} {'of copy':>8} {'vs torch':>9} {'max err':>9}",
     ]
     for row in report.rows:
@@ -308,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in dtypes:
         if name not in ("float16", "float32"):
             parser.error(f"unknown cache dtype {name!r}")
-    report = measure_cpu(shape, dtypes, args.repeats, not args.no_torch, args.seed, log)
+    copy_megabytes = 32 if args.quick else 256  # far beyond the last-level cache either way
+    report = measure_cpu(shape, dtypes, args.repeats, not args.no_torch, args.seed, log, copy_megabytes)
     if args.gpu:
         log(f"gpu: {args.gpu_requests} requests x {args.gpu_context} positions, float16")
         report.gpu = measure_gpu(args.gpu_requests, args.gpu_context, args.repeats, args.hbm_peak_gbps, args.seed)

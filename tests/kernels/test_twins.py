@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -150,3 +152,15 @@ def test_float_to_half_rounds_like_numpy() -> None:
         nan = np.isnan(expected)
         np.testing.assert_array_equal(half[~nan], expected[~nan].view(np.uint16))
         assert np.isnan(half[nan].view(np.float16)).all()
+
+
+def test_bench_quick_run_writes_its_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvsched.kernels import bench
+
+    target = tmp_path / "bench.json"
+    assert bench.main(["--quick", "--repeats", "1", "--no-torch", "--json", str(target)]) == 0
+    report = json.loads(target.read_text())
+    rows = {(row["cache_dtype"], row["implementation"]) for row in report["rows"]}
+    assert rows == {(d, i) for d in ("float32", "float16") for i in ("numba twin", "numpy oracle")}
+    assert all(row["max_abs_error"] < 1e-5 and row["gbps"] > 0 for row in report["rows"])
+    assert "numba twin" in capsys.readouterr().out
