@@ -3,7 +3,7 @@ host/device transfers.
 
 Importing this module imports numba.cuda, which fixes for the whole process whether kernels run
 natively or in the simulator (`NUMBA_ENABLE_CUDASIM=1` must be set before that import), so the
-CPU paths of `kvsched.kernels` import it lazily, only when a caller asks for device "cuda".
+CPU paths of `kvsched.kernels` import it lazily, only when a caller first asks for device "cuda".
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import numpy as np
 
 from kvsched.kernels.jit import Decorator
 
+# numba reads NUMBA_ENABLE_CUDASIM when numba itself is first imported (numba.cuda shares
+# numba.core.config), so re-read the environment first: what counts is its value now.
+importlib.import_module("numba.core.config").reload_config()
 # Typed Any (see kvsched.kernels.jit). Kernels must call numba.cuda through this very module
 # object: the simulator finds it among a kernel's globals and swaps in its per-thread fake.
 cuda: Any = importlib.import_module("numba.cuda")

@@ -1,10 +1,10 @@
 """Kernel-test setup: CUDA kernels run in numba-cuda's simulator unless told otherwise.
 
 numba.cuda decides between GPU and simulator once, when it is first imported, from
-NUMBA_ENABLE_CUDASIM. Nothing in kvsched imports numba.cuda before a "cuda" device is used, so
-setting the default here (before any test module runs) puts this suite's CUDA tests on the
-simulator on a machine without a GPU. `gpu_check.sh` sets NUMBA_ENABLE_CUDASIM=0 to run the same
-tests natively on a GPU.
+NUMBA_ENABLE_CUDASIM (`kvsched.kernels.device` re-reads the environment just before that import).
+Nothing in kvsched imports numba.cuda before a "cuda" device is used, so setting the default here
+(before any test runs) puts this suite's CUDA tests on the simulator on a machine without a GPU.
+`gpu_check.sh` sets NUMBA_ENABLE_CUDASIM=0 to run the same tests natively on a GPU.
 """
 
 from __future__ import annotations
@@ -40,6 +40,6 @@ def native_gpu() -> None:
     from kvsched.kernels.device import SIMULATED, has_native_gpu
 
     if SIMULATED:
-        pytest.skip("needs a native GPU: this run uses the CUDA simulator (set NUMBA_ENABLE_CUDASIM=0)")
+        pytest.skip("needs a native GPU: CUDA runs in the simulator here; on a GPU run tests/kernels/gpu_check.sh")
     if not has_native_gpu():
         pytest.skip("needs a native GPU: numba.cuda.is_available() is False on this machine")
