@@ -187,8 +187,7 @@ def measure_dtype(
     """Twin, oracle and (if importable) torch on one batch; errors are against the oracle."""
     moved = kv_bytes(batch)
     scale = 1.0 / float(np.sqrt(batch["q"].shape[2]))
-    names = ("q", "k_cache", "v_cache", "block_table", "table_offsets", "context_lens")
-    args = [batch[name] for name in names]
+    args = [batch[name] for name in ops.ATTENTION_ARGS]
 
     def attend(device: str) -> npt.NDArray[np.float32]:
         return ops.paged_attention(*args, scale=scale, device=device)
@@ -210,67 +209,6 @@ def measure_dtype(
         for row in rows:
             row.speedup_vs_torch = torch_seconds / row.seconds
     return rows
-
-
-def measure_gpu(requests: int, context: int, repeats: int, peak_gbps: float, seed: int) -> dict[str, Any]:
-    """Kernel-only GB/s on a native GPU (caches resident, timed with CUDA events), or why not."""
-    from kvsched.kernels.device import SIMULATED, cuda, has_native_gpu
-
-    if SIMULATED or not has_native_gpu():
-        return {"skipped": "no native GPU (numba.cuda.is_available() is False or the simulator is on)"}
-    from kvsched.kernels.cuda_attention import THREADS, paged_attention_kernel
-
-    shape = DecodeShape(requests=requests, min_context=context, max_context=context)
-    batch = decode_batch(np.random.default_rng(seed), shape, np.float16)
-    scale = np.float32(1.0 / np.sqrt(shape.head_dim))
-    expected = ops.paged_attention(
-        batch["q"][:2],
-        batch["k_cache"],
-        batch["v_cache"],
-        batch["block_table"],
-        batch["table_offsets"][:2],
-        batch["context_lens"][:2],
-        scale=float(scale),
-        device="numpy",
-    )
-    device = {name: cuda.to_device(array) for name, array in batch.items()}
-    out = cuda.device_array(batch["q"].shape, dtype=np.float32)
-    blocks = requests * shape.kv_heads
-
-    def launch() -> None:
-        paged_attention_kernel[blocks, THREADS](
-            device["q"],
-            device["k_cache"],
-            device["v_cache"],
-            device["block_table"],
-            device["table_offsets"],
-            device["context_lens"],
-            scale,
-            out,
-        )
-
-    launch()
-    cuda.synchronize()
-    error = float(np.abs(out.copy_to_host()[:2] - expected).max())
-    start, stop = cuda.event(), cuda.event()
-    start.record()
-    for _ in range(repeats):
-        launch()
-    stop.record()
-    stop.synchronize()
-    seconds = start.elapsed_time(stop) / 1e3 / repeats
-    gbps = kv_bytes(batch) / seconds / 1e9
-    return {
-        "device": _device_name(cuda.get_current_device()),
-        "requests": requests,
-        "context": context,
-        "cache_dtype": "float16",
-        "seconds": seconds,
-        "gbps": gbps,
-        "fraction_of_hbm_peak": gbps / peak_gbps,
-        "hbm_peak_gbps": peak_gbps,
-        "max_abs_error_first_two": error,
-    }
 
 
 def format_report(report: Report) -> str:
@@ -325,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     report = measure_cpu(shape, dtypes, args.repeats, not args.no_torch, args.seed, log, copy_megabytes)
     if args.gpu:
         log(f"gpu: {args.gpu_requests} requests x {args.gpu_context} positions, float16")
+        from kvsched.kernels.bench_gpu import measure_gpu
+
         report.gpu = measure_gpu(args.gpu_requests, args.gpu_context, args.repeats, args.hbm_peak_gbps, args.seed)
     payload = json.dumps(asdict(report), indent=2)
     print(format_report(report))
@@ -338,11 +278,6 @@ def _row(dtype: str, name: str, seconds: float, moved: int, copy_gbps: float, go
     gbps = moved / seconds / 1e9
     error = float(np.abs(np.asarray(got) - expected).max())
     return Row(dtype, name, seconds, gbps, gbps / copy_gbps, error)
-
-
-def _device_name(device: Any) -> str:
-    name = getattr(device, "name", "unknown GPU")
-    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def _timed(run: Callable[[], Any]) -> float:

@@ -22,6 +22,8 @@ from kvsched.kernels.layout import check_append, check_attention, check_copy
 
 Device = Literal["numpy", "cpu", "cuda"]
 DEVICES: tuple[Device, ...] = ("numpy", "cpu", "cuda")
+# paged_attention's array arguments, in order (for callers holding them by name)
+ATTENTION_ARGS = ("q", "k_cache", "v_cache", "block_table", "table_offsets", "context_lens")
 
 
 def check_device(device: str) -> Device:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kvsched.kernels import append_kv, paged_attention
-from kvsched.kernels.bench import measure_gpu
+from kvsched.kernels.bench_gpu import measure_gpu
 from tests.kernels.kernel_batches import kv_rows, ragged_batch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_gpu")]
