@@ -25,7 +25,7 @@ from kvsched.spec import PrefixIdentity, PrefixPageSet, RequestView, derive_pref
 from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput
 from kvsched.spec.invariants import check_invariants
 from kvsched.spec.pool import Allocated, Copy
-from kvsched.spec.scheduler import RequestState
+from kvsched.spec.scheduler import LIVE, RequestState
 from tests.impl import reference
 from tests.impl.support import FAULTS, FaultBackend, Outcome, SpecSystem, make_spec_system, outcome, records
 
@@ -34,7 +34,7 @@ IDENTITIES = (
     derive_prefix_identity(7, 1, 2, 3, [(1, 2, 3, 4, 5, 6)]),
     derive_prefix_identity(7, 1, 2, 3, [(1, 2, 3, 4, 5, 6)], tenant_salt=9),
 )
-request_ids = st.integers(0, 4)
+any_request_ids = st.integers(0, 4)
 identities = st.none() | st.sampled_from(IDENTITIES)
 logical = st.integers(-1, 4)
 tokens = st.integers(0, 40) | st.just(U32_MAX)
@@ -127,6 +127,19 @@ class Lockstep(RuleBasedStateMachine):
     def record(self, name: str, result: Outcome) -> None:
         note(f"{name} -> {result}")
         event(f"{name}: {result.error.__name__ if result.error else 'ok'}")
+
+    def live_request_ids(self) -> st.SearchStrategy[int]:
+        """Mostly live requests, sometimes any id (so unknown ones too)."""
+        live = sorted(slot.request_id for slot in self.spec.scheduler.state.slots if slot.state in LIVE)
+        return st.sampled_from(live) | st.sampled_from(live) | any_request_ids if live else any_request_ids
+
+    def prefix_identities(self) -> st.SearchStrategy[PrefixIdentity | None]:
+        """Mostly published identities (prefix hits), sometimes any identity or None."""
+        published = sorted(
+            (entry.page_set.identity for entry in self.spec.store.state.slots if entry is not None),
+            key=lambda identity: identity.words,
+        )
+        return st.sampled_from(published) | st.sampled_from(published) | identities if published else identities
 
     def pages(self) -> st.SearchStrategy[int]:
         return st.integers(-1, self.spec.pool.physical_pages)
@@ -237,9 +250,9 @@ class Lockstep(RuleBasedStateMachine):
         self.both(lambda system: system.store.remove(identity, system.pool))
 
     @precondition(lambda self: self.spec.tables)
-    @rule(data=st.data(), identity=identities)
-    def attach(self, data: st.DataObject, identity: PrefixIdentity | None) -> None:
-        index = self.table(data)
+    @rule(data=st.data())
+    def attach(self, data: st.DataObject) -> None:
+        index, identity = self.table(data), data.draw(self.prefix_identities())
         self.both(lambda system: system.store.attach(identity, system.tables[index], system.pool))
 
     @rule(identity=identities)
@@ -252,19 +265,22 @@ class Lockstep(RuleBasedStateMachine):
 
     # ---- the request scheduler ----------------------------------------------------------------
 
-    @rule(request_id=request_ids, identity=identities)
-    def admit(self, request_id: int, identity: PrefixIdentity | None) -> None:
+    @rule(data=st.data(), request_id=any_request_ids)
+    def admit(self, data: st.DataObject, request_id: int) -> None:
+        identity = data.draw(self.prefix_identities())
         self.both(lambda system: system.scheduler.admit_with_prefix(request_id, identity, system.store, system.pool))
 
-    @rule(request_id=request_ids, identity=identities, prompt_pages=st.integers(0, 2), token=tokens)
-    def start_decoding(self, request_id: int, identity: PrefixIdentity | None, prompt_pages: int, token: int) -> None:
+    @rule(data=st.data(), request_id=any_request_ids, prompt_pages=st.integers(0, 2), token=tokens)
+    def start_decoding(self, data: st.DataObject, request_id: int, prompt_pages: int, token: int) -> None:
         """Admit, prefill `prompt_pages` pages (16 tokens each), complete and seed: a request
         ready for rounds. Every step is compared; it stops at the first refusal."""
+        identity = data.draw(self.prefix_identities())
         admitted = self.both(
             lambda system: system.scheduler.admit_with_prefix(request_id, identity, system.store, system.pool)
         )
         if admitted.error is not None:
             return
+        event(f"start_decoding: prefix hit {admitted.value.prefix_hit}")  # type: ignore[attr-defined]
         if not admitted.value.prefix_hit:  # type: ignore[attr-defined]
             for page in range(prompt_pages):
                 self.both(partial(ensure_page, request_id=request_id, page=page))
@@ -273,31 +289,37 @@ class Lockstep(RuleBasedStateMachine):
             self.both(lambda system: system.scheduler.mark_prefill_complete(request_id))
         self.both(lambda system: system.scheduler.seed_decode_token(request_id, token))
 
-    @rule(parent=request_ids, child=request_ids)
-    def fork(self, parent: int, child: int) -> None:
+    @rule(data=st.data(), child=any_request_ids)
+    def fork(self, data: st.DataObject, child: int) -> None:
+        parent = data.draw(self.live_request_ids())
         self.both(lambda system: system.scheduler.fork(parent, child, system.pool))
 
-    @rule(request_id=request_ids, logical_page=logical)
-    def ensure_writable(self, request_id: int, logical_page: int) -> None:
+    @rule(data=st.data(), logical_page=logical)
+    def ensure_writable(self, data: st.DataObject, logical_page: int) -> None:
+        request_id = data.draw(self.live_request_ids())
         self.both(lambda system: system.scheduler.ensure_writable(request_id, logical_page, system.pool))
 
-    @rule(request_id=request_ids)
-    def mark_prefill_complete(self, request_id: int) -> None:
+    @rule(data=st.data())
+    def mark_prefill_complete(self, data: st.DataObject) -> None:
+        request_id = data.draw(self.live_request_ids())
         self.both(lambda system: system.scheduler.mark_prefill_complete(request_id))
 
-    @rule(request_id=request_ids, token=tokens)
-    def seed_decode_token(self, request_id: int, token: int) -> None:
+    @rule(data=st.data(), token=tokens)
+    def seed_decode_token(self, data: st.DataObject, token: int) -> None:
+        request_id = data.draw(self.live_request_ids())
         self.both(lambda system: system.scheduler.seed_decode_token(request_id, token))
 
-    @rule(request_id=request_ids)
-    def record_token(self, request_id: int) -> None:
+    @rule(data=st.data())
+    def record_token(self, data: st.DataObject) -> None:
+        request_id = data.draw(self.live_request_ids())
         self.both(lambda system: system.scheduler.record_token(request_id))
 
-    @rule(request_id=request_ids)
-    def finish(self, request_id: int) -> None:
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        request_id = data.draw(self.live_request_ids())
         self.both(lambda system: system.scheduler.finish(request_id, system.pool))
 
-    @rule(request_id=request_ids, length=st.integers(0, 5))
+    @rule(request_id=any_request_ids, length=st.integers(0, 5))
     def read_requests(self, request_id: int, length: int) -> None:
         self.both(lambda system: system.scheduler.page_table(request_id))
 
@@ -341,14 +363,15 @@ class Lockstep(RuleBasedStateMachine):
             assert records(actual[0], RaggedBatchItem)[:decoding] == records(expected[0], RaggedBatchItem)[:decoding]
             assert actual[1][: decoding * width].tolist() == list(expected[1][: decoding * width])
 
-    @rule(page_size=st.integers(0, 5) | st.just(16))
+    @rule(page_size=st.integers(0, 5) | st.sampled_from([16, 32, 64]))
     def prepare_decode_round(self, page_size: int) -> None:
         expected = outcome(lambda: reference.prepare_decode_round(self.spec.scheduler, self.spec.pool, page_size))
         actual = outcome(lambda: self.impl.scheduler.prepare_decode_round(self.impl.pool, page_size))
         self.compare_plans(expected, actual)
 
-    @rule(pairs=st.lists(st.tuples(request_ids, logical), max_size=5))
-    def ensure_writable_batch(self, pairs: list[tuple[int, int]]) -> None:
+    @rule(data=st.data())
+    def ensure_writable_batch(self, data: st.DataObject) -> None:
+        pairs = data.draw(st.lists(st.tuples(self.live_request_ids(), logical), max_size=5))
         ids, pages = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
         expected = outcome(lambda: reference.ensure_writable_batch(self.spec.scheduler, self.spec.pool, ids, pages))
         actual = outcome(lambda: self.impl.scheduler.ensure_writable_batch(ids, pages, self.impl.pool))
@@ -391,3 +414,42 @@ class OwnershipAbuse(Lockstep):
     `publish`, `remove` and the batched writes run, and must still match the spec exactly."""
 
     check_spec_invariants = False
+
+    @rule(data=st.data())
+    def release_from_an_owner(self, data: st.DataObject) -> None:
+        """Drop a reference a table, a request or a store entry still counts on."""
+        state = self.spec.snapshot()
+        requests = [page for slot in state.scheduler.slots for page in slot.table if page is not None]
+        others = [page for entry in state.store.slots if entry is not None for page in entry.page_set.pages]
+        others += [page for table in self.spec.tables for page in table.state if page is not None]
+        if requests or others:
+            # mostly a request's page, so that finish's rollback runs
+            page = data.draw(st.sampled_from(sorted(requests or others)) | st.sampled_from(sorted(others or requests)))
+            self.both(lambda system: system.pool.release(page))
+
+    @rule(data=st.data())
+    def free_an_owner_with_a_stolen_page(self, data: st.DataObject) -> None:
+        """Release the last page a request, table or store entry maps, then have the owner free
+        everything: its earlier pages drop to zero (pushed) before the stolen one fails, so the
+        whole release must be undone in order."""
+        state = self.spec.snapshot()
+        owners: list[tuple[str, object, int]] = []
+        for slot in state.scheduler.slots:
+            if slot.state in LIVE and any(page is not None for page in slot.table):
+                owners.append(("request", slot.request_id, [p for p in slot.table if p is not None][-1]))
+        for index, table in enumerate(self.spec.tables):
+            if any(page is not None for page in table.state):
+                owners.append(("table", index, [p for p in table.state if p is not None][-1]))
+        for entry in state.store.slots:
+            if entry is not None:
+                owners.append(("entry", entry.page_set.identity, entry.page_set.pages[-1]))
+        if not owners:
+            return
+        kind, owner, page = data.draw(st.sampled_from(owners))
+        self.both(lambda system: system.pool.release(page))
+        frees: dict[str, Callable[[Any], object]] = {
+            "request": lambda system: system.scheduler.finish(owner, system.pool),
+            "table": lambda system: system.tables[owner].release_all(system.pool),
+            "entry": lambda system: system.store.remove(owner, system.pool),
+        }
+        self.both(frees[kind])
