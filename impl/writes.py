@@ -115,11 +115,17 @@ def prepare_round(
     refs: Any,
     free: Any,
     top: Any,
-    buffers: Any,
+    slots: Any,
+    logical_pages: Any,
+    kinds: Any,
+    pages: Any,
+    sources: Any,
+    copy_sources: Any,
+    copy_destinations: Any,
 ) -> tuple[int, int, int, int, int]:
     """Select the DECODE slots and make each one's next token page writable:
-    (code, step, detail, steps, copies)."""
-    slots, logical_pages, kinds, pages, sources, copy_sources, copy_destinations = buffers
+    (code, step, detail, steps, copies). The buffers are `WriteBuffers`' fields, passed one by
+    one: numba types a tuple of arrays on every call, which costs more than the round."""
     count = 0
     for slot in range(states.shape[0]):
         if states[slot] == DECODE:
@@ -140,7 +146,7 @@ def prepare_decode_round(slots: SlotArrays, pool: BlockPool, page_size: object, 
     assert isinstance(page_size, int)
     refs, free, top, _ = get_arrays(pool)
     code, _, detail, count, copies = prepare_round(
-        slots.states, slots.token_counts, slots.tables, page_size, refs, free, top, buffers
+        slots.states, slots.token_counts, slots.tables, page_size, refs, free, top, *buffers
     )
     if code != faults.OK:
         raise faults.get_error(code, detail, physical_pages=pool.physical_pages, logical_pages=slots.tables.shape[1])
