@@ -145,3 +145,24 @@ def records(values: Any, kind: type[RaggedBatchItem] | type[RaggedBatchOutput]) 
         names = values.dtype.names or ()
         return [kind(*(int(row[name]) for name in names)) for row in values]
     return list(values)
+
+
+@dataclass(frozen=True, slots=True)
+class Flavor:
+    """One implementation of the API (the spec's or impl's) and its scratch-buffer form."""
+
+    name: str
+    module: Any
+    system: Callable[..., Any]
+
+    def scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
+        """Round scratch buffers in this flavor's form."""
+        system = self.system(1, 1, 0, 0, 1)
+        return system.new_item_scratch(items), system.new_table_scratch(tables), system.new_output_scratch(outputs)
+
+
+def flavors() -> list[Flavor]:
+    """The spec and impl, for tests that pin the same behaviour on both."""
+    from kvsched import impl
+
+    return [Flavor("spec", spec, make_spec_system), Flavor("impl", impl, impl.make_impl_system)]
