@@ -33,8 +33,8 @@ TILE = 32  # positions staged per step; MAX_GROUP * TILE must be a multiple of T
 ROW = MAX_HEAD_DIM + 1  # padded shared row (see the module docstring)
 OUTPUTS_PER_THREAD = MAX_GROUP * MAX_HEAD_DIM // THREADS  # (head, dim) accumulators each thread owns
 SCORES_PER_THREAD = MAX_GROUP * TILE // THREADS  # (head, token) scores each thread computes per tile
-# Shared memory is ~38 KiB a block, so 5 fit an SM's 228 KiB; asking for 4 resident blocks caps
-# registers at 128 a thread (unbounded, ptxas took 148 and register file would allow only 3).
+# Shared memory is ~38 KiB a block, so 5 blocks fit an SM's 228 KiB. Asking for 4 resident blocks
+# caps registers at 128 a thread; left alone ptxas took 148, and the register file then fits 3.
 MIN_BLOCKS_PER_SM = 4
 LAUNCH_BOUNDS = (THREADS, MIN_BLOCKS_PER_SM)
 
