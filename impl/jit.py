@@ -20,8 +20,3 @@ F = TypeVar("F", bound=Callable[..., Any])
 def jit(function: F) -> F:
     """Compile `function` with numba in nopython mode, keeping its declared signature."""
     return cast(F, numba.njit(cache=True, nogil=True)(function))
-
-
-def python_function(kernel: Callable[..., Any]) -> Callable[..., Any]:
-    """The uncompiled Python function behind a kernel (the kernel itself when jit is disabled)."""
-    return cast(Callable[..., Any], getattr(kernel, "py_func", kernel))
