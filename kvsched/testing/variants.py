@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import MutableSequence
 
 from kvsched.spec import (
+    BackendFailed,
     BlockPool,
     PoolError,
     PrefixIdentity,
@@ -62,7 +63,10 @@ class MutateBeforeCheckScheduler(RequestScheduler):
             return RaggedBatchReceipt()
         tables = tuple(page for index in decoding for page in to_abi(self.state.slots[index].table))
         outputs = [RaggedBatchOutput() for _ in items]
-        receipt = backend.execute_ragged(items, tables, outputs)
+        try:
+            receipt = backend.execute_ragged(items, tables, outputs)
+        except Exception as error:
+            raise BackendFailed(f"backend raised {type(error).__name__}: {error}") from error
         valid = [output for output in outputs if 0 <= output.slot < self.requests]
         self.commit(sched_ops.apply_outputs(self.state, valid))
         return sched_ops.check_outputs(items, receipt, outputs)
