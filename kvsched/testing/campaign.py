@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, seed, settings
-from hypothesis.stateful import get_state_machine_test
+from hypothesis.stateful import get_state_machine_test, run_state_machine_as_test
 
 from kvsched.testing.machine import CampaignStats, KvschedMachine
 from kvsched.testing.system import SystemConfig, SystemFactory
@@ -35,6 +35,12 @@ class CampaignResult:
     def outcome(self) -> str:
         """ "pass", or "FAIL" when a counterexample was found."""
         return "pass" if self.counterexample is None else "FAIL"
+
+
+def run_machine(build: Callable[[], KvschedMachine], run_settings: settings) -> None:
+    """Run machines from `build` as one hypothesis test (raises on a counterexample)."""
+    machine_factory: Any = build  # hypothesis accepts any zero-argument machine factory
+    run_state_machine_as_test(machine_factory, settings=run_settings)
 
 
 def run_campaign(

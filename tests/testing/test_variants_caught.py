@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import run_state_machine_as_test
 
+from kvsched.testing.campaign import run_machine
 from kvsched.testing.machine import KvschedMachine
 from kvsched.testing.system import SystemConfig
 from kvsched.testing.variants import VARIANTS
@@ -35,7 +35,7 @@ def test_broken_variant_is_caught(name: str) -> None:
     factory = VARIANTS[name]
     config = SystemConfig(max_references=3)
     with pytest.raises(AssertionError, match=EXPECTED[name]):
-        run_state_machine_as_test(lambda: KvschedMachine(factory, None, config), settings=HUNT)
+        run_machine(lambda: KvschedMachine(factory, None, config), HUNT)
 
 
 def test_every_variant_has_an_expected_failure() -> None:
