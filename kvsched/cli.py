@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvsched.testing.campaign import CampaignResult, run_campaign
+from kvsched.testing.impl_system import impl_system
 from kvsched.testing.system import SystemFactory, spec_system
+from kvsched.testing.variants import VARIANTS
 
 PROFILES = {"fast": (200, 50), "deep": (5000, 100)}
 
@@ -29,28 +31,29 @@ def _optional(module: str, attribute: str) -> Any | None:
         return None
 
 
-def _campaigns() -> list[tuple[str, SystemFactory, SystemFactory | None, str]]:
-    spec_setup = "from kvsched.testing.machine import KvschedMachine\nfrom kvsched.testing.system import spec_system"
-    campaigns: list[tuple[str, SystemFactory, SystemFactory | None, str]] = [
+Campaign = tuple[str, SystemFactory, SystemFactory | None, str]
+SPEC_SETUP = "from kvsched.testing.system import spec_system"
+IMPL_SETUP = "from kvsched.testing.impl_system import impl_system"
+
+
+def _campaigns(variant: str | None) -> list[Campaign]:
+    if variant is not None:
+        setup = f"from kvsched.testing.variants import VARIANTS\nfactory, reference = VARIANTS[{variant!r}], None"
+        return [(f"spec variant: {variant}", VARIANTS[variant], None, setup)]
+    return [
         (
             "spec (invariants, atomicity, ghost reads)",
             spec_system,
             None,
-            spec_setup + "\nfactory, reference = spec_system, None",
-        )
+            f"{SPEC_SETUP}\nfactory, reference = spec_system, None",
+        ),
+        (
+            "impl ⇄ spec lockstep",
+            impl_system,
+            spec_system,
+            f"{SPEC_SETUP}\n{IMPL_SETUP}\nfactory, reference = impl_system, spec_system",
+        ),
     ]
-    impl_factory = _optional("kvsched.testing.impl_system", "impl_system")
-    if impl_factory is not None:
-        setup = spec_setup + "\nfrom kvsched.testing.impl_system import impl_system"
-        campaigns.append(
-            (
-                "impl ⇄ spec lockstep",
-                impl_factory,
-                spec_system,
-                setup + "\nfactory, reference = impl_system, spec_system",
-            )
-        )
-    return campaigns
 
 
 def _print_table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> None:
@@ -68,18 +71,16 @@ def command_verify(args: argparse.Namespace) -> int:
     examples = args.examples or examples
     steps = args.steps or steps
     results: list[CampaignResult] = []
-    for name, factory, reference, setup in _campaigns():
+    for name, factory, reference, setup in _campaigns(args.variant):
         results.append(
-            run_campaign(
-                name, factory, reference, examples=examples, steps=steps, random_seed=args.seed, machine_import=setup
-            )
+            run_campaign(name, factory, reference, examples=examples, steps=steps, random_seed=args.seed, setup=setup)
         )
     rows: list[list[object]] = [
         [r.machine, r.examples, r.steps, r.invariant_checks, r.outcome, f"{r.seconds:.1f}s"] for r in results
     ]
     failed = any(result.counterexample for result in results)
     proof_rows = _optional("kvsched.proofs", "summary_rows")
-    if proof_rows is not None and not args.no_proofs:
+    if proof_rows is not None and not args.no_proofs and args.variant is None:
         for row in proof_rows(deep=args.profile == "deep"):
             rows.append(list(row))
             failed = failed or row[4] != "pass"
@@ -122,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--profile", choices=sorted(PROFILES), default="fast")
     verify.add_argument("--no-proofs", action="store_true", help="skip the proofs")
     verify.add_argument("--json", help="also write the summary table as JSON here")
+    verify.add_argument(
+        "--variant", choices=sorted(VARIANTS), help="check a deliberately broken spec variant instead (must fail)"
+    )
     verify.set_defaults(run=command_verify)
     proofs = commands.add_parser("proofs", help="the z3 proofs and the exhaustive explorer")
     proofs.add_argument("rest", nargs=argparse.REMAINDER)

@@ -52,10 +52,14 @@ def run_campaign(
     steps: int,
     random_seed: int,
     config: SystemConfig | None = None,
-    machine_import: str = "from kvsched.testing.machine import KvschedMachine",
+    setup: str = "from kvsched.testing.system import spec_system\nfactory, reference = spec_system, None",
     progress: Callable[[str], None] | None = None,
 ) -> CampaignResult:
-    """Run `examples` random programs of up to `steps` operations each against `factory`."""
+    """Run `examples` random programs of up to `steps` operations each against `factory`.
+
+    `setup` is Python that defines `factory` and `reference` the way this call received them;
+    it heads the reproduction printed for a counterexample.
+    """
     stats = CampaignStats()
     show = progress or _stderr_progress
 
@@ -80,9 +84,14 @@ def run_campaign(
     try:
         test()
     except Exception as error:
-        notes = "\n".join(getattr(error, "__notes__", []))
-        program = notes.replace("state = KvschedMachine()", "state = KvschedMachine(factory, reference)")
-        counterexample = f"{machine_import}\n# {type(error).__name__}: {error}\n{program}"
+        header = [
+            "from kvsched.testing.machine import KvschedMachine",
+            "from kvsched.testing.system import SystemConfig",
+            setup,
+            f"config = {config or SystemConfig()!r}",
+            f"# expected failure: {type(error).__name__}: {error}",
+        ]
+        counterexample = "\n".join([*header, *extract_program(getattr(error, "__notes__", []))])
     show("")
     return CampaignResult(
         name,
@@ -93,6 +102,18 @@ def run_campaign(
         time.perf_counter() - started,
         counterexample,
     )
+
+
+def extract_program(notes: list[str]) -> list[str]:
+    """The runnable lines of hypothesis' failing-program report, on a configured machine."""
+    lines = "\n".join(notes).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("state = ")), len(lines))
+    program = ["state = KvschedMachine(factory, reference, config)"]
+    for line in lines[start + 1 :]:
+        if not line.startswith(("state.", "#")):
+            break
+        program.append(line)
+    return program
 
 
 def _stderr_progress(message: str) -> None:
