@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(BIN)/python -m pytest
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint verify demo deep bench proofs contracts mutants clean
+.PHONY: setup test lint verify demo deep bench gpu-check proofs contracts mutants clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,11 @@ deep: setup
 
 bench: setup
 	$(BIN)/kvsched bench
+	$(BIN)/kvsched bench decode
+
+## On a machine with a GPU: the kernels natively, the ptxas report and the GPU bench.
+gpu-check: setup
+	bash tests/kernels/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .hypothesis .mypy_cache .ruff_cache .pytest_cache
