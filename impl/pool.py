@@ -8,8 +8,9 @@ Refines `kvsched.spec.pool`: `to_spec()` is the abstraction function
                          ^ top          entries at and above top are stale and never read
 
 Representation invariant (checked by `kvsched.impl.refinement`): `free[:top]` holds exactly the
-pages whose count is 0, once each. Every array is allocated at construction; no operation
-allocates or grows storage.
+pages whose count is 0, once each. The stack is int64 only for pools above 2**31 pages, whose
+ids do not fit int32. Every array is allocated at construction; no operation allocates or grows
+storage.
 """
 
 from __future__ import annotations

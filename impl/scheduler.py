@@ -48,11 +48,14 @@ from kvsched.spec.table import Table
 class RequestScheduler:
     """Fixed-capacity request scheduler; `requests` is the hard concurrent request bound.
 
-    Complexity: `admit_with_prefix` O(log requests) plus the prefix's pages; `ensure_writable`,
-    `mark_prefill_complete`, `seed_decode_token`, `record_token`, `active_count` O(1); `finish`
-    and `fork` O(logical pages + log requests); `execute_decode_round`, `prepare_decode_round`
-    and `runnable_into` O(requests x logical pages) in compiled kernels (one kernel call for
-    bookkeeping each); `page_table` and `to_spec` O(logical pages) and O(whole state).
+    Complexity: `ensure_writable`, `mark_prefill_complete`, `seed_decode_token`, `record_token`
+    and `active_count` are O(1); `admit_with_prefix` is O(log requests), plus O(logical pages)
+    when it attaches a prefix; `finish` and `fork` are O(logical pages + log requests);
+    `prepare_decode_round` is O(requests) and `execute_decode_round` O(decoding requests x
+    logical pages) (the tables are copied into the batch), each one compiled kernel call for
+    the bookkeeping; `ensure_writable_batch` is O(steps) (a Python pass that validates, then
+    one kernel); `runnable_into` is O(live log live); `page_table` O(logical pages) and
+    `to_spec` O(whole state).
     Storage (slots, tables, scratch, round buffers) is allocated at construction.
     Ordering promises (the spec's): admission checks duplicates before capacity and takes the
     lowest empty slot; views and round items are in slot order; a prefix hit admits into DECODE.

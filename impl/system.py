@@ -51,6 +51,10 @@ class ImplSystem:
         """A zeroed output buffer of `length` records (`OUTPUT_DTYPE`)."""
         return empty_outputs(length)
 
+    def scratch(self, items: int, tables: int, outputs: int) -> tuple[ItemArray, TableArray, OutputArray]:
+        """Round scratch buffers of these lengths (the harness's `SystemUnderTest.scratch`)."""
+        return self.new_item_scratch(items), self.new_table_scratch(tables), self.new_output_scratch(outputs)
+
     def _external(self, external: Iterable[int]) -> list[int]:
         pages = list(external)
         for table in self.tables:

@@ -77,6 +77,11 @@ OUT_OF_DOMAIN: dict[str, Callable[[Any, object], object]] = {
 }
 
 
+def publish_set(system: Any, page_set: PrefixPageSet) -> object:
+    """`publish` on the system's store."""
+    return system.store.publish(page_set, system.pool)
+
+
 def ensure_page(system: Any, request_id: int, page: int) -> object:
     """`ensure_writable` on one of the system's requests."""
     return system.scheduler.ensure_writable(request_id, page, system.pool)
@@ -244,6 +249,18 @@ class Lockstep(RuleBasedStateMachine):
             pages = data.draw(st.lists(st.sampled_from(held), min_size=1, max_size=capacity, unique=True))
         page_set = PrefixPageSet(identity, tuple(pages), token_count)
         self.both(lambda system: system.store.publish(page_set, system.pool))
+
+    @rule(token_count=st.integers(1, 40))
+    def fill_store(self, token_count: int) -> None:
+        """Publish every identity in turn on fresh pages: a small store replaces round-robin."""
+        for identity in IDENTITIES:
+            allocated = self.both(lambda system: system.pool.allocate())
+            if allocated.error is not None:
+                return
+            page = allocated.value
+            assert isinstance(page, int)
+            self.external.append(page)
+            self.both(partial(publish_set, page_set=PrefixPageSet(identity, (page,), token_count)))
 
     @rule(identity=identities)
     def remove(self, identity: PrefixIdentity | None) -> None:
@@ -429,11 +446,12 @@ class OwnershipAbuse(Lockstep):
 
     @rule(data=st.data())
     def free_an_owner_with_a_stolen_page(self, data: st.DataObject) -> None:
-        """Release the last page a request, table or store entry maps, then have the owner free
-        everything: its earlier pages drop to zero (pushed) before the stolen one fails, so the
-        whole release must be undone in order."""
+        """Free the last page a request, table or store entry maps behind its back, then have the
+        owner release everything (or republish the entry): its earlier pages drop to zero
+        (pushed) before the stolen one fails, so the whole release must be undone in order."""
         state = self.spec.snapshot()
         owners: list[tuple[str, object, int]] = []
+        first_pages: dict[object, int] = {}
         for slot in state.scheduler.slots:
             if slot.state in LIVE and any(page is not None for page in slot.table):
                 owners.append(("request", slot.request_id, [p for p in slot.table if p is not None][-1]))
@@ -443,13 +461,20 @@ class OwnershipAbuse(Lockstep):
         for entry in state.store.slots:
             if entry is not None:
                 owners.append(("entry", entry.page_set.identity, entry.page_set.pages[-1]))
+                first_pages[entry.page_set.identity] = entry.page_set.pages[0]
         if not owners:
             return
         kind, owner, page = data.draw(st.sampled_from(owners))
-        self.both(lambda system: system.pool.release(page))
+        for _ in range(self.spec.pool.ref_count(page) or 0):  # every reference: the page is free
+            self.both(lambda system: system.pool.release(page))
+        # republished on its first page (still held when the set has more than one page)
+        replacement = PrefixPageSet(owner, (first_pages[owner],), 1) if isinstance(owner, PrefixIdentity) else None
         frees: dict[str, Callable[[Any], object]] = {
             "request": lambda system: system.scheduler.finish(owner, system.pool),
             "table": lambda system: system.tables[owner].release_all(system.pool),
             "entry": lambda system: system.store.remove(owner, system.pool),
+            "replaced entry": lambda system: system.store.publish(replacement, system.pool),
         }
+        if kind == "entry" and data.draw(st.booleans()):
+            kind = "replaced entry"  # publishing over it releases the old set after the retains
         self.both(frees[kind])
