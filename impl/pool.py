@@ -89,6 +89,8 @@ class BlockPool:
         return PoolState(tuple(self._refs.tolist()), tuple(self._free[:top].tolist()), self._max_references)
 
     def _require_page(self, page: object) -> int:
+        if type(page) is int and 0 <= page < self._refs.shape[0]:
+            return page
         if not is_int(page):
             raise InvalidArgument(f"page id must be an int, got {type(page).__name__}")
         assert isinstance(page, int)

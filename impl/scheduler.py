@@ -34,12 +34,12 @@ from kvsched.impl.slots import (
     new_slot_arrays,
     to_spec_slots,
 )
-from kvsched.impl.table import ensure_row_writable, fork_row, release_row, to_spec_table
+from kvsched.impl.table import fork_row, release_row, require_logical_page, to_spec_table
 from kvsched.impl.writes import WritePlan, ensure_writable_batch, new_write_buffers, prepare_decode_round
-from kvsched.spec.batch import U32_MAX, RaggedBatchReceipt
+from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
 from kvsched.spec.domain import require_u32, require_u64
 from kvsched.spec.errors import DuplicateRequest, Full, InvalidArgument, InvalidState, OutputTooSmall, UnknownRequest
-from kvsched.spec.pool import CopyOnWrite
+from kvsched.spec.pool import Copy, CopyOnWrite
 from kvsched.spec.prefix import PrefixIdentity
 from kvsched.spec.scheduler import Admission, RequestView, SchedulerState, initial_scheduler
 from kvsched.spec.table import Table
@@ -111,8 +111,10 @@ class RequestScheduler:
         return len(self._slot_of)
 
     def _require_request(self, request_id: int) -> int:
-        slot = self._slot_of.get(require_u64("request_id", request_id))
+        # Only valid u64 ids are keys, so a hit needs no domain check; a miss gets the spec's.
+        slot = self._slot_of.get(request_id) if type(request_id) is int else None
         if slot is None:
+            require_u64("request_id", request_id)
             raise UnknownRequest(f"request {request_id} is not live")
         return slot
 
@@ -159,7 +161,13 @@ class RequestScheduler:
     def ensure_writable(self, request_id: int, logical_page: int, pool: BlockPool) -> CopyOnWrite:
         """Make a logical page writable; a `Copy` tells the backend to copy the KV page first."""
         slot = self._require_request(request_id)
-        return ensure_row_writable(self._slots.tables[slot], pool, logical_page)
+        tables = self._slots.tables
+        if type(logical_page) is not int or not 0 <= logical_page < tables.shape[1]:
+            require_logical_page(tables[slot], logical_page)  # raises the spec's error
+        entry = int(tables[slot, logical_page])
+        action = pool.writable(None if entry == INVALID_BLOCK else entry)
+        tables[slot, logical_page] = action.destination if isinstance(action, Copy) else action.page
+        return action
 
     def ensure_writable_batch(
         self,
@@ -201,8 +209,11 @@ class RequestScheduler:
     def record_token(self, request_id: int) -> int:
         """Count one token written outside a decode round; the new count (saturating)."""
         slot = self._require_request(request_id)
-        count = min(int(self._slots.token_counts[slot]) + 1, U32_MAX)
-        self._slots.token_counts[slot] = count
+        counts = self._slots.token_counts
+        count = int(counts[slot]) + 1
+        if count > U32_MAX:
+            return U32_MAX
+        counts[slot] = count
         return count
 
     def page_table(self, request_id: int) -> Table:
