@@ -213,6 +213,30 @@ class EvictWithoutRelease(Encoding):
         return post.with_(pend=s.pend)
 
 
+class FifoAllocate(Encoding):
+    """allocate hands out the bottom of the free stack (first-in-first-out reuse).
+
+    Every invariant still holds, so the proofs pass: only the conformance test, which runs
+    the spec, can tell that this model no longer describes it.
+    """
+
+    def allocate(self, s: Sys) -> tuple[Bool, Sys, Int]:
+        (i, p) = bound("i p")
+        page = s.stack[0]
+        post = s.with_(
+            refs=z3.Store(s.refs, page, 1),
+            stack=z3.Lambda([i], z3.If(between(0, i, s.top - 1), s.stack[i + 1], NONE)),
+            top=s.top - 1,
+            pos=z3.Lambda([p], z3.If(s.pos[p] > 0, s.pos[p] - 1, NONE)),
+            held=s.held + 1,
+        )
+        return s.top > 0, post, page
+
+
+DRIFTED: tuple[type[Encoding], ...] = (FifoAllocate,)
+"""Encodings that keep every invariant but no longer describe the spec."""
+
+
 @dataclass(frozen=True)
 class Broken:
     """A broken encoding, the transition it breaks, and the goal its counterexample violates."""

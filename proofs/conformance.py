@@ -1,0 +1,152 @@
+"""The model tied to the code: does the z3 transition relation hold for a concrete spec step?
+
+`relation(enc, operation, before, after)` is the z3 formula "the model, run from the encoding
+of `before` with the operation's arguments, reaches the encoding of `after`". For a concrete
+state the sizes are known, so the model's choices (which slot, which entry) become a finite
+disjunction and its multi-page loops unroll to the list's capacity; the composition is the same
+one the proofs use (retain steps, commit; detach, release steps). A failed step of the spec
+leaves the state unchanged, which the relation allows exactly when no choice of the model
+succeeds. `conforms` asks z3 whether the relation is satisfiable: a model that drifted from the
+spec (a different page popped, a missing decrement, a ghost count not updated) makes it false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import product
+
+import z3
+
+from kvsched.proofs.encode import array, encode, identity_value
+from kvsched.proofs.model import INT_ARRAY, NONE, Arr, Bool, Int, Sys, pick, same
+from kvsched.proofs.operations import Bounds, Operation, identity
+from kvsched.proofs.transitions import Encoding
+from kvsched.spec.system import SystemState
+
+Branch = tuple[Bool, Sys]
+
+
+def _choose(branches: list[Branch], before: Sys, after: Sys) -> Bool:
+    """One succeeding branch reaches `after`, or none succeeds and nothing changed."""
+    reached = [z3.And(ok, same(post, after)) for ok, post in branches]
+    none = z3.Not(z3.Or([ok for ok, _ in branches])) if branches else z3.BoolVal(True)
+    return z3.Or(*reached, z3.And(none, same(before, after)))
+
+
+def retain_all(enc: Encoding, s: Sys, items: Arr, length: Int, bound: int, holes: bool) -> Branch:
+    """The retain loop of install, fork and publish, unrolled to `bound` list positions."""
+    ok: Bool = z3.BoolVal(True)
+    for i in range(bound):
+        ok_i, step = enc.retain_pending(s, items[i], holes)
+        ok = z3.And(ok, z3.Or(i >= length, ok_i))
+        s = pick(i < length, step, s)
+    return ok, s
+
+
+def release_all(enc: Encoding, s: Sys, items: Arr, length: Int, bound: int, holes: bool) -> Branch:
+    """The release loop of finish, remove, reclaim and a replacing publish, unrolled."""
+    ok: Bool = z3.BoolVal(True)
+    for i in range(bound):
+        ok_i, step = enc.release_pending(s, items[i], holes)
+        ok = z3.And(ok, z3.Or(i >= length, ok_i))
+        s = pick(i < length, step, s)
+    return ok, s
+
+
+def _evict(enc: Encoding, s: Sys, entry: int, capacity: int) -> Branch:
+    detached = enc.detach_entry(s, entry)
+    return release_all(enc, detached, s.ent[entry], s.elen[entry], capacity, holes=False)
+
+
+def _branches(enc: Encoding, operation: Operation, s: Sys, bounds: Bounds) -> Iterator[Branch]:
+    slots, entries, width, capacity = (
+        range(bounds.requests),
+        range(bounds.entries),
+        bounds.logical_pages,
+        bounds.entry_pages,
+    )
+    a = operation.args
+    kind = operation.kind
+    if kind == "admit":
+        for r in slots:
+            ok, post = enc.admit_miss(s, r, a[0])
+            if a[1] is None:
+                yield ok, post
+                continue
+            ident = identity_value(identity(a[1]))
+            yield z3.And(ok, enc.entry_absent(s, ident)), post
+            for e in entries:
+                guard = enc.admit_hit_guard(s, r, a[0], e, ident)
+                ok, retained = retain_all(enc, s, s.ent[e], s.elen[e], capacity, holes=False)
+                yield z3.And(guard, ok), enc.commit_admit_hit(retained, r, a[0], e)
+    elif kind == "fork":
+        for parent, child in product(slots, slots):
+            guard = enc.fork_guard(s, parent, a[0], child, a[1])
+            ok, retained = retain_all(enc, s, s.table[parent], z3.IntVal(width), width, holes=True)
+            yield z3.And(guard, ok), enc.commit_fork(retained, parent, child, a[1])
+    elif kind == "ensure_writable":
+        for r in slots:
+            ok, post, _ = enc.ensure_writable(s, r, a[0], a[1])
+            yield ok, post
+    elif kind == "finish":
+        for r in slots:
+            detached = enc.detach_slot(s, r)
+            ok, post = release_all(enc, detached, s.table[r], z3.IntVal(width), width, holes=True)
+            yield z3.And(enc.found(s, r, a[0]), ok), post
+    elif kind in ("mark_prefill_complete", "seed_decode_token", "record_token"):
+        for r in slots:
+            yield getattr(enc, kind)(s, r, *a)
+    elif kind == "decode":
+        yield enc.decode_round(s, z3.Bool("backend_answered"), z3.Const("outputs", INT_ARRAY))
+    elif kind == "publish":
+        ident, pages, tokens = identity_value(identity(a[0])), a[1], a[2]
+        items = array(enumerate(pages), NONE)
+        positions = array(((page, i) for i, page in enumerate(pages)), NONE)
+        ok, retained = retain_all(enc, s, items, z3.IntVal(len(pages)), len(pages), holes=False)
+        for e in entries:
+            chosen, victim = enc.publish_slot(retained, e, ident)
+            visible = enc.make_visible(retained, e, ident, items, positions, len(pages), tokens, victim)
+            ok_release, post = release_all(enc, visible, retained.ent[e], retained.elen[e], capacity, holes=False)
+            yield z3.And(enc.publish_guard(s, len(pages)), ok, chosen, ok_release), post
+    elif kind == "remove":
+        ident = identity_value(identity(a[0]))
+        for e in entries:
+            ok, post = _evict(enc, s, e, capacity)
+            yield z3.And(enc.entry_found(s, e, ident), ok), post
+    elif kind == "reclaim":
+        yield z3.BoolVal(a[0] >= 0), _reclaim(enc, s, a[0], bounds)
+    elif kind == "ext_allocate":
+        ok, post, _ = enc.ext_allocate(s)
+        yield ok, post
+    elif kind in ("ext_retain", "ext_release"):
+        yield getattr(enc, kind)(s, a[0])
+    else:
+        raise ValueError(f"no model for operation {operation}")
+
+
+def _reclaim(enc: Encoding, s: Sys, target: int, bounds: Bounds) -> Sys:
+    """reclaim's loop, unrolled: each iteration evicts the LRU idle entry, or stops."""
+    for _ in range(bounds.entries):
+        after = s
+        for e in reversed(range(bounds.entries)):
+            _, evicted = _evict(enc, s, e, bounds.entry_pages)
+            after = pick(enc.reclaim_victim(s, target, e), evicted, after)
+        s = after
+    return s
+
+
+def relation(enc: Encoding, operation: Operation, before: SystemState, after: SystemState, bounds: Bounds) -> Bool:
+    """The model relates the encodings of `before` and `after` under `operation`."""
+    s, t = encode(before), encode(after)
+    return _choose(list(_branches(enc, operation, s, bounds)), s, t)
+
+
+def conforms(enc: Encoding, operation: Operation, before: SystemState, after: SystemState, bounds: Bounds) -> bool:
+    """The spec's step from `before` to `after` is one the model allows."""
+    solver = z3.Solver()
+    solver.set("timeout", 60_000)
+    solver.add(relation(enc, operation, before, after, bounds))
+    answer = solver.check()
+    if answer == z3.unknown:
+        raise RuntimeError(f"z3 could not decide conformance of {operation}: {solver.reason_unknown()}")
+    return bool(answer == z3.sat)
