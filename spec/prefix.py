@@ -207,8 +207,11 @@ def remove(state: StoreState, pool: PoolState, identity: PrefixIdentity) -> tupl
 
 
 def is_idle(state: StoreState, pool: PoolState, entry: StoreEntry) -> bool:
-    """Only the store holds the entry's pages: evicting it frees every one of them."""
-    return all(pool.refs[page] == get_store_references(state, page) for page in entry.page_set.pages)
+    """Only the store holds the entry's pages: evicting it frees every one of them (an entry
+    naming pages outside `pool`, a store used with another pool, is never idle)."""
+    pages = entry.page_set.pages
+    in_range = all(0 <= page < len(pool.refs) for page in pages)
+    return in_range and all(pool.refs[page] == get_store_references(state, page) for page in pages)
 
 
 def reclaim(state: StoreState, pool: PoolState, pages: int) -> tuple[StoreState, PoolState, int]:

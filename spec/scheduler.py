@@ -22,12 +22,14 @@ Decisions where the original is lax:
 - `seed_decode_token` is allowed in PREFILL and DECODE (seeding before the prefill completes is
   how an engine hands over the first sampled token).
 - The backend sees a zeroed output list, so an output it never writes cannot pass as a stale
-  answer from an earlier round.
+  answer from an earlier round. A backend must not call back into the scheduler during a round.
+- The batched forms `ensure_writable_batch` and `prepare_decode_round` (an engine's hot path) are
+  defined as the single calls in sequence, all or nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import MutableSequence
+from collections.abc import MutableSequence, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -39,7 +41,7 @@ from kvsched.spec.batch import (
     RaggedBatchReceipt,
     RaggedDecodeBackend,
 )
-from kvsched.spec.domain import require_size, require_u32, require_u64
+from kvsched.spec.domain import is_int, require_size, require_u32, require_u64
 from kvsched.spec.errors import (
     BackendFailed,
     BackendLaunchCount,
@@ -213,6 +215,35 @@ def ensure_writable(
     return _with_slot(state, index, replace(slot, table=table)), pool, action
 
 
+def ensure_writable_batch(
+    state: SchedulerState, pool: PoolState, request_ids: Sequence[int], logical_pages: Sequence[int]
+) -> tuple[SchedulerState, PoolState, tuple[CopyOnWrite, ...]]:
+    """`ensure_writable` for each (request, logical page) pair in order, all or nothing.
+
+    Each step sees the effects of the earlier ones; the first failing step's error is raised.
+    """
+    ids, pages = list(request_ids), list(logical_pages)
+    if len(ids) != len(pages):
+        raise InvalidArgument(f"{len(ids)} request ids but {len(pages)} logical pages")
+    actions: list[CopyOnWrite] = []
+    for request_id, logical_page in zip(ids, pages, strict=True):
+        state, pool, action = ensure_writable(state, pool, request_id, logical_page)
+        actions.append(action)
+    return state, pool, tuple(actions)
+
+
+def prepare_decode_round(
+    state: SchedulerState, pool: PoolState, page_size: int
+) -> tuple[SchedulerState, PoolState, tuple[CopyOnWrite, ...]]:
+    """Make every DECODE request's next token page (`token_count // page_size`) writable, in slot
+    order, all or nothing: what an engine does before each decode round."""
+    if not is_int(page_size) or not 1 <= page_size <= U32_MAX:
+        raise InvalidArgument(f"page_size must be an int in 1..2**32-1, not {page_size!r}")
+    decoding = [state.slots[index] for index in get_decoding_slots(state)]
+    ids = [slot.request_id for slot in decoding]
+    return ensure_writable_batch(state, pool, ids, [slot.token_count // page_size for slot in decoding])
+
+
 def mark_prefill_complete(state: SchedulerState, request_id: int) -> SchedulerState:
     """PREFILL -> DECODE."""
     index = _require_request(state, request_id)
@@ -354,6 +385,20 @@ class RequestScheduler:
         self._state, pool_state, action = ensure_writable(self._state, pool.state, request_id, logical_page)
         pool.commit(pool_state)
         return action
+
+    def ensure_writable_batch(
+        self, request_ids: Sequence[int], logical_pages: Sequence[int], pool: BlockPool
+    ) -> tuple[CopyOnWrite, ...]:
+        """`ensure_writable` for every pair in order, all or nothing; each step's action."""
+        self._state, pool_state, actions = ensure_writable_batch(self._state, pool.state, request_ids, logical_pages)
+        pool.commit(pool_state)
+        return actions
+
+    def prepare_decode_round(self, pool: BlockPool, page_size: int) -> tuple[CopyOnWrite, ...]:
+        """Make room for every decoding request's next token, in slot order, all or nothing."""
+        self._state, pool_state, actions = prepare_decode_round(self._state, pool.state, page_size)
+        pool.commit(pool_state)
+        return actions
 
     def mark_prefill_complete(self, request_id: int) -> None:
         """Move a PREFILL request to DECODE."""

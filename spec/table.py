@@ -133,6 +133,8 @@ class SequenceBlockTable:
 
     def fork_into(self, target: SequenceBlockTable, pool: BlockPool) -> None:
         """Share every mapped page with the empty `target`."""
+        if not isinstance(target, SequenceBlockTable):
+            raise InvalidArgument(f"fork target must be a SequenceBlockTable, not {type(target).__name__}")
         entries, pool_state = fork(self._entries, target._entries, pool.state)
         target._entries = entries
         pool.commit(pool_state)

@@ -140,7 +140,8 @@ class KvschedMachine(RuleBasedStateMachine):
                 f"{description}: system raised {type(error).__name__}, spec raised {type(ref_error).__name__}"
             )
             if error is None:
-                assert result == ref_result, f"{description}: system returned {result!r}, spec {ref_result!r}"
+                mine, spec = _comparable(result), _comparable(ref_result)
+                assert mine == spec, f"{description}: system returned {mine!r}, spec {spec!r}"
             assert self.sut.snapshot() == self.ref.snapshot(), f"{description}: states diverge from the spec"
         return outcome
 
@@ -210,6 +211,40 @@ class KvschedMachine(RuleBasedStateMachine):
                 f"ensure_writable({request_id}, {logical_page}) left the written page shared"
             )
         return error
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(picks=st.lists(PICKS, max_size=3), logical_pages=st.lists(st.integers(-1, 3), max_size=3))
+    def ensure_writable_batch(self, picks: list[int], logical_pages: list[int]) -> None:
+        ids = [self._request(pick) for pick in picks]
+        self._apply_plan(
+            f"ensure_writable_batch({ids}, {logical_pages})",
+            lambda s, _: s.scheduler.ensure_writable_batch(ids, logical_pages, s.pool),
+        )
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(page_size=st.sampled_from([0, 2, 2, 2, 1]))
+    def prepare_decode_round(self, page_size: int) -> None:
+        """The engine's batched form of making room for every decoding request's next token."""
+        page_size = page_size and self.config.page_size
+        plan = self._apply_plan(
+            f"prepare_decode_round(page_size={page_size})",
+            lambda s, _: s.scheduler.prepare_decode_round(s.pool, page_size),
+        )
+        if plan is not None:
+            state = SystemState(*self.sut.snapshot(), tuple(sorted(self.external)))
+            for slot in state.scheduler.slots:
+                if slot.state is RequestState.DECODE:
+                    logical = slot.token_count // page_size
+                    assert post_written_page_exclusive(state, slot.request_id, logical), "prepared page shared"
+
+    def _apply_plan(self, description: str, operation: Callable[[SystemUnderTest, str], Any]) -> Any:
+        plan, error = self._step(description, operation)
+        if error is not None:
+            return None
+        for action in _comparable(plan):
+            if isinstance(action, Copy):
+                self.ghost.copy_page(action.source, action.destination)
+        return plan
 
     @precondition(lambda self: self.has_live_request())
     @rule(pick=PICKS, token=st.integers(0, 49))
@@ -437,6 +472,12 @@ def _check_lifo(before: PoolState, after: PoolState, description: str) -> None:
     popped, pushed = before.free[common:], after.free[common:]
     assert all(after.refs[page] > 0 for page in popped), f"{description}: a page left the free stack out of order"
     assert all(before.refs[page] > 0 for page in pushed), f"{description}: a free page was pushed again"
+
+
+def _comparable(result: Any) -> Any:
+    """A result as the spec states it: a batched write plan is compared by its actions."""
+    actions = getattr(result, "actions", None)
+    return actions() if callable(actions) else result
 
 
 def _attempt(operation: Callable[[SystemUnderTest, str], Any], system: SystemUnderTest, role: str) -> Outcome:

@@ -146,11 +146,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ("    retain_array(pool, source, skip_invalid=True)\n", ""),
     ),
     _mutant(
-        "prefill completion not counted as decoding",
-        "scheduler",
-        "mark_prefill_complete",
+        "retain allows one reference past the maximum",
+        "pool",
+        "retain",
         None,
-        ("    self._decoding += 1\n", ""),
+        ("if count >= self._max_references:", "if count > self._max_references:"),
     ),
     _mutant(
         "attach does not refresh the LRU stamp",

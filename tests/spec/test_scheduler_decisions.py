@@ -159,3 +159,34 @@ def test_constructors_refuse_impossible_sizes() -> None:
         BlockPool(-1)
     with pytest.raises(InvalidConfig):
         PrefixKvStore(1, 0)
+
+
+def test_prepare_decode_round_is_the_single_calls_in_slot_order() -> None:
+    pool, store, scheduler = BlockPool(6), PrefixKvStore(1, 2), RequestScheduler(3, 3)
+    for request_id in (5, 6):
+        scheduler.admit_with_prefix(request_id, None, store, pool)
+        scheduler.ensure_writable(request_id, 0, pool)
+        scheduler.mark_prefill_complete(request_id)
+    scheduler.fork(5, 7, pool)  # shares page 0 with request 5
+    for _ in range(2):
+        scheduler.record_token(6)
+    actions = scheduler.prepare_decode_round(pool, 2)
+    # request 5: page 0 shared with 7 -> copy; request 6: token 2 -> logical page 1 -> fresh;
+    # request 7: page 0 now exclusive after 5 copied away.
+    assert [type(action).__name__ for action in actions] == ["Copy", "Allocated", "Existing"]
+    assert scheduler.page_table(5)[0] != scheduler.page_table(7)[0]
+
+
+def test_batched_writes_are_all_or_nothing() -> None:
+    pool, store, scheduler = BlockPool(2), PrefixKvStore(1, 2), RequestScheduler(2, 2)
+    scheduler.admit_with_prefix(1, None, store, pool)
+    scheduler.admit_with_prefix(2, None, store, pool)
+    before = whole_state(pool, store, scheduler)
+    with pytest.raises(Exhausted):
+        scheduler.ensure_writable_batch([1, 2, 1], [0, 0, 1], pool)  # the third write has no page
+    assert whole_state(pool, store, scheduler) == before
+    with pytest.raises(InvalidArgument, match="2 request ids but 1 logical pages"):
+        scheduler.ensure_writable_batch([1, 2], [0], pool)
+    with pytest.raises(InvalidArgument, match="page_size"):
+        scheduler.prepare_decode_round(pool, 0)
+    assert whole_state(pool, store, scheduler) == before
