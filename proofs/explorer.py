@@ -24,17 +24,27 @@ from kvsched.proofs.canon import Canonicalizer, Renaming
 from kvsched.proofs.operations import Bounds, Operation, alphabet, rename, run, static_alphabet, within_budget
 from kvsched.proofs.subject import SPEC, Positioner, Subject, snapshot
 from kvsched.spec.errors import KvschedError
-from kvsched.spec.invariants import INVARIANTS, check_invariants, post_written_page_exclusive
+from kvsched.spec.invariants import (
+    INVARIANTS,
+    check_invariants,
+    post_failure_changes_nothing,
+    post_written_page_exclusive,
+)
 from kvsched.spec.prefix import PrefixIdentity
 from kvsched.spec.scheduler import is_live
 from kvsched.spec.system import SystemState
 
 Outcome = tuple[str, Any]
+Finding = tuple[str, str] | None  # (kind, detail) of a violation
 
 
 @dataclass
 class Violation:
-    """What went wrong, and the shortest path to it (canonical operations from the start)."""
+    """What went wrong, and the shortest path to it (canonical operations from the start).
+
+    `kind`: invariant, atomicity (a refused call changed the state), exclusive write, crash
+    (an error outside kvsched's closed set), lockstep (differs from the reference), liveness.
+    """
 
     kind: str
     detail: str
@@ -84,6 +94,8 @@ def attempt(
         result, external = run(operation, sut, state, bounds)
     except KvschedError as error:
         return ("raises", type(error).__name__), snapshot(sut, state.external)
+    except Exception as error:  # a bug in the system under test, reported with its trace
+        return ("crashes", repr(error)), snapshot(sut, state.external)
     return ("returns", normalize(result) if results else None), snapshot(sut, external)
 
 
@@ -205,8 +217,8 @@ class Explorer:
         self.result.checks += 1
         return "" if is_all_free(current) else f"pages leak after draining: refs={current.pool.refs}"
 
-    def _step(self, index: int, state: SystemState, back: Renaming | None, operation: Operation) -> str:
-        """Run one operation from state `index`; a violation's description, or ''.
+    def _step(self, index: int, state: SystemState, back: Renaming | None, operation: Operation) -> Finding:
+        """Run one operation from state `index`; the violation it shows, if any.
 
         `back` maps canonical names to the names of `state` (None: `state` is canonical).
         """
@@ -214,21 +226,26 @@ class Explorer:
         lockstep = self.reference is not None
         outcome, post = attempt(real, self.positioner.at(state), state, self.bounds, lockstep)
         self.result.transitions += 1
+        if outcome[0] == "crashes":
+            return "crash", f"{real} raised {outcome[1]}, not a kvsched error"
         if self.reference is not None:
             expected, reference_post = attempt(real, self.reference.at(state), state, self.bounds)
             if expected != outcome:
-                return f"lockstep: {real} gave {outcome}, the reference {expected}"
+                return "lockstep", f"{real} gave {outcome}, the reference {expected}"
             if reference_post != post:
-                return f"lockstep: {real} left {post}, the reference {reference_post}"
+                return "lockstep", f"{real} left {post}, the reference {reference_post}"
         if outcome[0] == "raises":
             self.result.checks += 1
-            return "" if post == state else f"{real} raised {outcome[1]} but changed the state to {post}"
+            if not post_failure_changes_nothing(state, post):
+                return "atomicity", f"{real} raised {outcome[1]} but changed the state from {state} to {post}"
+            return None
         if real.kind == "ensure_writable":
             self.result.checks += 1
             if not post_written_page_exclusive(post, *real.args):
-                return f"{real} returned but the written page is shared: {post}"
+                return "exclusive write", f"{real} returned but the written page is shared: {post}"
         _, new = self._add(post, index, operation, state if back is None else None)
-        return self._check_state(post) if new else ""
+        detail = self._check_state(post) if new else ""
+        return ("invariant", detail) if detail else None
 
     def run(self, max_states: int | None = None, time_limit: float | None = None) -> Exploration:
         """Explore until done, a violation, `max_states` states or `time_limit` seconds."""
@@ -241,10 +258,9 @@ class Explorer:
         while done < len(self.states):
             state, back = self._position(done)
             for operation in self._alphabet(done):
-                if detail := self._step(done, state, back, operation):
+                if finding := self._step(done, state, back, operation):
                     self.result.seconds = time.perf_counter() - start
-                    kind = "lockstep" if detail.startswith("lockstep") else "invariant"
-                    return self._fail(kind, detail, done, operation)
+                    return self._fail(*finding, done, operation)
             if detail := self._check_liveness(done, state):
                 self.result.seconds = time.perf_counter() - start
                 return self._fail("liveness", detail, done, None)

@@ -35,7 +35,9 @@ class Subject:
     expression: str
 
     def setup(self, binding: str) -> str:
-        """Python lines that bind the factory to `binding`."""
+        """Python lines that bind the factory to `binding` (a comment when it cannot be imported)."""
+        if not self.expression:
+            return f"# {binding}: {self.name}, not importable; bind it before running this program"
         return f"{self.imports}\n{binding} = {self.expression}"
 
 

@@ -42,26 +42,41 @@ def attempt(call):
 
 
 def run(system):
-    """The shortest path to the violation; the final state, as spec values."""
+    """The shortest path to the violation; the states before and after its last step."""
     pool, store, scheduler = system.pool, system.store, system.scheduler
     external = []  # the producer's page references
 {body}
-    return SystemState(*system.snapshot(), tuple(sorted(external)))
+    before = SystemState(*system.snapshot(), tuple(sorted(external)))
+{last}
+    return before, SystemState(*system.snapshot(), tuple(sorted(external)))
 
 '''
 
 CHECKS = {
     "invariant": """
-state = run(factory(CONFIG))
-print("invariants violated:", check_invariants(state))
+before, after = run(factory(CONFIG))
+print("invariants violated:", check_invariants(after))
+""",
+    "atomicity": """
+before, after = run(factory(CONFIG))
+print("the refused call changed the state:", before != after)
+print("before:", before)
+print("after: ", after)
+""",
+    "exclusive write": """
+before, after = run(factory(CONFIG))
+print("after the write, page reference counts:", after.pool.refs)
+""",
+    "crash": """
+run(factory(CONFIG))
 """,
     "liveness": """
-state = run(factory(CONFIG))
-print("reference counts after releasing everything:", state.pool.refs)
-print("free pages:", len(state.pool.free), "of", len(state.pool.refs))
+before, after = run(factory(CONFIG))
+print("reference counts after releasing everything:", after.pool.refs)
+print("free pages:", len(after.pool.free), "of", len(after.pool.refs))
 """,
     "lockstep": """
-state, expected = run(factory(CONFIG)), run(reference(CONFIG))
+(_, state), (_, expected) = run(factory(CONFIG)), run(reference(CONFIG))
 print("same final state as the reference:", state == expected)
 print("system:   ", state)
 print("reference:", expected)
@@ -105,9 +120,11 @@ def _reproduces(explorer: Explorer, violation: Violation, replay: Replay, last: 
         if last is not None:
             reference.real(last)
         return (reference.outcome, reference.state) != (replay.outcome, replay.state)
-    if replay.outcome[0] == "raises":
-        return replay.state != replay.before
-    if last is not None and last.kind == "ensure_writable" and "shared" in violation.detail:
+    if violation.kind == "atomicity":
+        return replay.outcome[0] == "raises" and replay.state != replay.before
+    if violation.kind == "crash":
+        return replay.outcome[0] == "crashes"
+    if violation.kind == "exclusive write" and last is not None:
         return not post_written_page_exclusive(replay.state, *last.args)
     return bool(check_invariants(replay.state))
 
@@ -117,17 +134,24 @@ def reproduce(explorer: Explorer, violation: Violation) -> str:
     replay = Replay(explorer, explorer.subject)
     for operation in violation.path:
         replay.canonical(operation)
+    path_lines = len(replay.lines)
     last = replay.canonical(violation.operation) if violation.operation is not None else None
     if violation.kind == "liveness":
         for operation in drain(replay.state, explorer.canon.index_of):
             replay.real(operation)
     if not _reproduces(explorer, violation, replay, last):
         raise AssertionError(f"the {violation.kind} violation did not reproduce on replay: {violation.detail}")
-    body = "\n".join(f"    {line}" for line in replay.lines) or "    pass"
+    body = "\n".join(f"    {line}" for line in replay.lines[:path_lines]) or "    pass"
+    final = "\n".join(f"    {line}" for line in replay.lines[path_lines:]) or "    pass"
     setup = explorer.subject.setup("factory")
     if violation.kind == "lockstep" and explorer.reference is not None:
         setup += "\n" + explorer.reference.subject.setup("reference")
     program = PREAMBLE.format(
-        kind=violation.kind, detail=violation.detail[:2000], setup=setup, config=explorer.bounds.config(), body=body
+        kind=violation.kind,
+        detail=violation.detail[:2000],
+        setup=setup,
+        config=explorer.bounds.config(),
+        body=body,
+        last=final,
     )
-    return program + CHECKS.get(violation.kind, CHECKS["invariant"])
+    return program + CHECKS[violation.kind]

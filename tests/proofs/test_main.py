@@ -1,0 +1,72 @@
+"""`python -m kvsched.proofs`: exit status, summary rows for `kvsched verify`, the manifest."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvsched.proofs import __main__ as entry
+from kvsched.proofs import manifest
+from kvsched.proofs.operations import Bounds
+from kvsched.proofs.subject import SPEC, variant
+
+TINY = Bounds(requests=1, pages=2, logical_pages=1, entries=1, entry_pages=1)
+
+
+def test_the_inductive_half_passes_and_is_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "MANIFEST.json"
+    assert entry.main(["--only", "inductive", "--manifest", str(path)]) == 0
+    runs = json.loads(path.read_text())["runs"]
+    assert [run["name"] for run in runs] == ["z3 inductive proofs"]
+    assert runs[0]["outcome"] == "pass" and runs[0]["goals"] > 200
+    assert "ensure_writable" in runs[0]["transitions"]
+    out = capsys.readouterr()
+    assert "z3 inductive proofs (every size)" in out.out
+    assert "proved ensure_writable" in out.err  # the per-transition proof times
+
+
+def test_an_exploration_is_recorded_with_its_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entry, "CI", (entry.Run(SPEC, TINY),))
+    path = tmp_path / "MANIFEST.json"
+    assert entry.main(["--only", "explore", "--manifest", str(path)]) == 0
+    assert entry.main(["--only", "explore", "--manifest", str(path)]) == 0  # replaces, not appends
+    (run,) = json.loads(path.read_text())["runs"]
+    assert run["bounds"]["requests"] == 1 and run["bounds"]["pages"] == 2
+    assert run["states"] > 300 and run["transitions"] > run["states"]
+    assert run["complete"] and run["outcome"] == "pass" and run["states_per_second"] > 0
+    assert "inv_refcount_equals_owners" in run["invariants"]
+
+
+def test_a_counterexample_fails_the_run_and_is_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(entry, "CI", (entry.Run(variant("finish leaks one page"), TINY),))
+    assert entry.main(["--only", "explore", "--no-manifest"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "scheduler.finish(0, pool)" in out
+
+
+def test_summary_rows_have_the_verify_table_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entry, "CI", (entry.Run(SPEC, TINY), entry.Run(SPEC, TINY, reference=SPEC)))
+    rows = entry.summary_rows()
+    assert len(rows) == 3
+    assert all(len(row) == 6 and row[4] == "pass" for row in rows)
+    assert str(rows[2][0]).startswith("explorer: spec ⇄ spec")
+
+
+def test_the_profiles_meet_the_issue_bounds() -> None:
+    sizes = [(r.bounds.requests, r.bounds.pages, r.bounds.logical_pages, r.bounds.entries) for r in entry.DEEP]
+    assert any(r >= 3 and p >= 5 and lp >= 3 and e >= 2 for r, p, lp, e in sizes)
+
+
+def test_manifest_records_replace_by_name_and_profile(tmp_path: Path) -> None:
+    path = tmp_path / "MANIFEST.json"
+    manifest.record([{"name": "a", "profile": "ci", "n": 1}, {"name": "b", "profile": "ci", "n": 1}], path)
+    manifest.record([{"name": "a", "profile": "ci", "n": 2}, {"name": "a", "profile": "deep", "n": 3}], path)
+    assert [(r["name"], r["profile"], r["n"]) for r in manifest.load(path)] == [
+        ("b", "ci", 1),
+        ("a", "ci", 2),
+        ("a", "deep", 3),
+    ]
