@@ -18,7 +18,7 @@ from itertools import product
 import z3
 
 from kvsched.proofs.encode import array, encode, identity_value
-from kvsched.proofs.model import INT_ARRAY, NONE, Arr, Bool, Int, Sys, pick, same
+from kvsched.proofs.model import DECODE, INT_ARRAY, NONE, Arr, Bool, Int, Sys, pick, same
 from kvsched.proofs.operations import Bounds, Operation, identity
 from kvsched.proofs.transitions import Encoding
 from kvsched.spec.system import SystemState
@@ -88,6 +88,10 @@ def _branches(enc: Encoding, operation: Operation, s: Sys, bounds: Bounds) -> It
         for r in slots:
             ok, post, _ = enc.ensure_writable(s, r, a[0], a[1])
             yield ok, post
+    elif kind == "ensure_writable_batch":
+        yield _batch(enc, s, list(zip(a[0], a[1], strict=False)), bounds, len(a[0]) == len(a[1]))
+    elif kind == "prepare_decode_round":
+        yield _prepare(enc, s, a[0], bounds)
     elif kind == "finish":
         for r in slots:
             detached = enc.detach_slot(s, r)
@@ -122,6 +126,39 @@ def _branches(enc: Encoding, operation: Operation, s: Sys, bounds: Bounds) -> It
         yield getattr(enc, kind)(s, a[0])
     else:
         raise ValueError(f"no model for operation {operation}")
+
+
+def _ensure_any(enc: Encoding, s: Sys, request_id: int | Int, logical: int | Int, bounds: Bounds) -> Branch:
+    """ensure_writable on whichever slot holds the request."""
+    ok: Bool = z3.BoolVal(False)
+    post = s
+    for r in reversed(range(bounds.requests)):
+        ok_r, post_r, _ = enc.ensure_writable(s, r, request_id, logical)
+        ok, post = z3.Or(ok, ok_r), pick(ok_r, post_r, post)
+    return ok, post
+
+
+def _batch(enc: Encoding, s: Sys, steps: list[tuple[int, int]], bounds: Bounds, same_length: bool) -> Branch:
+    """ensure_writable_batch: the single calls in order, all or nothing."""
+    ok: Bool = z3.BoolVal(same_length)
+    for request_id, logical in steps:
+        ok_step, s = _ensure_any(enc, s, request_id, logical, bounds)
+        ok = z3.And(ok, ok_step)
+    return ok, s
+
+
+def _prepare(enc: Encoding, s: Sys, page_size: int, bounds: Bounds) -> Branch:
+    """prepare_decode_round: each DECODE slot's next token page, in slot order, all or nothing."""
+    ok: Bool = z3.BoolVal(1 <= page_size <= 2**32 - 1)
+    if page_size < 1:
+        return ok, s
+    current = s
+    for r in range(bounds.requests):
+        decoding = s.phase[r] == DECODE
+        ok_r, post, _ = enc.ensure_writable(current, r, s.rid[r], s.tokens[r] / page_size)
+        ok = z3.And(ok, z3.Or(z3.Not(decoding), ok_r))
+        current = pick(decoding, post, current)
+    return ok, current
 
 
 def _reclaim(enc: Encoding, s: Sys, target: int, bounds: Bounds) -> Sys:

@@ -77,6 +77,8 @@ class Exploration:
 
 def normalize(value: Any) -> Any:
     """A comparable form of a result: dataclasses by name and fields, numbers as ints."""
+    if callable(getattr(value, "actions", None)):  # impl's WritePlan: the spec's action tuple
+        return normalize(value.actions())
     if is_dataclass(value) and not isinstance(value, type):
         return (type(value).__name__, *(normalize(getattr(value, f.name)) for f in fields(value)))
     if isinstance(value, list | tuple):

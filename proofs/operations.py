@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from itertools import permutations
+from itertools import permutations, product
 from typing import Any
 
 from kvsched.spec.errors import KvschedError
@@ -87,6 +87,7 @@ class Operation:
 
 
 REQUEST_ARGS = {
+    "ensure_writable_batch": (0,),
     "admit": (0,),
     "fork": (0, 1),
     "ensure_writable": (0,),
@@ -102,7 +103,10 @@ def rename(operation: Operation, ids: dict[int, int], identities: dict[int, int]
     """The same operation with request ids and identity indices mapped (ids outside kept)."""
     args = list(operation.args)
     for index in REQUEST_ARGS.get(operation.kind, ()):
-        args[index] = ids.get(args[index], args[index])
+        if isinstance(args[index], tuple):
+            args[index] = tuple(ids.get(value, value) for value in args[index])
+        else:
+            args[index] = ids.get(args[index], args[index])
     for index in IDENTITY_ARGS.get(operation.kind, ()):
         if args[index] is not None:
             args[index] = identities.get(args[index], args[index])
@@ -116,6 +120,15 @@ def _page_sets(bounds: Bounds) -> Iterator[tuple[int, ...]]:
     yield tuple(range(min(bounds.entry_pages + 1, bounds.pages)))  # over the entry capacity
 
 
+def _batches(bounds: Bounds) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Two-step batches over two request ids and a first and an out-of-range logical page."""
+    steps = [(r, k) for r in (0, 1) for k in (0, bounds.logical_pages)]
+    for first, second in product(steps, steps):
+        yield (first[0], second[0]), (first[1], second[1])
+    yield (), ()
+    yield (0,), ()  # mismatched lengths
+
+
 def static_alphabet(bounds: Bounds) -> tuple[Operation, ...]:
     """Every operation whose arguments do not depend on the state."""
     ids = (*bounds.request_ids, INVALID_ID)
@@ -124,6 +137,8 @@ def static_alphabet(bounds: Bounds) -> tuple[Operation, ...]:
     ops += [Operation("admit", (r, i)) for r in ids for i in identities]
     ops += [Operation("fork", (p, c)) for p in ids for c in ids]
     ops += [Operation("ensure_writable", (r, k)) for r in ids for k in range(-1, bounds.logical_pages + 1)]
+    ops += [Operation("ensure_writable_batch", batch) for batch in _batches(bounds)]
+    ops += [Operation("prepare_decode_round", (size,)) for size in (bounds.page_size, 0)]
     ops += [Operation("mark_prefill_complete", (r,)) for r in ids]
     ops += [Operation("seed_decode_token", (r, t)) for r in ids for t in (*bounds.seed_tokens, -1, 2**32)]
     ops += [Operation("record_token", (r,)) for r in ids]
@@ -205,6 +220,8 @@ _RUNNERS: dict[str, Runner] = {
     ),
     "fork": lambda s, _, __, a: s.scheduler.fork(a[0], a[1], s.pool),
     "ensure_writable": lambda s, _, __, a: s.scheduler.ensure_writable(a[0], a[1], s.pool),
+    "ensure_writable_batch": lambda s, _, __, a: s.scheduler.ensure_writable_batch(list(a[0]), list(a[1]), s.pool),
+    "prepare_decode_round": lambda s, _, __, a: s.scheduler.prepare_decode_round(s.pool, a[0]),
     "mark_prefill_complete": lambda s, _, __, a: s.scheduler.mark_prefill_complete(a[0]),
     "seed_decode_token": lambda s, _, __, a: s.scheduler.seed_decode_token(a[0], a[1]),
     "record_token": lambda s, _, __, a: s.scheduler.record_token(a[0]),
@@ -255,6 +272,8 @@ def call_source(operation: Operation, state: SystemState, bounds: Bounds) -> str
         "admit": lambda: f"scheduler.admit_with_prefix({a[0]}, {named(a[1])}, store, pool)",
         "fork": lambda: f"scheduler.fork({a[0]}, {a[1]}, pool)",
         "ensure_writable": lambda: f"scheduler.ensure_writable({a[0]}, {a[1]}, pool)",
+        "ensure_writable_batch": lambda: f"scheduler.ensure_writable_batch({list(a[0])}, {list(a[1])}, pool)",
+        "prepare_decode_round": lambda: f"scheduler.prepare_decode_round(pool, {a[0]})",
         "mark_prefill_complete": lambda: f"scheduler.mark_prefill_complete({a[0]})",
         "seed_decode_token": lambda: f"scheduler.seed_decode_token({a[0]}, {a[1]})",
         "record_token": lambda: f"scheduler.record_token({a[0]})",

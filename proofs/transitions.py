@@ -361,10 +361,11 @@ class Encoding:
         """Only the store holds the entry's pages."""
         (i,) = bound("idle_i")
         page = s.ent[entry][i]
+        in_pool_and_only_stored = z3.And(in_pages(s, page), s.refs[page] == s.scnt[page])
         return z3.And(
             in_entries(s, entry),
             s.elen[entry] > 0,
-            z3.ForAll([i], z3.Implies(between(0, i, s.elen[entry]), s.refs[page] == s.scnt[page])),
+            z3.ForAll([i], z3.Implies(between(0, i, s.elen[entry]), in_pool_and_only_stored)),
         )
 
     def reclaim_victim(self, s: Sys, target: Any, entry: Any) -> Bool:

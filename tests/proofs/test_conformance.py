@@ -39,6 +39,8 @@ SCENARIO = [
     Operation("decode", ("corrupt_identity", "")),
     Operation("decode", ("none", "")),
     Operation("mark_prefill_complete", (0,)),  # already decoding
+    Operation("prepare_decode_round", (2,)),  # the shared page cannot be copied: no page is free
+    Operation("prepare_decode_round", (0,)),
     Operation("record_token", (1,)),
     Operation("finish", (1,)),
     Operation("finish", (1,)),  # twice
@@ -47,6 +49,12 @@ SCENARIO = [
     Operation("decode", ("none", "")),  # slot 1 has no input token
     Operation("publish", (1, (2,), 1)),  # replaces the only entry
     Operation("reclaim", (3,)),  # nothing idle: request 0 still maps page 2
+    Operation("ensure_writable_batch", ((1, 0), (0, 2))),  # the second step fails: nothing changes
+    Operation("ensure_writable_batch", ((1, 0), (0, 1))),
+    Operation("finish", (1,)),
+    Operation("admit", (1, None)),
+    Operation("mark_prefill_complete", (1,)),
+    Operation("prepare_decode_round", (2,)),
     Operation("finish", (0,)),
     Operation("reclaim", (3,)),  # evicts the now idle entry
     Operation("ext_allocate"),
