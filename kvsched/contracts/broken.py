@@ -1,0 +1,151 @@
+"""Deliberately broken targets for the gate: proof that every kind of check in it can fail.
+
+Each target is a contract or a twin from the real modules, *unchanged* (same code, so the same
+docstring conditions at the same source lines), rebound to a copy of one spec or impl function
+with one bug (`kvsched.testing.mutants_patch.patch_source`). Nothing real is modified.
+`python -m kvsched.contracts --broken` runs the gate on these and must report a counterexample
+for every one (tests/contracts/test_gate.py requires exit status 1 and each counterexample).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+from kvsched.contracts import impl_kernels, spec_pool, spec_prefix, spec_scheduler, twin_kernels, twin_systems
+from kvsched.contracts.arrays import pure
+from kvsched.impl.page_kernels import ensure_rows, retain_pages
+from kvsched.impl.pool import BlockPool
+from kvsched.impl.system import ImplSystem, make_impl_system
+from kvsched.spec import pool as pool_ops
+from kvsched.spec import prefix as prefix_ops
+from kvsched.spec import scheduler as scheduler_ops
+from kvsched.testing.impl_system import ImplAdapter
+from kvsched.testing.mutants_patch import patch_source, swap
+from kvsched.testing.system import SystemConfig, SystemUnderTest
+
+
+def rebind(function: Callable[..., Any], **names: object) -> types.FunctionType:
+    """A copy of `function` (same code, docstring and annotations) seeing `names` as globals."""
+    assert isinstance(function, types.FunctionType)
+    copy = types.FunctionType(
+        function.__code__, {**function.__globals__, **names}, function.__name__, function.__defaults__
+    )
+    copy.__annotations__ = dict(function.__annotations__)
+    copy.__doc__ = function.__doc__
+    copy.__kwdefaults__ = function.__kwdefaults__
+    return copy
+
+
+def module_with(module: types.ModuleType, **functions: Callable[..., Any]) -> types.SimpleNamespace:
+    """A stand-in for `module` with some functions replaced."""
+    return types.SimpleNamespace(**{**vars(module), **functions})
+
+
+# -- spec transitions with one bug, under the spec's own contracts ------------------------------
+
+_release_without_push = patch_source(
+    pool_ops.release,
+    (("free = state.free + (page,) if count == 1 else state.free", "free = state.free"),),
+    "release forgets to push a freed page",
+)
+pool_release = rebind(spec_pool.pool_release, pool_ops=module_with(pool_ops, release=_release_without_push))
+
+_writable_shares_at_two = patch_source(
+    pool_ops.writable, (("if count == 1:", "if count <= 2:"),), "copy-on-write skipped at refcount 2"
+)
+pool_writable = rebind(spec_pool.pool_writable, pool_ops=module_with(pool_ops, writable=_writable_shares_at_two))
+
+_reclaim_most_recent = patch_source(
+    prefix_ops.reclaim, (("_, index = min(idle)", "_, index = max(idle)"),), "reclaim evicts the most recent"
+)
+prefix_reclaim = rebind(spec_prefix.prefix_reclaim, prefix_ops=module_with(prefix_ops, reclaim=_reclaim_most_recent))
+
+_capacity_before_duplicates = patch_source(
+    scheduler_ops._require_free_slot,
+    (
+        (
+            "    if find_request(state, request_id) is not None:\n"
+            '        raise DuplicateRequest(f"request {request_id} is already live")\n',
+            "",
+        ),
+        (
+            "    return index\n",
+            "    if find_request(state, request_id) is not None:\n"
+            '        raise DuplicateRequest("")\n'
+            "    return index\n",
+        ),
+    ),
+    "duplicate check after the capacity check",
+)
+scheduler_admit = rebind(
+    spec_scheduler.scheduler_admit,
+    scheduler_ops=module_with(
+        scheduler_ops, admit=swap(scheduler_ops.admit, scheduler_ops._require_free_slot, _capacity_before_duplicates)
+    ),
+)
+
+# -- impl kernels with one bug, under the kernels' contracts and twins --------------------------
+
+_retain_without_rollback = patch_source(
+    retain_pages, (("    if code != OK:\n        for index", "    if False:\n        for index"),), "no rollback"
+)
+kernel_retain_pages = rebind(impl_kernels.kernel_retain_pages, RETAIN_PAGES=pure(_retain_without_rollback))
+
+_copy_keeps_source = patch_source(
+    ensure_rows,
+    (("refs[current] -= 1  # held > 1: never reaches zero, never pushes", "pass"),),
+    "copy-on-write keeps the source's reference",
+)
+kernel_ensure_rows = rebind(impl_kernels.kernel_ensure_rows, ENSURE_ROWS=pure(_copy_keeps_source))
+impl_ensure = rebind(twin_kernels.impl_ensure, ENSURE_ROWS=pure(_copy_keeps_source))
+
+# -- an impl object with one bug, in the system twin ---------------------------------------------
+
+
+class ReleaseFirstPool(BlockPool):
+    """`writable` that releases the shared source before allocating its copy: an exhausted
+    pool then refuses the copy with the source's reference already gone."""
+
+    writable = patch_source(
+        BlockPool.writable,
+        (
+            (
+                "    destination = self.allocate()\n"
+                "    self._refs[page] = count - 1  # count > 1: the source stays held\n",
+                "    self._refs[page] = count - 1\n    destination = self.allocate()\n",
+            ),
+        ),
+        "writable releases before it allocates",
+    )
+
+
+def release_first_system(config: SystemConfig) -> SystemUnderTest:
+    """The impl system with a `ReleaseFirstPool`."""
+    system = make_impl_system(
+        config.requests,
+        config.logical_pages,
+        config.physical_pages,
+        config.store_entries,
+        config.store_pages,
+        config.max_references,
+    )
+    pool = ReleaseFirstPool(config.physical_pages, max_references=config.max_references)
+    return ImplAdapter(ImplSystem(pool, system.store, system.scheduler))
+
+
+impl_pool = rebind(twin_systems.impl_pool, impl_system=release_first_system)
+
+CHECK_TARGETS = (
+    "pool_release",
+    "pool_writable",
+    "prefix_reclaim",
+    "scheduler_admit",
+    "kernel_retain_pages",
+    "kernel_ensure_rows",
+)
+DIFF_TARGETS = (
+    ("kvsched.contracts.twin_kernels.spec_ensure", "impl_ensure"),
+    ("kvsched.contracts.twin_systems.spec_pool", "impl_pool"),
+)

@@ -1,0 +1,266 @@
+"""The CrossHair gate: every contract and every twin pair, each in its own bounded CrossHair run.
+
+    python -m kvsched.contracts [--per-condition-timeout S] [--diff-timeout S] [--budget S]
+                                [--jobs N] [--only TEXT ...] [--broken] [--json PATH]
+
+Targets:
+- `crosshair check` on every function with PEP316 conditions in `CHECK_MODULES` (spec
+  transitions, impl kernels), one process per function, `--report_all` so every condition
+  reports: each must be confirmed or unrefuted ("Unable to meet precondition" is an error: a
+  contract nothing satisfies checks nothing), and as many must report as the docstring has;
+- `crosshair diffbehavior spec_X impl_X` for every twin pair in `TWIN_MODULES`, after the
+  pair's concrete samples (`kvsched.contracts.launch`).
+
+Outcome per target: pass, COUNTEREXAMPLE (CrossHair exit 1, or a sample that differs) or ERROR
+(exit 2, e.g. an import failure; a missing condition report; a process past its time limit).
+The gate prints a table and exits 1 unless every target passes within the total `--budget`.
+`--broken` runs the same gate on `kvsched.contracts.broken`, where every target must fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+CHECK_MODULES = (
+    "kvsched.contracts.spec_pool",
+    "kvsched.contracts.spec_prefix",
+    "kvsched.contracts.spec_scheduler",
+    "kvsched.contracts.impl_kernels",
+)
+TWIN_MODULES = ("kvsched.contracts.twin_kernels", "kvsched.contracts.twin_systems")
+BROKEN_MODULE = "kvsched.contracts.broken"
+STARTUP_SECONDS = 30.0  # a process's allowance beyond its conditions: imports, samples, slack
+_REPORT = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<level>info|error): (?P<message>.*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One CrossHair run: `check` of one contract function or `diff` of one twin pair."""
+
+    kind: str
+    name: str
+    qualnames: tuple[str, ...]
+    conditions: int
+    samples: str | None = None  # "module:twin" whose samples run first
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """How one target ended."""
+
+    name: str
+    kind: str
+    conditions: int
+    confirmed: int
+    outcome: str
+    seconds: float
+    detail: str
+
+
+def count_conditions(function: object) -> int:
+    """The number of `post:` conditions in a PEP316 docstring (inline, or one per line of a
+    `post:` block)."""
+    conditions, block = 0, None
+    for line in (inspect.getdoc(function) or "").splitlines():
+        indent, stripped = len(line) - len(line.lstrip()), line.strip()
+        if block is not None and stripped and indent > block:
+            conditions += 1
+            continue
+        block = None
+        if stripped.startswith("post:"):
+            if stripped == "post:":
+                block = indent
+            else:
+                conditions += 1
+    return conditions
+
+
+def check_targets(module_name: str, names: Sequence[str] | None = None) -> list[Target]:
+    """A check target per function of `module_name` with postconditions (or the named ones)."""
+    module = importlib.import_module(module_name)
+    found = []
+    for name, function in vars(module).items():
+        if names is not None and name not in names:
+            continue
+        if not inspect.isfunction(function) or (names is None and function.__module__ != module_name):
+            continue
+        conditions = count_conditions(function)
+        if conditions:
+            found.append(Target("check", f"{module_name}.{name}", (f"{module_name}.{name}",), conditions))
+    return found
+
+
+def twin_targets(module_name: str) -> list[Target]:
+    """A diff target per `spec_X`/`impl_X` pair of `module_name`."""
+    module = importlib.import_module(module_name)
+    return [
+        Target(
+            "diff",
+            f"{module_name}.{name}",
+            (f"{module_name}.spec_{name}", f"{module_name}.impl_{name}"),
+            1,
+            f"{module_name}:{name}",
+        )
+        for name in module.SAMPLES
+    ]
+
+
+def all_targets(broken: bool) -> list[Target]:
+    """The gate's targets: the real ones, or the deliberately broken ones."""
+    if not broken:
+        targets = [target for module in CHECK_MODULES for target in check_targets(module)]
+        return targets + [target for module in TWIN_MODULES for target in twin_targets(module)]
+    module = importlib.import_module(BROKEN_MODULE)
+    targets = check_targets(BROKEN_MODULE, module.CHECK_TARGETS)
+    for spec_name, impl_name in module.DIFF_TARGETS:
+        twin_module, _, spec_function = spec_name.rpartition(".")
+        twin = spec_function.removeprefix("spec_")
+        qualnames = (spec_name, f"{BROKEN_MODULE}.{impl_name}")
+        targets.append(Target("diff", f"{BROKEN_MODULE}.{impl_name}", qualnames, 1, f"{twin_module}:{twin}"))
+    return targets
+
+
+def command(target: Target, per_condition: float, per_diff: float) -> list[str]:
+    """The launcher command line for one target."""
+    launcher = [sys.executable, "-m", "kvsched.contracts.launch"]
+    if target.samples:
+        launcher += ["--samples", target.samples]
+    if target.kind == "check":
+        crosshair = ["check", "--report_all", "--per_condition_timeout", str(per_condition), *target.qualnames]
+    else:
+        crosshair = ["diffbehavior", "--per_condition_timeout", str(per_diff), *target.qualnames]
+    return [*launcher, "--", *crosshair]
+
+
+def limit(target: Target, per_condition: float, per_diff: float) -> float:
+    """A process's wall-clock limit (against hangs): its CPU budget five times over (a loaded
+    machine runs slower than CrossHair's CPU clock), plus startup."""
+    cpu = per_condition * target.conditions if target.kind == "check" else per_diff
+    return 5 * cpu + STARTUP_SECONDS
+
+
+def interpret(target: Target, returncode: int, stdout: str, stderr: str, seconds: float) -> Result:
+    """Turn one CrossHair run into a `Result`."""
+
+    def result(outcome: str, confirmed: int = 0, detail: str = "") -> Result:
+        return Result(target.name, target.kind, target.conditions, confirmed, outcome, seconds, detail.strip())
+
+    if returncode == 1:
+        return result("COUNTEREXAMPLE", detail=stdout or stderr)
+    if returncode != 0:
+        return result("ERROR", detail=f"exit status {returncode}\n{stdout}\n{stderr}")
+    if target.kind == "diff":
+        if "No differences found" not in stdout:
+            return result("ERROR", detail=f"no verdict from diffbehavior\n{stdout}\n{stderr}")
+        iterations = re.search(r"attempted (\d+) iterations", stdout)
+        return result("pass", detail=f"{iterations.group(1) if iterations else '?'} iterations")
+    reports = [match for line in stdout.splitlines() if (match := _REPORT.match(line))]
+    unmet = [report.group(0) for report in reports if "Unable to meet precondition" in report.group("message")]
+    if unmet:
+        return result("ERROR", detail="vacuous contract:\n" + "\n".join(unmet))
+    if len(reports) != target.conditions:
+        return result("ERROR", detail=f"{len(reports)} of {target.conditions} conditions reported\n{stdout}\n{stderr}")
+    confirmed = sum("Confirmed over all paths" in report.group("message") for report in reports)
+    return result("pass", confirmed)
+
+
+def run_target(target: Target, per_condition: float, per_diff: float, deadline: float) -> Result:
+    """Run one target within its own limit and the gate's deadline."""
+    started = time.perf_counter()
+    timeout = min(limit(target, per_condition, per_diff), deadline - time.monotonic())
+    if timeout <= 0:
+        return Result(
+            target.name, target.kind, target.conditions, 0, "ERROR", 0.0, "not run: the gate's budget ran out"
+        )
+    try:
+        done = subprocess.run(
+            command(target, per_condition, per_diff),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+    except subprocess.TimeoutExpired:
+        seconds = time.perf_counter() - started
+        return Result(target.name, target.kind, target.conditions, 0, "ERROR", seconds, f"killed after {timeout:.0f} s")
+    return interpret(target, done.returncode, done.stdout, done.stderr, time.perf_counter() - started)
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("kvsched.contracts.")
+
+
+def print_table(results: Sequence[Result], per_condition: float, per_diff: float) -> None:
+    """The summary table, then every counterexample and error in full."""
+    header = ("target", "kind", "conditions", "confirmed", "outcome", "time")
+    rows = [
+        (_short(r.name), r.kind, str(r.conditions), str(r.confirmed), r.outcome, f"{r.seconds:.1f}s") for r in results
+    ]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    print(f"crosshair check --per_condition_timeout {per_condition}; diffbehavior --per_condition_timeout {per_diff}")
+    for index, row in enumerate([header, *rows]):
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+        if index == 0:
+            print("  ".join("-" * width for width in widths))
+    for r in results:
+        if r.outcome != "pass":
+            print(f"\n{r.outcome} in {_short(r.name)}:\n{r.detail}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the gate; 0 when every target passes within the budget, else 1."""
+    parser = argparse.ArgumentParser(prog="python -m kvsched.contracts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--per-condition-timeout", type=float, default=3.0, help="CPU seconds per condition (3)")
+    parser.add_argument("--diff-timeout", type=float, default=4.0, help="CPU seconds per twin pair (4)")
+    parser.add_argument("--budget", type=float, default=300.0, help="wall seconds for the whole gate (300)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="parallel runs (2)")
+    parser.add_argument(
+        "--only", action="append", default=[], help="run only targets whose name contains this text (repeatable)"
+    )
+    parser.add_argument("--broken", action="store_true", help="run on the deliberately broken targets")
+    parser.add_argument("--json", help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    targets = [
+        target for target in all_targets(args.broken) if not args.only or any(o in target.name for o in args.only)
+    ]
+    if not targets:
+        print(f"no target matches {args.only!r}", file=sys.stderr)
+        return 1
+    conditions = sum(target.conditions for target in targets)
+    print(f"{len(targets)} targets, {conditions} conditions, {args.jobs} jobs", file=sys.stderr)
+    started, deadline = time.perf_counter(), time.monotonic() + args.budget
+    results: list[Result] = []
+
+    def run(target: Target) -> Result:
+        result = run_target(target, args.per_condition_timeout, args.diff_timeout, deadline)
+        results.append(result)
+        print(
+            f"[{len(results)}/{len(targets)}] {_short(result.name)}: {result.outcome} {result.seconds:.1f}s",
+            file=sys.stderr,
+        )
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        ordered = list(pool.map(run, targets))
+    elapsed = time.perf_counter() - started
+    print_table(ordered, args.per_condition_timeout, args.diff_timeout)
+    failed = [result for result in ordered if result.outcome != "pass"]
+    print(
+        f"\n{len(ordered) - len(failed)} of {len(ordered)} targets pass; {elapsed:.0f} s (budget {args.budget:.0f} s)"
+    )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"seconds": elapsed, "results": [asdict(result) for result in ordered]}, handle, indent=2)
+    return 1 if failed else 0

@@ -1,0 +1,225 @@
+"""System twins for `crosshair diffbehavior`: one short program of public calls, run on a spec
+system and on an impl system, compared by result (or error type *and message*) and by abstract
+state after every call.
+
+impl keeps its state in numpy arrays, so CrossHair concretizes an int once it enters an array
+and then tests that concrete case; the programs are short and the domains small, so a few
+seconds cover many of them. Every twin bounds its own inputs (diffbehavior ignores
+preconditions): outside the domain both return None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from kvsched.contracts.support import ORDERS, PAGES, identity, in_range, mask_pages
+from kvsched.spec import PrefixPageSet, RequestState
+from kvsched.spec.errors import KvschedError
+from kvsched.testing.backends import FAULTS, HarnessBackend
+from kvsched.testing.impl_system import impl_system
+from kvsched.testing.system import SystemConfig, SystemUnderTest, spec_system
+
+CONFIG = SystemConfig(
+    requests=2, logical_pages=2, physical_pages=PAGES, store_entries=2, store_pages=2, max_references=4, page_size=2
+)
+Outcome = tuple[Any, ...] | None
+
+
+def _attempt(system: SystemUnderTest, call: Callable[[], object]) -> tuple[Any, ...]:
+    """What the call returned, or its error's type and message; then the abstract state."""
+    try:
+        result: object = call()
+    except KvschedError as error:
+        return (type(error).__name__, str(error), system.snapshot())
+    return (result, system.snapshot())
+
+
+def _pool_domain(e0: int, e1: int, e2: int, order: int, operation: int, page: int) -> bool:
+    return in_range(e0, e1, e2, high=3) and 0 <= order < 6 and 0 <= operation <= 3 and -1 <= page <= PAGES
+
+
+def pool_program(
+    system: SystemUnderTest, extras: tuple[int, int, int], order: int, operation: int, page: int
+) -> Outcome:
+    """Hold `extras[p]` references on page p (the free stack ordered by `order`), then one
+    operation: 0 allocate, 1 retain(page), 2 release(page), 3 writable(page, None for -1)."""
+    pool = system.pool
+    for _ in range(PAGES):
+        pool.allocate()
+    for held, count in enumerate(extras):
+        for _ in range(count - 1):
+            pool.retain(held)
+    for freed in ORDERS[order]:
+        if extras[freed] == 0:
+            pool.release(freed)
+    calls: tuple[Callable[[], object], ...] = (
+        pool.allocate,
+        lambda: pool.retain(page),
+        lambda: pool.release(page),
+        lambda: pool.writable(None if page < 0 else page),
+    )
+    return _attempt(system, calls[operation])
+
+
+def spec_pool(e0: int, e1: int, e2: int, order: int, operation: int, page: int) -> Outcome:
+    """`pool_program` on the spec."""
+    if not _pool_domain(e0, e1, e2, order, operation, page):
+        return None
+    return pool_program(spec_system(CONFIG), (e0, e1, e2), order, operation, page)
+
+
+def impl_pool(e0: int, e1: int, e2: int, order: int, operation: int, page: int) -> Outcome:
+    """`pool_program` on impl."""
+    if not _pool_domain(e0, e1, e2, order, operation, page):
+        return None
+    return pool_program(impl_system(CONFIG), (e0, e1, e2), order, operation, page)
+
+
+def _store_domain(a_mask: int, b_mask: int, c_mask: int, e0: int, e1: int, e2: int, target: int) -> bool:
+    return in_range(a_mask, b_mask, c_mask, high=7) and in_range(e0, e1, e2, high=1) and -1 <= target <= 4
+
+
+def store_program(
+    system: SystemUnderTest, masks: tuple[int, int, int], extras: tuple[int, int, int], attach: bool, target: int
+) -> Outcome:
+    """The producer allocates every page and publishes prefixes 0, 1, 2 (their masks' pages; a
+    third set replaces a victim); request 1 attaches prefix 0 when `attach`; the producer keeps
+    page p only when `extras[p]`; then `reclaim(target)`. Every call's outcome."""
+    pool, store = system.pool, system.store
+    for _ in range(PAGES):
+        pool.allocate()
+    trace = []
+    for ident, mask in enumerate(masks):
+        if mask:
+            page_set = PrefixPageSet(identity(ident), mask_pages(mask), 3)
+            trace.append(_attempt(system, partial(store.publish, page_set, pool)))
+    if attach:
+        trace.append(_attempt(system, lambda: system.scheduler.admit_with_prefix(1, identity(0), store, pool)))
+    for page, keep in enumerate(extras):
+        if not keep:
+            pool.release(page)
+    trace.append(_attempt(system, lambda: store.reclaim(pool, target)))
+    return tuple(trace)
+
+
+def spec_store(a_mask: int, b_mask: int, c_mask: int, e0: int, e1: int, e2: int, attach: bool, target: int) -> Outcome:
+    """`store_program` on the spec."""
+    if not _store_domain(a_mask, b_mask, c_mask, e0, e1, e2, target):
+        return None
+    return store_program(spec_system(CONFIG), (a_mask, b_mask, c_mask), (e0, e1, e2), attach, target)
+
+
+def impl_store(a_mask: int, b_mask: int, c_mask: int, e0: int, e1: int, e2: int, attach: bool, target: int) -> Outcome:
+    """`store_program` on impl."""
+    if not _store_domain(a_mask, b_mask, c_mask, e0, e1, e2, target):
+        return None
+    return store_program(impl_system(CONFIG), (a_mask, b_mask, c_mask), (e0, e1, e2), attach, target)
+
+
+def _call(system: SystemUnderTest, operation: int, request_id: int) -> Callable[[], object]:
+    pool, store, scheduler = system.pool, system.store, system.scheduler
+    calls: tuple[Callable[[], object], ...] = (
+        lambda: scheduler.admit_with_prefix(request_id, None, store, pool),
+        lambda: scheduler.admit_with_prefix(request_id, identity(0), store, pool),
+        lambda: scheduler.finish(request_id, pool),
+        lambda: scheduler.fork(request_id, request_id + 1, pool),
+        lambda: scheduler.ensure_writable(request_id, 0, pool),
+    )
+    return calls[operation]
+
+
+def _scheduler_domain(*steps: int) -> bool:
+    return all(0 <= step <= 4 for step in steps[::2]) and all(-1 <= arg <= 3 for arg in steps[1::2])
+
+
+def scheduler_program(system: SystemUnderTest, steps: tuple[int, ...]) -> Outcome:
+    """Prefix 0 is published on page 0 (one token), then each (operation, request id) step runs:
+    0 admit, 1 admit with prefix 0, 2 finish, 3 fork into id + 1, 4 ensure_writable(id, 0)."""
+    page = system.pool.allocate()
+    system.store.publish(PrefixPageSet(identity(0), (page,), 1), system.pool)
+    system.pool.release(page)
+    return tuple(_attempt(system, _call(system, op, arg)) for op, arg in zip(steps[::2], steps[1::2], strict=True))
+
+
+def spec_scheduler(o0: int, a0: int, o1: int, a1: int, o2: int, a2: int, o3: int, a3: int) -> Outcome:
+    """`scheduler_program` on the spec."""
+    if not _scheduler_domain(o0, a0, o1, a1, o2, a2, o3, a3):
+        return None
+    return scheduler_program(spec_system(CONFIG), (o0, a0, o1, a1, o2, a2, o3, a3))
+
+
+def impl_scheduler(o0: int, a0: int, o1: int, a1: int, o2: int, a2: int, o3: int, a3: int) -> Outcome:
+    """`scheduler_program` on impl."""
+    if not _scheduler_domain(o0, a0, o1, a1, o2, a2, o3, a3):
+        return None
+    return scheduler_program(impl_system(CONFIG), (o0, a0, o1, a1, o2, a2, o3, a3))
+
+
+def _round_domain(token0: int, token1: int, fault: int, short: int) -> bool:
+    return in_range(token0, token1, high=49) and 0 <= fault < len(FAULTS) and 0 <= short <= 3
+
+
+def round_program(
+    system: SystemUnderTest,
+    hits: tuple[bool, bool],
+    seeds: tuple[bool, bool],
+    tokens: tuple[int, int],
+    fault: int,
+    short: int,
+) -> Outcome:
+    """Requests 10 and 11 are admitted (a prefix hit decodes at once; a miss prefills one token
+    first), seeded when `seeds[i]`, given a writable next page, and one decode round runs with
+    backend fault `FAULTS[fault]` and, for `short` 1..3, one record too few in the items, tables
+    or outputs buffer. The round's outcome, and the batch the backend saw."""
+    pool, store, scheduler = system.pool, system.store, system.scheduler
+    page = pool.allocate()
+    store.publish(PrefixPageSet(identity(0), (page,), 1), pool)
+    pool.release(page)
+    for index, request_id in enumerate((10, 11)):
+        scheduler.admit_with_prefix(request_id, identity(0) if hits[index] else None, store, pool)
+        if not hits[index]:
+            scheduler.ensure_writable(request_id, 0, pool)
+            scheduler.record_token(request_id)
+            scheduler.mark_prefill_complete(request_id)
+        if seeds[index]:
+            scheduler.seed_decode_token(request_id, tokens[index])
+        scheduler.ensure_writable(request_id, 0, pool)
+    decoding = sum(1 for slot in system.snapshot()[2].slots if slot.state is RequestState.DECODE)
+    sizes = [decoding, decoding * CONFIG.logical_pages, decoding]
+    if short:
+        sizes[short - 1] -= 1
+    backend = HarnessBackend(FAULTS[fault], CONFIG.page_size)
+    scratch = system.scratch(*(max(size, 0) for size in sizes))
+    outcome = _attempt(system, lambda: scheduler.execute_decode_round(backend, *scratch))
+    return outcome, backend.seen
+
+
+def spec_round(
+    hit0: bool, hit1: bool, seed0: bool, seed1: bool, token0: int, token1: int, fault: int, short: int
+) -> Outcome:
+    """`round_program` on the spec."""
+    if not _round_domain(token0, token1, fault, short):
+        return None
+    return round_program(spec_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), fault, short)
+
+
+def impl_round(
+    hit0: bool, hit1: bool, seed0: bool, seed1: bool, token0: int, token1: int, fault: int, short: int
+) -> Outcome:
+    """`round_program` on impl."""
+    if not _round_domain(token0, token1, fault, short):
+        return None
+    return round_program(impl_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), fault, short)
+
+
+# Concrete inputs inside each twin's domain: the gate runs them before CrossHair (both twins
+# must return a non-None, equal outcome; running them also compiles every kernel the programs
+# reach before CrossHair's side-effect wall goes up), so no twin can pass vacuously.
+SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
+    "pool": ((1, 1, 2, 5, 3, 2), (0, 1, 0, 2, 0, 0), (2, 0, 1, 1, 2, 0), (1, 0, 3, 4, 1, 2)),
+    "store": ((4, 2, 0, 0, 1, 0, 0, 2), (1, 2, 4, 0, 0, 0, 1, 3), (3, 0, 6, 1, 1, 1, 0, 1)),
+    "scheduler": ((0, 1, 1, 2, 2, 1, 0, 1), (1, 0, 3, 0, 4, 1, 4, 0), (0, 0, 0, 0, 1, 3, 0, 2)),
+    "round": ((1, 0, 1, 1, 3, 4, 0, 0), (0, 1, 1, 0, 5, 6, 2, 1), (1, 1, 1, 1, 7, 8, 5, 0), (0, 0, 1, 1, 1, 2, 0, 3)),
+}

@@ -1,0 +1,100 @@
+"""The contract modules themselves, concretely (no CrossHair): every contract is satisfiable and
+holds on random inputs that meet its precondition; every twin pair agrees on its samples; every
+deliberately broken target really is broken on a known input."""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+from crosshair.condition_parser import Pep316Parser
+from crosshair.fnutil import FunctionInfo
+
+from kvsched.contracts import broken, gate
+from kvsched.contracts.launch import run_samples
+
+CHECK_TARGETS = [target for module in gate.CHECK_MODULES for target in gate.check_targets(module)]
+
+
+def _function(qualname: str) -> Callable[..., Any]:
+    module_name, _, name = qualname.rpartition(".")
+    function: Callable[..., Any] = getattr(__import__(module_name, fromlist=[name]), name)
+    return function
+
+
+def _conditions(function: Callable[..., Any]) -> Any:
+    conditions = Pep316Parser().get_fn_conditions(FunctionInfo.from_fn(function))
+    assert conditions is not None and conditions.post, f"{function.__name__} has no postconditions"
+    return conditions
+
+
+def _draw(function: Callable[..., Any], rng: random.Random) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for name, parameter in inspect.signature(function).parameters.items():
+        annotation = str(parameter.annotation)
+        values[name] = (
+            rng.random() < 0.5 if annotation == "bool" else rng.choice(range(-1, 3 if rng.random() < 0.7 else 8))
+        )
+    return values
+
+
+def _holds(conditions: Any, bindings: Mapping[str, object]) -> list[str]:
+    return [post.expr_source for post in conditions.post if not post.evaluate(bindings)]
+
+
+@pytest.mark.parametrize("target", CHECK_TARGETS, ids=lambda target: target.name.removeprefix("kvsched.contracts."))
+def test_contract_holds_on_random_inputs(target: gate.Target) -> None:
+    function = _function(target.qualnames[0])
+    conditions = _conditions(function)
+    assert len(conditions.post) == target.conditions == gate.count_conditions(function)
+    rng, met = random.Random(0), 0
+    for _ in range(20_000):
+        arguments = _draw(function, rng)
+        if not all(pre.evaluate(arguments) for pre in conditions.pre):
+            continue
+        met += 1
+        failed = _holds(conditions, {**arguments, "__return__": function(**arguments)})
+        assert not failed, f"{function.__name__}({arguments}) breaks {failed}"
+        if met == 60:
+            break
+    assert met >= 10, f"only {met} of 20000 random inputs meet the precondition of {function.__name__}"
+
+
+# Inputs CrossHair reported against each broken target (and that the real contract accepts).
+BROKEN_INPUTS: dict[str, tuple[object, ...]] = {
+    "pool_release": (1, 2, 0, 5, 0),
+    "pool_writable": (1, 1, 2, 5, 2),
+    "prefix_reclaim": (0, 1, 1, 1, 6, 0, 0, 0, 0, 0, 1),
+    "scheduler_admit": (1, 1, 2, 0, 0, 0, 0, 5, 0, 0),
+    "kernel_retain_pages": (3, 0, 0, 0, 0, 2, False),
+    "kernel_ensure_rows": (0, 1, 0, 1, 0, 0, 0, 4, 1, 0, 1, 0),
+}
+
+
+@pytest.mark.parametrize("name", broken.CHECK_TARGETS)
+def test_broken_target_breaks_its_contract(name: str) -> None:
+    broken_function = getattr(broken, name)
+    original = _function(f"{broken_function.__globals__['__name__']}.{name}")
+    assert broken_function.__code__ is original.__code__  # the very same contract, conditions and all
+    bindings = dict(zip(inspect.signature(original).parameters, BROKEN_INPUTS[name], strict=True))
+    conditions = _conditions(original)
+    assert all(pre.evaluate(bindings) for pre in conditions.pre)
+    assert not _holds(conditions, {**bindings, "__return__": original(*BROKEN_INPUTS[name])})
+    assert _holds(_conditions(broken_function), {**bindings, "__return__": broken_function(*BROKEN_INPUTS[name])})
+
+
+@pytest.mark.parametrize(
+    "twin", [target.samples for module in gate.TWIN_MODULES for target in gate.twin_targets(module)]
+)
+def test_twins_agree_on_their_samples(twin: str) -> None:
+    assert run_samples(str(twin)) is None
+
+
+def test_broken_twins_differ_from_the_spec() -> None:
+    from kvsched.contracts import twin_kernels, twin_systems
+
+    assert twin_kernels.spec_ensure(2, 0, 0, 0, 1, 2, 1, 0) != broken.impl_ensure(2, 0, 0, 0, 1, 2, 1, 0)
+    assert twin_systems.spec_pool(2, 1, 2, 2, 3, 0) != broken.impl_pool(2, 1, 2, 2, 3, 0)
