@@ -38,6 +38,34 @@ from kvsched.proofs.universe import UNBOUNDED, Universe
 
 Goal = tuple[str, Bool]
 
+COVERS = {
+    "pool.allocate": "BlockPool.allocate",
+    "pool.retain": "BlockPool.retain",
+    "pool.release": "BlockPool.release",
+    "pool.writable": "BlockPool.writable (copy-on-write)",
+    "ext_allocate": "allocate by an external holder",
+    "ext_retain": "retain by an external holder",
+    "ext_release": "release by an external holder",
+    "ensure_writable": "ensure_writable (and each step of ensure_writable_batch, prepare_decode_round)",
+    "admit_miss": "admit with no prefix or a miss",
+    "mark_prefill_complete": "mark_prefill_complete",
+    "seed_decode_token": "seed_decode_token",
+    "record_token": "record_token",
+    "decode_round": "execute_decode_round (commit or no change)",
+    "initial": "the initial state",
+    "retain_pending (sets)": "retain step of install_shared_prefix and publish, and their rollback",
+    "retain_pending (rows)": "retain step of fork_into, and its rollback",
+    "release_pending (sets)": "release step of remove, reclaim and a replacing publish",
+    "release_pending (rows)": "release step of release_all (finish)",
+    "admit_hit": "admit with a hit: attach, install_shared_prefix's commit",
+    "fork": "fork_into's commit",
+    "finish": "finish = release_all's detach",
+    "publish": "publish's make-visible step",
+    "remove": "remove's detach",
+    "reclaim": "each eviction of reclaim's loop",
+}
+"""What each proved transition (a key of the report) stands for in the spec."""
+
 
 @dataclass(frozen=True)
 class Obligation:

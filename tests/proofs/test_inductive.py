@@ -8,7 +8,7 @@ import z3
 from kvsched.proofs.broken import CORPUS, Broken
 from kvsched.proofs.inductive import prove, refute, split_goal, times_by_transition, witnesses
 from kvsched.proofs.model import bound
-from kvsched.proofs.obligations import obligations
+from kvsched.proofs.obligations import COVERS, obligations
 
 TRANSITIONS = sorted({obligation.transition for obligation in obligations()})
 
@@ -60,6 +60,10 @@ def test_broken_encoding_is_refuted_with_a_counterexample(broken: Broken) -> Non
     assert result is not None, f"{broken.name} was not refuted"
     assert result.outcome == "refuted"
     assert "refs=" in result.detail and "arguments:" in result.detail
+
+
+def test_every_transition_says_what_it_covers() -> None:
+    assert set(COVERS) == set(TRANSITIONS)
 
 
 def test_the_corpus_breaks_every_transition() -> None:

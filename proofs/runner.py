@@ -1,0 +1,185 @@
+"""The proof runs: `python -m kvsched.proofs [--deep]`, `kvsched proofs`, and `kvsched verify`'s rows.
+
+Prints the proof time of every transition and, per exploration, the bounds, states,
+transitions and states per second; a counterexample is printed as a runnable program. Records
+every run in proofs/MANIFEST.json. Exit status 1 on any failed proof or counterexample.
+`summary_rows(deep)` gives `kvsched verify` one row per proof or exploration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kvsched.proofs import manifest
+from kvsched.proofs.explorer import Exploration, Explorer
+from kvsched.proofs.inductive import GoalResult, prove, times_by_transition
+from kvsched.proofs.invariant import CONJUNCTS
+from kvsched.proofs.obligations import COVERS
+from kvsched.proofs.operations import Bounds
+from kvsched.proofs.subject import IMPL, SPEC, Subject
+from kvsched.proofs.trace import reproduce
+
+
+@dataclass(frozen=True)
+class Run:
+    """One exploration of a profile: what to explore, against what, within which bounds."""
+
+    subject: Subject
+    bounds: Bounds
+    reference: Subject | None = None
+    time_limit: float | None = None
+
+
+ISSUE = Bounds(requests=3, pages=5, logical_pages=3, entries=2, entry_pages=2)
+"""The sizes the issue asks for: 3 request slots, 5 pages, 3 logical pages, 2 entries of 2 pages."""
+
+CI: tuple[Run, ...] = (
+    Run(SPEC, replace(ISSUE, max_depth=6)),
+    Run(SPEC, Bounds(requests=2, pages=2, logical_pages=1, entries=1, entry_pages=1, max_external=1)),
+    Run(IMPL, Bounds(requests=1, pages=2, logical_pages=1, entries=1, entry_pages=1), reference=SPEC),
+    Run(IMPL, replace(ISSUE, max_depth=4), reference=SPEC),
+)
+"""About 40 seconds on two cores: the issue's sizes to depth 6, every state of a smaller
+system, and impl in lockstep with the spec on every state of the smallest and to depth 4."""
+
+DEEP: tuple[Run, ...] = (
+    Run(SPEC, replace(ISSUE, max_depth=8)),
+    Run(SPEC, Bounds(requests=2, pages=3, logical_pages=2, entries=1, entry_pages=1, max_external=1)),
+    Run(SPEC, Bounds(requests=2, pages=2, logical_pages=2, entries=1, entry_pages=1)),
+    Run(IMPL, replace(ISSUE, max_depth=5), reference=SPEC),
+    Run(IMPL, Bounds(requests=2, pages=2, logical_pages=1, entries=1, entry_pages=1, max_external=1), reference=SPEC),
+)
+"""The largest bounds that finish within 30 minutes on two cores (the manifest has the times)."""
+
+Row = list[object]
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_proofs() -> tuple[list[GoalResult], float, Row]:
+    """The z3 proofs; their results, time and summary row."""
+    start = time.perf_counter()
+    results = prove(progress=False)
+    seconds = time.perf_counter() - start
+    proved = all(result.outcome == "proved" for result in results)
+    transitions = len(times_by_transition(results))
+    row: Row = [
+        "z3 inductive proofs (every size)",
+        f"{len(results)} goals",
+        f"{transitions} transitions",
+        f"{len(CONJUNCTS)} conjuncts",
+        "pass" if proved else "FAIL",
+        f"{seconds:.1f}s",
+    ]
+    return results, seconds, row
+
+
+def _label(run: Run) -> str:
+    b = run.bounds
+    sizes = f"R{b.requests} P{b.pages} L{b.logical_pages} E{b.entries}x{b.entry_pages}"
+    depth = f" depth≤{b.max_depth}" if b.max_depth is not None else ""
+    against = f" ⇄ {run.reference.name}" if run.reference is not None else ""
+    return f"explorer: {run.subject.name}{against} {sizes}{depth}"
+
+
+def run_exploration(run: Run, progress: bool) -> tuple[Exploration, Row, str]:
+    """One exploration; its result, summary row and (on a violation) the runnable program."""
+    explorer = Explorer(run.bounds, run.subject, run.reference, _log if progress else None)
+    result = explorer.run(time_limit=run.time_limit)
+    program = reproduce(explorer, result.violation) if result.violation is not None else ""
+    outcome = "pass" if result.violation is None else "FAIL"
+    coverage = f"{result.states:,} states" + ("" if result.complete else " (stopped)")
+    row: Row = [
+        _label(run),
+        coverage,
+        f"{result.transitions:,}",
+        f"{result.checks:,}",
+        outcome,
+        f"{result.seconds:.1f}s",
+    ]
+    return result, row, program
+
+
+def execute(
+    deep: bool, *, proofs: bool = True, explore: bool = True, progress: bool = True
+) -> tuple[list[Row], list[dict[str, Any]], list[str]]:
+    """Run a profile: summary rows, manifest records, counterexample programs."""
+    profile = "deep" if deep else "ci"
+    rows: list[Row] = []
+    records: list[dict[str, Any]] = []
+    programs: list[str] = []
+    if proofs:
+        results, seconds, row = run_proofs()
+        rows.append(row)
+        records.append(manifest.proof_record(results, seconds, profile))
+        if progress:
+            print(f"{'transition':24} {'goals':>5} {'proof time':>12}  covers")
+            for name, (goals, secs, proved) in times_by_transition(results).items():
+                status = "" if proved else "  NOT PROVED"
+                print(f"{name:24} {goals:5} {secs * 1000:9.1f} ms  {COVERS[name]}{status}")
+            print()
+    if explore:
+        for run in DEEP if deep else CI:
+            if progress:
+                _log(f"{_label(run)} ...")
+            result, row, program = run_exploration(run, progress)
+            rows.append(row)
+            records.append(manifest.exploration_record(result, profile))
+            if program:
+                programs.append(program)
+            if progress:
+                _log(
+                    f"  {result.states:,} states, {result.transitions:,} transitions in {result.seconds:.1f}s: "
+                    f"{result.states_per_second:,.0f} states/s"
+                )
+    return rows, records, programs
+
+
+def summary_rows(deep: bool = False) -> list[Row]:
+    """Rows for `kvsched verify`: (name, states or goals, transitions, checks, outcome, time)."""
+    rows, _, programs = execute(deep, progress=False)
+    for program in programs:
+        print(program, file=sys.stderr)
+    return rows
+
+
+def _print_table(rows: Sequence[Row]) -> None:
+    header: Row = ["proof", "states / goals", "transitions", "checks", "outcome", "time"]
+    cells = [[str(value) for value in row] for row in [header, *rows]]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
+    for index, row in enumerate(cells):
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)))
+        if index == 0:
+            print("  ".join("-" * width for width in widths))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; 0 when every proof holds and no exploration found a counterexample."""
+    parser = argparse.ArgumentParser(
+        prog="python -m kvsched.proofs", description="The z3 inductive proofs and the exhaustive explorer."
+    )
+    parser.add_argument("--deep", action="store_true", help="the largest bounds (tens of minutes)")
+    parser.add_argument("--only", choices=["inductive", "explore"], help="run one half only")
+    parser.add_argument("--manifest", type=Path, default=manifest.MANIFEST, help="where to record the runs")
+    parser.add_argument("--no-manifest", action="store_true", help="do not record the runs")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:  # `kvsched proofs -- --deep` passes the separator through
+        argv = argv[1:]
+    args = parser.parse_args(argv)
+    rows, records, programs = execute(
+        args.deep, proofs=args.only in (None, "inductive"), explore=args.only in (None, "explore")
+    )
+    _print_table(rows)
+    for program in programs:
+        print("\n" + program)
+    if not args.no_manifest:
+        manifest.record(records, args.manifest)
+    return 0 if all(row[4] == "pass" for row in rows) else 1
