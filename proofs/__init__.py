@@ -1,9 +1,9 @@
 """Machine-checked proofs of kvsched's invariants, and an exhaustive bounded model checker.
 
 Inductive proofs (z3, every size): model.py (the state), invariant.py (the invariant),
-transitions.py (the spec's transitions), obligations.py and inductive.py (what is proved and
-how), universe.py (symbolic or small states), broken.py (encodings that must fail),
-encode.py and conformance.py (the model tied to the spec's code).
+transitions.py and store_steps.py (the spec's transitions), obligations.py and inductive.py
+(what is proved and how), universe.py (symbolic or small states), broken.py (encodings that
+must fail), encode.py and conformance.py (the model tied to the spec's code).
 
 Exhaustive exploration (the real spec objects, small bounds): operations.py (the alphabet),
 canon.py (symmetry reduction), subject.py (system factories), explorer.py (breadth-first
