@@ -257,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print each failure and its program")
     parser.add_argument("--json", help="also write the verdicts as JSON here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: hunt one mutant, print its verdict
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(arguments[1:] if arguments[:1] == ["--"] else arguments)  # `kvsched mutants -- ...`
     if args.worker:
         print(json.dumps(asdict(run_worker(args.worker, args.examples, args.steps, args.seed))))
         return 0
