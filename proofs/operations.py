@@ -121,7 +121,12 @@ def _page_sets(bounds: Bounds) -> Iterator[tuple[int, ...]]:
 
 
 def _batches(bounds: Bounds) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Two-step batches over two request ids and a first and an out-of-range logical page."""
+    """Two-step batches over the first two requests and a first and an out-of-range logical page.
+
+    A batch is the single calls in order, so it reaches no state the single calls do not: these
+    are here to check its all-or-nothing rollback and its agreement with the single calls, and
+    need not be closed under the id symmetry (canon.py) the single calls rely on.
+    """
     steps = [(r, k) for r in (0, 1) for k in (0, bounds.logical_pages)]
     for first, second in product(steps, steps):
         yield (first[0], second[0]), (first[1], second[1])

@@ -6,8 +6,9 @@ and `kvsched.impl` all plug in through that one boundary, so the same explorer c
 
 The explorer needs a system *at* a given state. Systems built from spec objects are loaded by
 committing the frozen states directly (through the spec base classes, so a variant's own
-`commit` cannot reinterpret them). Any other system (impl, a user's page manager) is brought
-there by replaying the shortest path from a fresh system, then copied once per operation.
+`commit` cannot reinterpret them); such a system must keep all its state in those values.
+Any other system (impl, a user's page manager) is brought there by replaying the shortest
+path from a fresh system, then copied once per operation.
 """
 
 from __future__ import annotations
