@@ -25,11 +25,13 @@ def _stamp() -> dict[str, Any]:
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": f"{platform.node()} ({platform.machine()})"}
 
 
-def exploration_record(result: Exploration, profile: str) -> dict[str, Any]:
-    """The manifest record of one explorer run."""
+def exploration_record(result: Exploration, profile: str, name: str) -> dict[str, Any]:
+    """The manifest record of one explorer run, under the name of its summary row."""
     return {
         "kind": "explore",
-        "name": result.subject if result.reference is None else f"{result.subject} vs {result.reference}",
+        "name": name,
+        "subject": result.subject,
+        "reference": result.reference,
         "profile": profile,
         "bounds": asdict(result.bounds),
         "states": result.states,

@@ -133,7 +133,7 @@ def execute(
                 _log(f"{_label(run)} ...")
             result, row, program = run_exploration(run, progress)
             rows.append(row)
-            records.append(manifest.exploration_record(result, profile))
+            records.append(manifest.exploration_record(result, profile, _label(run)))
             if program:
                 programs.append(program)
             if progress:

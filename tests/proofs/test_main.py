@@ -33,6 +33,7 @@ def test_an_exploration_is_recorded_with_its_bounds(tmp_path: Path, monkeypatch:
     assert entry.main(["--only", "explore", "--manifest", str(path)]) == 0
     assert entry.main(["--only", "explore", "--manifest", str(path)]) == 0  # replaces, not appends
     (run,) = json.loads(path.read_text())["runs"]
+    assert run["name"] == "explorer: spec R1 P2 L1 E1x1" and run["subject"] == "spec"
     assert run["bounds"]["requests"] == 1 and run["bounds"]["pages"] == 2
     assert run["states"] > 300 and run["transitions"] > run["states"]
     assert run["complete"] and run["outcome"] == "pass" and run["states_per_second"] > 0
