@@ -58,7 +58,7 @@ def test_contract_holds_on_random_inputs(target: gate.Target) -> None:
         met += 1
         failed = _holds(conditions, {**arguments, "__return__": function(**arguments)})
         assert not failed, f"{function.__name__}({arguments}) breaks {failed}"
-        if met == 60:
+        if met == (400 if "impl_kernels" in target.name else 60):  # kernels are cheap: cover their failure paths
             break
     assert met >= 10, f"only {met} of 20000 random inputs meet the precondition of {function.__name__}"
 
