@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, settings
 settings.register_profile(
     "ci",
     settings.get_profile("ci"),
-    max_examples=60,
-    stateful_step_count=40,
+    max_examples=100,
+    stateful_step_count=50,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(

@@ -309,10 +309,20 @@ class KvschedMachine(RuleBasedStateMachine):
         )
 
     @precondition(lambda self: self.has_live_request())
-    @rule()
-    def engine_round(self) -> None:
-        """A well-behaved round with exact buffers: the engine's common case."""
+    @rule(token=st.integers(0, 49))
+    def engine_round(self, token: int) -> None:
+        """The engine's common step: every request whose prefill is done (it wrote a token)
+        gets its first sampled token and moves to decode, then one well-behaved round runs."""
+        for slot in self.sut.snapshot()[2].slots:
+            prefilled = slot.state is RequestState.PREFILL and slot.token_count > 0
+            unseeded = slot.state is RequestState.DECODE and not slot.token_ready
+            if prefilled or unseeded:
+                self.start_decoding(pick=self._live_pick(slot.request_id), token=token)
         self.decode_round("none", "none")
+
+    def _live_pick(self, request_id: int) -> int:
+        live = sorted(slot.request_id for slot in self.sut.snapshot()[2].slots if is_live(slot))
+        return live.index(request_id)
 
     @rule(fault=st.sampled_from(FAULTS), short=st.sampled_from(["none", "none", "items", "tables", "outputs"]))
     def decode_round(self, fault: str, short: str) -> None:
