@@ -142,7 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `kvsched` console command."""
-    args = build_parser().parse_args(argv)
+    # Options meant for a delegated command (`kvsched proofs --deep`) are not this parser's:
+    # they travel on to it with the positional rest.
+    args, extra = build_parser().parse_known_args(argv)
+    if extra and not hasattr(args, "rest"):
+        build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
+    if hasattr(args, "rest"):
+        args.rest = [*args.rest, *extra]
     result: int = args.run(args)
     return result
 
