@@ -38,7 +38,7 @@ CHECK_MODULES = (
     "kvsched.contracts.spec_scheduler",
     "kvsched.contracts.impl_kernels",
 )
-TWIN_MODULES = ("kvsched.contracts.twin_kernels", "kvsched.contracts.twin_systems")
+TWIN_MODULES = ("kvsched.contracts.twin_kernels", "kvsched.contracts.twin_systems", "kvsched.contracts.twin_tables")
 BROKEN_MODULE = "kvsched.contracts.broken"
 STARTUP_SECONDS = 30.0  # a process's allowance beyond its conditions: imports, samples, slack
 _REPORT = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<level>info|error): (?P<message>.*)$")

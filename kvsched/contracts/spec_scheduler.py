@@ -167,6 +167,32 @@ def scheduler_ensure_writable(
     return run_step(before, transition)
 
 
+def all_exclusive(step: Step[tuple[CopyOnWrite, ...]], steps: tuple[tuple[int, int], ...]) -> bool:
+    """After the batch, every step's logical page is its request's alone."""
+    return all(post_written_page_exclusive(step.after, request_id, logical) for request_id, logical in steps)
+
+
+def scheduler_ensure_writable_batch(
+    s0: int, i0: int, t00: int, t01: int, s1: int, i1: int, e0: int, e1: int, e2: int, order: int, r: int, logical: int
+) -> Step[tuple[CopyOnWrite, ...]]:
+    """A batch of writes (logical pages 0 and `logical` of request `r`, then page 0 of request `i1`)
+    runs whole, each write landing on a page its request owns alone, or changes nothing.
+
+    pre: valid_slots(s0, i0, s1, i1) and in_range(t00, t01, low=-1) and distinct(t00, t01)
+    pre: in_range(e0, e1, e2, high=1) and 0 <= order < 6 and -1 <= r <= 4 and -1 <= logical <= 2
+    post: holds(__return__.after)
+    post: not __return__.ok or all_exclusive(__return__, ((r, 0), (r, logical), (i1, 0)))
+    """
+    before = two_slots(s0, i0, (t00, t01), s1, i1, (t00, -1), (e0, e1, e2), order)
+
+    def transition() -> tuple[SystemState, tuple[CopyOnWrite, ...]]:
+        ids, pages = (r, r, i1), (0, logical, 0)
+        scheduler, pool, actions = scheduler_ops.ensure_writable_batch(before.scheduler, before.pool, ids, pages)
+        return replace(before, scheduler=scheduler, pool=pool), actions
+
+    return run_step(before, transition)
+
+
 def scheduler_finish(
     s0: int, i0: int, t00: int, t01: int, s1: int, i1: int, t10: int, e0: int, e1: int, e2: int, order: int, rid: int
 ) -> Step[None]:

@@ -145,5 +145,6 @@ def impl_ensure(t0: int, t1: int, e0: int, e1: int, e2: int, order: int, l0: int
 SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
     "retain": ((1, 0, 4, 0, 2, 2), (2, 1, 1, 2, 1, 2), (0, 1, 1, -1, 0, 1)),
     "release": ((1, 0, 2, 3, 0, 2), (1, 1, 0, 5, 1, -1), (0, 1, 1, 0, 0, 1)),
-    "ensure": ((0, 1, 1, 0, 0, 2, 0, 1), (0, -1, 0, 0, 0, 4, 1, 0), (2, 1, 0, 1, 2, 0, 0, 2)),
+    # the last: a copy, then an exhausted pool, so the copy is undone
+    "ensure": ((0, 1, 1, 0, 0, 2, 0, 1), (0, -1, 0, 0, 0, 4, 1, 0), (2, 1, 0, 1, 2, 0, 0, 2), (0, 1, 1, 1, 0, 0, 0, 1)),
 }

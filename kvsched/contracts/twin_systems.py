@@ -126,17 +126,20 @@ def _call(system: SystemUnderTest, operation: int, request_id: int) -> Callable[
         lambda: scheduler.finish(request_id, pool),
         lambda: scheduler.fork(request_id, request_id + 1, pool),
         lambda: scheduler.ensure_writable(request_id, 0, pool),
+        lambda: scheduler.fork(request_id, -1, pool),
+        lambda: scheduler.seed_decode_token(request_id, 2**32),
     )
     return calls[operation]
 
 
 def _scheduler_domain(*steps: int) -> bool:
-    return all(0 <= step <= 4 for step in steps[::2]) and all(-1 <= arg <= 3 for arg in steps[1::2])
+    return all(0 <= step <= 6 for step in steps[::2]) and all(-1 <= arg <= 3 for arg in steps[1::2])
 
 
 def scheduler_program(system: SystemUnderTest, steps: tuple[int, ...]) -> Outcome:
     """Prefix 0 is published on page 0 (one token), then each (operation, request id) step runs:
-    0 admit, 1 admit with prefix 0, 2 finish, 3 fork into id + 1, 4 ensure_writable(id, 0)."""
+    0 admit, 1 admit with prefix 0, 2 finish, 3 fork into id + 1, 4 ensure_writable(id, 0),
+    5 fork into the invalid id -1, 6 seed the out-of-range token 2**32 (errors compare by message)."""
     page = system.pool.allocate()
     system.store.publish(PrefixPageSet(identity(0), (page,), 1), system.pool)
     system.pool.release(page)
@@ -219,7 +222,25 @@ def impl_round(
 # reach before CrossHair's side-effect wall goes up), so no twin can pass vacuously.
 SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
     "pool": ((1, 1, 2, 5, 3, 2), (0, 1, 0, 2, 0, 0), (2, 0, 1, 1, 2, 0), (1, 0, 3, 4, 1, 2)),
-    "store": ((4, 2, 0, 0, 1, 0, 0, 2), (1, 2, 4, 0, 0, 0, 1, 3), (3, 0, 6, 1, 1, 1, 0, 1)),
-    "scheduler": ((0, 1, 1, 2, 2, 1, 0, 1), (1, 0, 3, 0, 4, 1, 4, 0), (0, 0, 0, 0, 1, 3, 0, 2)),
-    "round": ((1, 0, 1, 1, 3, 4, 0, 0), (0, 1, 1, 0, 5, 6, 2, 1), (1, 1, 1, 1, 7, 8, 5, 0), (0, 0, 1, 1, 1, 2, 0, 3)),
+    # overlapping idle entries (a page two entries share); two idle entries, room for one eviction
+    "store": (
+        (4, 2, 0, 0, 1, 0, 0, 2),
+        (1, 2, 4, 0, 0, 0, 1, 3),
+        (3, 0, 6, 1, 1, 1, 0, 1),
+        (3, 6, 0, 0, 0, 0, 0, 2),
+        (1, 2, 0, 0, 0, 0, 0, 2),
+    ),
+    "scheduler": (
+        (0, 1, 1, 2, 2, 1, 0, 1),
+        (1, 0, 3, 0, 4, 1, 4, 0),
+        (0, 0, 0, 0, 1, 3, 0, 2),
+        (0, 1, 5, 1, 6, 1, 3, 1),
+    ),
+    "round": (
+        (1, 0, 1, 1, 3, 4, 0, 0),
+        (0, 1, 1, 0, 5, 6, 2, 1),
+        (1, 1, 1, 1, 7, 8, 5, 0),
+        (0, 0, 1, 1, 1, 2, 0, 3),
+        (1, 1, 1, 1, 4, 9, 2, 0),
+    ),
 }

@@ -83,4 +83,6 @@ def test_the_gate_covers_every_contract_and_twin() -> None:
         "store",
         "scheduler",
         "round",
+        "install",
+        "batch",
     }
