@@ -13,8 +13,8 @@ Each delta is a proposed change to `kvsched.testing.machine` (see the mutation r
   of its batch or none of it.
 - `back_to_back_rounds`: a clean round and then a faulty one over the same requests, so the
   second finds the first one's records in the scratch an engine reuses.
-- `publish_idle`: the producer writes a prefix into fresh pages, publishes it and hands the
-  pages over (drops its own references), so the store often holds several idle entries and
+- `publish_idle`: the producer writes one or two prefixes into fresh pages, publishes them and
+  hands the pages over (drops its own references), so the store often holds several idle entries and
   reclaim has to choose among them by recency; `reclaim_one_page` asks for exactly one more
   free page, as an engine under pressure does, so reclaim stops after the first eviction.
 """
@@ -74,10 +74,6 @@ class CorpusMachine(KvschedMachine):
         if self._slot(request_id) is not None:
             self.start_decoding(pick=self._live_pick(request_id), token=token)
 
-    def _live_pick(self, request_id: int) -> int:
-        live = sorted(slot.request_id for slot in self.sut.snapshot()[2].slots if slot.state is not RequestState.EMPTY)
-        return live.index(request_id)
-
     @rule()
     def reclaim_one_page(self) -> None:
         """Free exactly one more page: an engine under pressure asks the store for what it needs."""
@@ -85,17 +81,22 @@ class CorpusMachine(KvschedMachine):
         self._step(f"store.reclaim({target})", lambda s, _: s.store.reclaim(s.pool, target))
 
     @precondition(lambda self: len(self.external) < 3)
-    @rule(prefix=st.integers(0, IDENTITY_COUNT - 1), pages=st.integers(1, 2), tokens=st.integers(1, 4))
-    def publish_idle(self, prefix: int, pages: int, tokens: int) -> None:
-        """Write a prefix into fresh pages, publish them, then drop the producer's references."""
+    @rule(prefix=st.integers(0, IDENTITY_COUNT - 1), sets=st.integers(1, 2), pages=st.integers(1, 2))
+    def publish_idle(self, prefix: int, sets: int, pages: int) -> None:
+        """Publish `sets` prefixes (numbers `prefix`, `prefix + 1`, ...), each written into fresh
+        pages the producer then hands over to the store."""
+        for number in range(prefix, prefix + sets):
+            self._publish_fresh(number % IDENTITY_COUNT, pages)
+
+    def _publish_fresh(self, prefix: int, pages: int) -> None:
         fresh = []
         for _ in range(pages):
             page, error = self._step("pool.allocate()", lambda s, _: s.pool.allocate())
             if error is not None:
                 break
             fresh.append(page)
-        token_count = min(tokens, len(fresh) * self.config.page_size)
-        if fresh and token_count:
+        token_count = len(fresh) * self.config.page_size - 1
+        if fresh:
             history = prefix_history(prefix, token_count)
             for position in range(token_count):
                 self.ghost.write(fresh[position // self.config.page_size], position, history[: position + 1])

@@ -1,6 +1,7 @@
 """The mutation tool over impl/: mutmut against the fast lockstep tests, reproducibly.
 
     python -m kvsched.testing.mutants_tool [--workdir DIR] [--max-children N] [--output PATH]
+                                           [--extra-tests PATH ...] [MUTANT ...]
 
 Too slow for CI (an hour or more on two cores); its result is committed in
 `kvsched/testing/MUTATION.md`. The run works on a scratch copy of the committed tree (`git
@@ -60,8 +61,9 @@ STATUS = {0: "survived", 1: "killed", 3: "killed", 5: "no tests", 33: "no tests"
 STATUS |= {-24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", -11: "crashed", -9: "crashed"}
 
 
-def prepare(repository: Path, workdir: Path) -> None:
-    """A scratch copy of HEAD that mutmut can mutate (see the module docstring)."""
+def prepare(repository: Path, workdir: Path, extra_tests: tuple[str, ...] = ()) -> None:
+    """A scratch copy of HEAD that mutmut can mutate (see the module docstring); `extra_tests`
+    join the test selection."""
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
@@ -75,8 +77,11 @@ def prepare(repository: Path, workdir: Path) -> None:
     for source in (workdir / "kvsched" / "impl").glob("*.py"):
         lines = source.read_text().splitlines(keepends=True)
         source.write_text("".join(line for line in lines if line.strip() != "@jit"))
+    config = MUTMUT_CONFIG.replace(
+        '    "tests/impl",\n', '    "tests/impl",\n' + "".join(f'    "{t}",\n' for t in extra_tests)
+    )
     with (workdir / "pyproject.toml").open("a") as handle:
-        handle.write(MUTMUT_CONFIG)
+        handle.write(config)
     conftest = workdir / "tests" / "conftest.py"
     text = conftest.read_text()
     load = text.index("settings.load_profile(")  # register the profile before the conftest loads one
@@ -118,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--output", type=Path, default=Path("mutation.json"))
     parser.add_argument("--summarize-only", action="store_true", help="summarize an earlier run in --workdir")
+    parser.add_argument("--extra-tests", nargs="*", default=[], help="more test paths for the selection")
+    parser.add_argument("mutants", nargs="*", help="run only these mutants (names as mutmut prints them)")
     args = parser.parse_args(argv)
     repository = Path(
         subprocess.run(
@@ -126,10 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     status = 0
     if not args.summarize_only:
-        prepare(repository, args.workdir)
+        prepare(repository, args.workdir, tuple(args.extra_tests))
         environment = {**os.environ, "NUMBA_DISABLE_JIT": "1", "KVSCHED_PROFILE": "mutation"}
         environment.pop("CI", None)
-        command = ["mutmut", "run", "--max-children", str(args.max_children)]
+        command = ["mutmut", "run", "--max-children", str(args.max_children), *args.mutants]
         status = subprocess.run(command, cwd=args.workdir, env=environment, check=False).returncode
     statuses, survivors = summarize(args.workdir)
     summary = {

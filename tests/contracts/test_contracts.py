@@ -1,6 +1,7 @@
 """The contract modules themselves, concretely (no CrossHair): every contract is satisfiable and
-holds on random inputs that meet its precondition; every twin pair agrees on its samples; every
-deliberately broken target really is broken on a known input."""
+holds on random inputs that meet its precondition, and every twin pair agrees on its samples.
+(The mutation run over impl/ includes this file: it drives impl's kernels through their failure
+and undo paths, which a request's life never reaches.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from crosshair.condition_parser import Pep316Parser
 from crosshair.fnutil import FunctionInfo
 
-from kvsched.contracts import broken, gate
+from kvsched.contracts import gate
 from kvsched.contracts.launch import run_samples
 
 CHECK_TARGETS = [target for module in gate.CHECK_MODULES for target in gate.check_targets(module)]
@@ -63,38 +64,8 @@ def test_contract_holds_on_random_inputs(target: gate.Target) -> None:
     assert met >= 10, f"only {met} of 20000 random inputs meet the precondition of {function.__name__}"
 
 
-# Inputs CrossHair reported against each broken target (and that the real contract accepts).
-BROKEN_INPUTS: dict[str, tuple[object, ...]] = {
-    "pool_release": (1, 2, 0, 5, 0),
-    "pool_writable": (1, 1, 2, 5, 2),
-    "prefix_reclaim": (0, 1, 1, 1, 6, 0, 0, 0, 0, 0, 1),
-    "scheduler_admit": (1, 1, 2, 0, 0, 0, 0, 5, 0, 0),
-    "kernel_retain_pages": (3, 0, 0, 0, 0, 2, False),
-    "kernel_ensure_rows": (0, 1, 0, 1, 0, 0, 0, 4, 1, 0, 1, 0),
-}
-
-
-@pytest.mark.parametrize("name", broken.CHECK_TARGETS)
-def test_broken_target_breaks_its_contract(name: str) -> None:
-    broken_function = getattr(broken, name)
-    original = _function(f"{broken_function.__globals__['__name__']}.{name}")
-    assert broken_function.__code__ is original.__code__  # the very same contract, conditions and all
-    bindings = dict(zip(inspect.signature(original).parameters, BROKEN_INPUTS[name], strict=True))
-    conditions = _conditions(original)
-    assert all(pre.evaluate(bindings) for pre in conditions.pre)
-    assert not _holds(conditions, {**bindings, "__return__": original(*BROKEN_INPUTS[name])})
-    assert _holds(_conditions(broken_function), {**bindings, "__return__": broken_function(*BROKEN_INPUTS[name])})
-
-
 @pytest.mark.parametrize(
     "twin", [target.samples for module in gate.TWIN_MODULES for target in gate.twin_targets(module)]
 )
 def test_twins_agree_on_their_samples(twin: str) -> None:
     assert run_samples(str(twin)) is None
-
-
-def test_broken_twins_differ_from_the_spec() -> None:
-    from kvsched.contracts import twin_kernels, twin_systems
-
-    assert twin_kernels.spec_ensure(2, 0, 0, 0, 1, 2, 1, 0) != broken.impl_ensure(2, 0, 0, 0, 1, 2, 1, 0)
-    assert twin_systems.spec_pool(2, 1, 2, 2, 3, 0) != broken.impl_pool(2, 1, 2, 2, 3, 0)

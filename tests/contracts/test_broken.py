@@ -1,0 +1,61 @@
+"""Every deliberately broken target of the gate really is broken, concretely (no CrossHair): a
+known input meets the contract's precondition and breaks a postcondition of the broken copy
+only."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+from crosshair.condition_parser import Pep316Parser
+from crosshair.fnutil import FunctionInfo
+
+from kvsched.contracts import broken
+
+
+def _function(qualname: str) -> Callable[..., Any]:
+    module_name, _, name = qualname.rpartition(".")
+    function: Callable[..., Any] = getattr(__import__(module_name, fromlist=[name]), name)
+    return function
+
+
+def _conditions(function: Callable[..., Any]) -> Any:
+    conditions = Pep316Parser().get_fn_conditions(FunctionInfo.from_fn(function))
+    assert conditions is not None and conditions.post
+    return conditions
+
+
+def _holds(conditions: Any, bindings: Mapping[str, object]) -> list[str]:
+    return [post.expr_source for post in conditions.post if not post.evaluate(bindings)]
+
+
+# Inputs CrossHair reported against each broken target (and that the real contract accepts).
+BROKEN_INPUTS: dict[str, tuple[object, ...]] = {
+    "pool_release": (1, 2, 0, 5, 0),
+    "pool_writable": (1, 1, 2, 5, 2),
+    "prefix_reclaim": (0, 1, 1, 1, 6, 0, 0, 0, 0, 0, 1),
+    "scheduler_admit": (1, 1, 2, 0, 0, 0, 0, 5, 0, 0),
+    "kernel_retain_pages": (3, 0, 0, 0, 0, 2, False),
+    "kernel_ensure_rows": (0, 1, 0, 1, 0, 0, 0, 4, 1, 0, 1, 0),
+}
+
+
+@pytest.mark.parametrize("name", broken.CHECK_TARGETS)
+def test_broken_target_breaks_its_contract(name: str) -> None:
+    broken_function = getattr(broken, name)
+    original = _function(f"{broken_function.__globals__['__name__']}.{name}")
+    assert broken_function.__code__ is original.__code__  # the very same contract, conditions and all
+    bindings = dict(zip(inspect.signature(original).parameters, BROKEN_INPUTS[name], strict=True))
+    conditions = _conditions(original)
+    assert all(pre.evaluate(bindings) for pre in conditions.pre)
+    assert not _holds(conditions, {**bindings, "__return__": original(*BROKEN_INPUTS[name])})
+    assert _holds(_conditions(broken_function), {**bindings, "__return__": broken_function(*BROKEN_INPUTS[name])})
+
+
+def test_broken_twins_differ_from_the_spec() -> None:
+    from kvsched.contracts import twin_kernels, twin_systems
+
+    assert twin_kernels.spec_ensure(2, 0, 0, 0, 1, 2, 1, 0) != broken.impl_ensure(2, 0, 0, 0, 1, 2, 1, 0)
+    assert twin_systems.spec_pool(2, 1, 2, 2, 3, 0) != broken.impl_pool(2, 1, 2, 2, 3, 0)
