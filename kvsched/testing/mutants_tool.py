@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--output", type=Path, default=Path("mutation.json"))
     parser.add_argument("--summarize-only", action="store_true", help="summarize an earlier run in --workdir")
-    parser.add_argument("--extra-tests", nargs="*", default=[], help="more test paths for the selection")
+    parser.add_argument("--extra-tests", action="append", default=[], help="one more test path (repeatable)")
     parser.add_argument("mutants", nargs="*", help="run only these mutants (names as mutmut prints them)")
     args = parser.parse_args(argv)
     repository = Path(
