@@ -69,30 +69,33 @@ def adds_one_each(run: KernelRun, pages: tuple[int, ...], delta: int) -> bool:
     return run.after[0] == tuple(expected)
 
 
-def kernel_retain_pages(r0: int, r1: int, r2: int, p0: int, p1: int, count: int, skip: bool) -> KernelRun:
-    """`retain_pages` retains every page or, at the first refused one, none.
+def kernel_retain_pages(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int, skip: bool) -> KernelRun:
+    """`retain_pages` retains every page or, at the first refused one, none (three pages, so a
+    refusal at the third undoes two).
 
-    pre: in_range(r0, r1, r2, high=4) and in_range(p0, p1, low=-1, high=PAGES) and 0 <= count <= 2
+    pre: in_range(r0, r1, r2, high=4) and in_range(p0, p1, p2, low=-1, high=PAGES) and 0 <= count <= 3
     post: __return__.ok or __return__.after == __return__.before
-    post: not __return__.ok or adds_one_each(__return__, (p0, p1)[:count], 1)
+    post: not __return__.ok or adds_one_each(__return__, (p0, p1, p2)[:count], 1)
     """
-    refs, pages = Row([r0, r1, r2]), _ids(p0, p1)
+    refs, pages = Row([r0, r1, r2]), _ids(p0, p1, p2)
     before = (tuple(refs),)
     status = RETAIN_PAGES(refs, pages, count, 4, skip)
     return KernelRun(status, before, (tuple(refs),))
 
 
-def kernel_release_pages(r0: int, r1: int, r2: int, order: int, p0: int, p1: int, count: int) -> KernelRun:
-    """`release_pages` releases every page of a table row (skipping unmapped entries) or none;
-    a page reaching zero goes on top of the free stack, and a failure restores the stack's order.
+def kernel_release_pages(r0: int, r1: int, r2: int, order: int, p0: int, p1: int, p2: int, count: int) -> KernelRun:
+    """`release_pages` releases every page of a 3-entry table row (skipping unmapped entries) or
+    none; a page reaching zero goes on top of the free stack, and a failure restores the stack's
+    order.
 
-    pre: in_range(r0, r1, r2, high=3) and 0 <= order < 6 and in_range(p0, p1, low=-1, high=PAGES) and 0 <= count <= 2
+    pre: in_range(r0, r1, r2, high=3) and 0 <= order < 6 and in_range(p0, p1, p2, low=-1, high=PAGES)
+    pre: 0 <= count <= 3
     post: __return__.ok or __return__.after == __return__.before
-    post: not __return__.ok or (adds_one_each(__return__, (p0, p1)[:count], -1) and pushes_zeroed(__return__))
+    post: not __return__.ok or (adds_one_each(__return__, (p0, p1, p2)[:count], -1) and pushes_zeroed(__return__))
     """
     refs = Row([r0, r1, r2])
     free, top = _free(refs, order)
-    pages = _ids(p0, p1)
+    pages = _ids(p0, p1, p2)
     before = _snapshot(refs, free, top)
     status = RELEASE_PAGES(refs, free, top, pages, count, True)
     return KernelRun(status, before, _snapshot(refs, free, top))

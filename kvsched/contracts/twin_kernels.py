@@ -36,56 +36,56 @@ def _free(refs: tuple[int, ...]) -> tuple[int, ...]:
 # -- kernel twins -----------------------------------------------------------------------------
 
 
-def _retain_domain(r0: int, r1: int, r2: int, p0: int, p1: int, count: int) -> bool:
-    return in_range(r0, r1, r2, high=4) and in_range(p0, p1, low=-1, high=PAGES) and 0 <= count <= 2
+def _retain_domain(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int) -> bool:
+    return in_range(r0, r1, r2, high=4) and in_range(p0, p1, p2, low=-1, high=PAGES) and 0 <= count <= 3
 
 
-def spec_retain(r0: int, r1: int, r2: int, p0: int, p1: int, count: int) -> Outcome:
+def spec_retain(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int) -> Outcome:
     """`table.retain_all` on the pages (-1 is an invalid id): the refusal or the new counts."""
-    if not _retain_domain(r0, r1, r2, p0, p1, count):
+    if not _retain_domain(r0, r1, r2, p0, p1, p2, count):
         return None
     refs = (r0, r1, r2)
     try:
-        pool = table_ops.retain_all(PoolState(refs, _free(refs), 4), (p0, p1)[:count])
+        pool = table_ops.retain_all(PoolState(refs, _free(refs), 4), (p0, p1, p2)[:count])
     except KvschedError as error:
         return type(error).__name__, refs
     return None, pool.refs
 
 
-def impl_retain(r0: int, r1: int, r2: int, p0: int, p1: int, count: int) -> Outcome:
+def impl_retain(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int) -> Outcome:
     """`retain_pages` on the same pages."""
-    if not _retain_domain(r0, r1, r2, p0, p1, count):
+    if not _retain_domain(r0, r1, r2, p0, p1, p2, count):
         return None
     refs = Row([r0, r1, r2])
-    code, _, detail = RETAIN_PAGES(refs, Row([INVALID if p < 0 else p for p in (p0, p1)]), count, 4, False)
+    code, _, detail = RETAIN_PAGES(refs, Row([INVALID if p < 0 else p for p in (p0, p1, p2)]), count, 4, False)
     return (None if code == faults.OK else _error(code, detail)), tuple(refs)
 
 
-def _release_domain(r0: int, r1: int, r2: int, order: int, p0: int, p1: int) -> bool:
-    return in_range(r0, r1, r2, high=3) and 0 <= order < 6 and in_range(p0, p1, low=-1, high=PAGES)
+def _release_domain(r0: int, r1: int, r2: int, order: int, p0: int, p1: int, p2: int) -> bool:
+    return in_range(r0, r1, r2, high=3) and 0 <= order < 6 and in_range(p0, p1, p2, low=-1, high=PAGES)
 
 
-def spec_release(r0: int, r1: int, r2: int, order: int, p0: int, p1: int) -> Outcome:
-    """`table.release_all` of the row (p0, p1): the refusal, or the counts and the free stack."""
-    if not _release_domain(r0, r1, r2, order, p0, p1):
+def spec_release(r0: int, r1: int, r2: int, order: int, p0: int, p1: int, p2: int) -> Outcome:
+    """`table.release_all` of the row (p0, p1, p2): the refusal, or the counts and free stack."""
+    if not _release_domain(r0, r1, r2, order, p0, p1, p2):
         return None
     refs = (r0, r1, r2)
     pool = PoolState(refs, tuple(page for page in ORDERS[order] if refs[page] == 0), 4)
     try:
-        _, after = table_ops.release_all(make_table(p0, p1), pool)
+        _, after = table_ops.release_all(make_table(p0, p1, p2), pool)
     except KvschedError as error:
         return type(error).__name__, pool.refs, pool.free
     return None, after.refs, after.free
 
 
-def impl_release(r0: int, r1: int, r2: int, order: int, p0: int, p1: int) -> Outcome:
+def impl_release(r0: int, r1: int, r2: int, order: int, p0: int, p1: int, p2: int) -> Outcome:
     """`release_pages` of the same row, unmapped entries skipped."""
-    if not _release_domain(r0, r1, r2, order, p0, p1):
+    if not _release_domain(r0, r1, r2, order, p0, p1, p2):
         return None
     refs = Row([r0, r1, r2])
     free, top = stack([page for page in ORDERS[order] if refs[page] == 0], PAGES)
-    row = Row([INVALID if p < 0 else p for p in (p0, p1)])
-    code, _, detail = RELEASE_PAGES(refs, free, top, row, 2, True)
+    row = Row([INVALID if p < 0 else p for p in (p0, p1, p2)])
+    code, _, detail = RELEASE_PAGES(refs, free, top, row, 3, True)
     return (None if code == faults.OK else _error(code, detail)), tuple(refs), tuple(free[: top[0]])
 
 
@@ -143,8 +143,9 @@ def impl_ensure(t0: int, t1: int, e0: int, e1: int, e2: int, order: int, l0: int
 # must return a non-None, equal outcome), so a twin that bounds away its whole domain, or
 # crashes alike on both sides, cannot pass vacuously.
 SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
-    "retain": ((1, 0, 4, 0, 2, 2), (2, 1, 1, 2, 1, 2), (0, 1, 1, -1, 0, 1)),
-    "release": ((1, 0, 2, 3, 0, 2), (1, 1, 0, 5, 1, -1), (0, 1, 1, 0, 0, 1)),
+    # refusals at the third page, after two retains or releases to undo (one of them a push)
+    "retain": ((1, 0, 4, 0, 2, 2, 2), (2, 1, 1, 2, 1, 0, 3), (0, 1, 1, -1, 0, 1, 1), (1, 1, 4, 0, 1, 2, 3)),
+    "release": ((1, 0, 2, 3, 0, 2, -1), (1, 1, 0, 5, 1, -1, 0), (0, 1, 1, 0, 0, 1, 2), (1, 2, 0, 0, 0, 1, 2)),
     # the last: a copy, then an exhausted pool, so the copy is undone
     "ensure": ((0, 1, 1, 0, 0, 2, 0, 1), (0, -1, 0, 0, 0, 4, 1, 0), (2, 1, 0, 1, 2, 0, 0, 2), (0, 1, 1, 1, 0, 0, 0, 1)),
 }

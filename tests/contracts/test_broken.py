@@ -37,7 +37,7 @@ BROKEN_INPUTS: dict[str, tuple[object, ...]] = {
     "pool_writable": (1, 1, 2, 5, 2),
     "prefix_reclaim": (0, 1, 1, 1, 6, 0, 0, 0, 0, 0, 1),
     "scheduler_admit": (1, 1, 2, 0, 0, 0, 0, 5, 0, 0),
-    "kernel_retain_pages": (3, 0, 0, 0, 0, 2, False),
+    "kernel_retain_pages": (3, 0, 0, 0, 0, 0, 2, False),
     "kernel_ensure_rows": (0, 1, 0, 1, 0, 0, 0, 4, 1, 0, 1, 0),
 }
 
