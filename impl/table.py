@@ -23,7 +23,7 @@ from kvsched.spec.batch import INVALID_BLOCK, U32_MAX
 from kvsched.spec.domain import is_int, require_size
 from kvsched.spec.errors import InvalidArgument, OutOfRange, TargetNotEmpty
 from kvsched.spec.pool import Copy, CopyOnWrite
-from kvsched.spec.table import Table
+from kvsched.spec.table import Table, repeats_a_page
 
 TableRow = npt.NDArray[np.uint32]
 
@@ -133,6 +133,8 @@ class SequenceBlockTable:
             raise OutOfRange(f"a prefix of {len(pages)} pages does not fit a table of {self._row.shape[0]}")
         if not is_clear(self._row):
             raise TargetNotEmpty("a shared prefix can only be installed into an empty table")
+        if repeats_a_page(pages):
+            raise InvalidArgument(f"prefix pages {pages} repeat a page: one page cannot hold two positions")
         retain_sequence(pool, pages)
         self._row[: len(pages)] = pages
 

@@ -82,17 +82,29 @@ def fork(source: Table, target: Table, pool: PoolState) -> tuple[Table, PoolStat
     return source, retain_all(pool, get_mapped_pages(source))
 
 
+def repeats_a_page(pages: Sequence[object]) -> bool:
+    """Some page appears twice (values that cannot be pages are left to the pool to refuse)."""
+    try:
+        return len(set(pages)) != len(pages)
+    except TypeError:
+        return False
+
+
 def install_shared_prefix(table: Table, pool: PoolState, pages: Sequence[int]) -> tuple[Table, PoolState]:
     """Map `pages` as the table's first logical pages, retaining each: all or nothing.
 
     A denied or stale prefix cannot partially mutate request state: if any retain fails, no
-    reference was taken and the table is unchanged.
+    reference was taken and the table is unchanged. A page may not appear twice (one page
+    cannot hold two positions, as `PrefixPageSet` also requires): `InvalidArgument`, before
+    any retain.
     """
     pages = tuple(pages)
     if len(pages) > len(table):
         raise OutOfRange(f"a prefix of {len(pages)} pages does not fit a table of {len(table)}")
     if not is_empty_table(table):
         raise TargetNotEmpty("a shared prefix can only be installed into an empty table")
+    if repeats_a_page(pages):
+        raise InvalidArgument(f"prefix pages {pages} repeat a page: one page cannot hold two positions")
     pool = retain_all(pool, pages)
     return pages + table[len(pages) :], pool
 

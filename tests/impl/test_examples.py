@@ -18,6 +18,7 @@ from kvsched.spec import (
     Exhausted,
     Existing,
     Full,
+    InvalidArgument,
     InvalidBlock,
     InvalidConfig,
     InvalidState,
@@ -87,6 +88,9 @@ def test_shared_prefix_installs_with_refcounts_all_or_nothing(kv: Flavor) -> Non
     assert (pool.state, table.entries()) == (before, (None,) * 4)
     with pytest.raises(OutOfRange):
         table.install_shared_prefix([0] * 5, pool)
+    with pytest.raises(InvalidArgument, match="repeat a page"):
+        table.install_shared_prefix([prefix[1], prefix[0], prefix[1]], pool)  # before any retain
+    assert (pool.state, table.entries()) == (before, (None,) * 4)
     table.install_shared_prefix(prefix, pool)
     assert [pool.ref_count(page) for page in prefix] == [2, 2]
     assert table.entries() == (0, 1, None, None)

@@ -12,6 +12,7 @@ from kvsched.spec import (
     DoubleRelease,
     Exhausted,
     Existing,
+    InvalidArgument,
     InvalidBlock,
     OutOfRange,
     PagedKvConfig,
@@ -87,6 +88,9 @@ def test_install_shared_prefix_is_all_or_nothing() -> None:
     assert table.entries() == (None, None, None)
     with pytest.raises(OutOfRange):
         table.install_shared_prefix([held] * 4, pool)
+    with pytest.raises(InvalidArgument, match="repeat a page"):
+        table.install_shared_prefix([held, held], pool)  # one page cannot hold two positions
+    assert (pool.state, table.entries()) == (before, (None, None, None))
 
 
 def test_reference_overflow_is_refused() -> None:
