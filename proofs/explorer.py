@@ -155,7 +155,7 @@ class Explorer:
         state = snapshot(sut, ())
         for operation in ops:
             back = self.canon.renaming(state).inverse()
-            _, state = attempt(rename(operation, back.ids, back.identities), sut, state, self.bounds)
+            _, state = attempt(rename(operation, back.ids, back.identities, back.pages), sut, state, self.bounds)
         return state, self.canon.renaming(state)
 
     def _add(
@@ -224,7 +224,7 @@ class Explorer:
 
         `back` maps canonical names to the names of `state` (None: `state` is canonical).
         """
-        real = operation if back is None else rename(operation, back.ids, back.identities)
+        real = operation if back is None else rename(operation, back.ids, back.identities, back.pages)
         lockstep = self.reference is not None
         outcome, post = attempt(real, self.positioner.at(state), state, self.bounds, lockstep)
         self.result.transitions += 1

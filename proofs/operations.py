@@ -97,11 +97,20 @@ REQUEST_ARGS = {
     "finish": (0,),
 }
 IDENTITY_ARGS = {"admit": (1,), "publish": (0,), "remove": (0,)}
+PAGE_ARGS = {"publish": (1,), "ext_retain": (0,), "ext_release": (0,)}
 
 
-def rename(operation: Operation, ids: dict[int, int], identities: dict[int, int]) -> Operation:
-    """The same operation with request ids and identity indices mapped (ids outside kept)."""
+def rename(
+    operation: Operation, ids: dict[int, int], identities: dict[int, int], pages: dict[int, int] | None = None
+) -> Operation:
+    """The same operation with request ids, identity indices and pages mapped (others kept)."""
     args = list(operation.args)
+    if pages:
+        for index in PAGE_ARGS.get(operation.kind, ()):
+            if isinstance(args[index], tuple):
+                args[index] = tuple(pages.get(value, value) for value in args[index])
+            else:
+                args[index] = pages.get(args[index], args[index])
     for index in REQUEST_ARGS.get(operation.kind, ()):
         if isinstance(args[index], tuple):
             args[index] = tuple(ids.get(value, value) for value in args[index])

@@ -2,8 +2,8 @@
 
 The explorer records a violation as the shortest path of canonical operations. `reproduce`
 replays it on fresh systems, translating each operation back into the names the replayed
-system actually uses (canon.py renames request ids and identities), checks that the violation
-happens again, and prints every step as the API call it makes. The program defines
+system actually uses (canon.py renames request ids, identities and pages), checks that the
+violation happens again, and prints every step as the API call it makes. The program defines
 `run(system)`, runs it on the subject (and on the reference, for a lockstep divergence) and
 prints what went wrong.
 """
@@ -98,7 +98,7 @@ class Replay:
     def canonical(self, operation: Operation) -> Operation:
         """Run an operation named canonically (as the explorer recorded it); the real one."""
         back = self.explorer.canon.renaming(self.state).inverse()
-        real = rename(operation, back.ids, back.identities)
+        real = rename(operation, back.ids, back.identities, back.pages)
         self.real(real)
         return real
 
