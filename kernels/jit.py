@@ -30,6 +30,12 @@ def njit(**options: Any) -> Decorator:
     return decorator
 
 
+def parallel_chunksize(size: int) -> Any:
+    """`numba.parallel_chunksize(size)`: a context manager; prange loops entered inside it hand
+    their iterations to the threads `size` at a time as each thread frees up."""
+    return _numba.parallel_chunksize(size)
+
+
 def intrinsic(function: Callable[..., Any]) -> Any:
     """`numba.extending.intrinsic`: `function(typingctx, *types)` returns (signature, codegen)."""
     return _extending.intrinsic(function)

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsched.kernels import oracle, twins
+from kvsched.kernels.jit import parallel_chunksize
 from kvsched.kernels.layout import check_append, check_attention, check_copy
 
 Device = Literal["numpy", "cpu", "cuda"]
@@ -67,9 +68,11 @@ def paged_attention(
         return oracle.paged_attention_oracle(q, k_cache, v_cache, block_table, offsets, lens, scale)
     out = np.empty(q.shape, dtype=np.float32)
     if q.shape[0]:
-        twins.paged_attention_twin(
-            q, _numba_view(k_cache), _numba_view(v_cache), block_table, offsets, lens, float(scale), out
-        )
+        order = np.argsort(-lens.astype(np.int64), kind="stable")  # longest first: the cores finish together
+        with parallel_chunksize(1):
+            twins.paged_attention_twin(
+                q, _numba_view(k_cache), _numba_view(v_cache), block_table, offsets, lens, float(scale), order, out
+            )
     return out
 
 

@@ -7,10 +7,14 @@ is converted here: `load_row` widens half rows to float32, `store_row` rounds fl
 dtype, so a float32 cache pays nothing. The conversion uses LLVM's half type where the host lowers
 it to instructions (F16C: 10x faster than the bit arithmetic) and exact bit arithmetic elsewhere.
 
-`fastmath={'reassoc'}` lets LLVM vectorize the dot products and the weighted sums (about 2.4x)
-while keeping infinities and NaN semantics, which the masking and the online softmax rely on.
-The attention twin is `parallel=True` over queries: one core's FMA and exp throughput, not memory,
-bounds it (it ran 2x faster on two cores). Inputs are assumed validated (`kvsched.kernels.layout.check_*`).
+`fastmath={'reassoc', 'contract'}` lets LLVM vectorize the dot products and the weighted sums
+(about 2.4x) and fuse their multiply-adds (as CUDA does by default), while keeping infinities and
+NaN semantics, which the masking and the online softmax rely on. Half rows are widened eight at a
+time (`widen8`): LLVM leaves the scalar conversion loop unvectorized.
+The attention twin is `parallel=True` over queries, longest first, one query at a time per core
+(`ops.paged_attention` runs it under `parallel_chunksize(1)`): a static split of the queries left
+one core idle while the other finished, and on a busy machine waited for a descheduled thread.
+Inputs are assumed validated (`kvsched.kernels.layout.check_*`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import numpy as np
 
 from kvsched.kernels.jit import intrinsic, llvm_binding, llvm_ir, njit, overload, prange, types
 
-FASTMATH = {"reassoc"}
+FASTMATH = {"reassoc", "contract"}
 TWO_POW_112 = np.float32(2.0**112)  # rebiases a half exponent (bias 15) to float32's (bias 127)
 
 
@@ -87,6 +91,34 @@ def float_to_half_hardware(typingctx: Any, value: Any) -> Any:
     return types.uint16(types.float32), codegen
 
 
+@intrinsic
+def widen8_hardware(typingctx: Any, src: Any, start: Any, dst: Any, at: Any) -> Any:
+    """`dst[at:at+8] = src[start:start+8]` widened from half bits: one `fpext <8 x half>` (one
+    `vcvtph2ps ymm` with F16C). LLVM does not vectorize the scalar conversion loop by itself.
+    Both arrays must be contiguous 1-d (uint16 source, float32 target); bounds are the caller's."""
+    if not (
+        isinstance(src, types.Array)
+        and isinstance(dst, types.Array)
+        and src.dtype == types.uint16
+        and dst.dtype == types.float32
+        and src.ndim == dst.ndim == 1
+        and src.layout == dst.layout == "C"
+    ):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        source = context.make_array(signature.args[0])(context, builder, args[0])
+        target = context.make_array(signature.args[2])(context, builder, args[2])
+        halves = llvm_ir.VectorType(llvm_ir.IntType(16), 8)
+        floats = llvm_ir.VectorType(llvm_ir.FloatType(), 8)
+        bits = builder.load(builder.bitcast(builder.gep(source.data, [args[1]]), halves.as_pointer()), align=2)
+        widened = builder.fpext(builder.bitcast(bits, llvm_ir.VectorType(llvm_ir.HalfType(), 8)), floats)
+        builder.store(widened, builder.bitcast(builder.gep(target.data, [args[3]]), floats.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return types.void(src, start, dst, at), codegen
+
+
 @njit(cache=True)
 def half_to_float_software(bits: np.uint16) -> Any:
     """Widen half bits to float32 exactly (subnormals, infinities and NaN included).
@@ -142,14 +174,36 @@ def _host_converts_half() -> bool:
     return False
 
 
+@njit(cache=True)
+def widen8_software(src: Any, start: Any, dst: Any, at: Any) -> None:
+    """`widen8_hardware` in exact bit arithmetic."""
+    for d in range(8):
+        dst[at + d] = half_to_float_software(src[start + d])
+
+
 if _host_converts_half():
-    half_to_float, float_to_half = half_to_float_hardware, float_to_half_hardware
+    half_to_float, float_to_half, widen8 = half_to_float_hardware, float_to_half_hardware, widen8_hardware
 else:  # pragma: no cover - x86 without F16C (pre-2012) and other architectures
-    half_to_float, float_to_half = half_to_float_software, float_to_half_software
+    half_to_float, float_to_half, widen8 = half_to_float_software, float_to_half_software, widen8_software
 
 
 @overload(load_row, jit_options={"fastmath": FASTMATH})
 def _load_row_overload(cache: Any, page: Any, row: Any, head: Any, scratch: Any) -> Any:
+    if cache.dtype == types.uint16 and cache.layout == "C":
+
+        def load_half_rows(cache: Any, page: Any, row: Any, head: Any, scratch: Any) -> Any:
+            bits = cache[page, row, head]  # contiguous: eight halves per instruction
+            d = 0
+            while d + 8 <= scratch.shape[0]:
+                widen8(bits, d, scratch, d)
+                d += 8
+            while d < scratch.shape[0]:
+                scratch[d] = half_to_float(bits[d])
+                d += 1
+            return scratch
+
+        return load_half_rows
+
     if cache.dtype == types.uint16:
 
         def load_half(cache: Any, page: Any, row: Any, head: Any, scratch: Any) -> Any:
@@ -190,18 +244,22 @@ def paged_attention_twin(
     table_offsets: Any,  # [queries] int32
     context_lens: Any,  # [queries] int32
     scale: float,
+    order: Any,  # [queries] int: the queries in the order to start them (longest first)
     out: Any,  # [queries, q_heads, head_dim] float32, written
 ) -> None:
     """Page-by-page online softmax, queries spread over the CPU cores.
 
     Each page's K block, then its V block, is read once front to back for all kv heads (reading
-    head by head instead strides through the page and ran at half the speed); the running maxima
-    rescale the accumulators at page boundaries as the CUDA kernel does at tile boundaries.
+    head by head instead strides through the page and ran at half the speed). The running maxima rescale the
+    accumulators at page boundaries as the CUDA kernel does at tile boundaries (not at all when
+    the maximum did not move). Queries start in `order`; run under `parallel_chunksize(1)` the
+    cores take the next query when they finish one, so the longest-first order balances them.
     """
     queries, q_heads, head_dim = q.shape
     page_size, kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = q_heads // kv_heads
-    for query in prange(queries):
+    for index in prange(queries):
+        query = order[index]
         scaled_q = np.empty((q_heads, head_dim), dtype=np.float32)
         acc = np.zeros((q_heads, head_dim), dtype=np.float32)
         scores = np.empty((q_heads, page_size), dtype=np.float32)
@@ -228,11 +286,13 @@ def paged_attention_twin(
                 page_max = running_max[head]
                 for row in range(rows):
                     page_max = max(page_max, scores[head, row])
-                rescale = np.float32(math.exp(running_max[head] - page_max))
-                running_max[head] = page_max
-                total = running_sum[head] * rescale
-                for d in range(head_dim):
-                    acc[head, d] *= rescale
+                total = running_sum[head]
+                if page_max != running_max[head]:
+                    rescale = np.float32(math.exp(running_max[head] - page_max))
+                    running_max[head] = page_max
+                    total *= rescale
+                    for d in range(head_dim):
+                        acc[head, d] *= rescale
                 for row in range(rows):
                     weight = np.float32(math.exp(scores[head, row] - page_max))
                     scores[head, row] = weight

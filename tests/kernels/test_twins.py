@@ -20,7 +20,7 @@ SHAPES = st.fixed_dictionaries(
     {
         "kv_heads": st.sampled_from([1, 2]),
         "group": st.sampled_from([1, 2, 4]),
-        "head_dim": st.sampled_from([4, 16, 64]),
+        "head_dim": st.sampled_from([4, 12, 16, 64]),  # 12: eight-wide loads and a tail
         "page_size": st.sampled_from([1, 3, 4, 16]),
         "dtype": st.sampled_from([np.float16, np.float32]),
         "requests": st.integers(1, 5),
@@ -117,6 +117,9 @@ def _widen_all(bits: npt.NDArray[np.uint16], out: npt.NDArray[np.float32]) -> No
     for i in range(bits.shape[0]):
         out[i] = twins.half_to_float(bits[i])
         out[bits.shape[0] + i] = twins.half_to_float_software(bits[i])
+    for i in range(0, bits.shape[0], 8):  # eight at a time: the row loads of float16 caches
+        twins.widen8(bits, i, out, 2 * bits.shape[0] + i)
+        twins.widen8_software(bits, i, out, 3 * bits.shape[0] + i)
 
 
 @njit(cache=True)
@@ -128,10 +131,10 @@ def _narrow_all(values: npt.NDArray[np.float32], out: npt.NDArray[np.uint16]) ->
 
 def test_half_to_float_is_exact_for_every_bit_pattern() -> None:
     bits = np.arange(2**16, dtype=np.uint16)
-    out = np.empty(2 * bits.size, dtype=np.float32)
+    out = np.empty(4 * bits.size, dtype=np.float32)
     _widen_all(bits, out)
     expected = bits.view(np.float16).astype(np.float32)
-    for half in (out[: bits.size], out[bits.size :]):
+    for half in out.reshape(4, bits.size):
         finite = ~np.isnan(expected)
         np.testing.assert_array_equal(half[finite].view(np.uint32), expected[finite].view(np.uint32))
         assert np.isnan(half[~finite]).all()
