@@ -50,8 +50,8 @@ deep: setup
 	$(BIN)/kvsched proofs --deep
 
 bench: setup
-	$(BIN)/kvsched bench
-	$(BIN)/kvsched bench decode
+	$(BIN)/kvsched bench --plot docs/bench-rounds.svg
+	$(BIN)/kvsched bench decode --plot docs/bench-decode.svg
 
 ## On a machine with a GPU: the kernels natively, the ptxas report and the GPU bench.
 gpu-check: setup

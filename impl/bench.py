@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsched import impl, spec
+from kvsched import impl, plot, spec
 from kvsched.impl.jit import jit
 from kvsched.impl.refinement import abstract_system
 from kvsched.spec.batch import RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
@@ -289,6 +289,27 @@ def _verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+VLLM_ROUND_US = 1360.0  # vLLM v1 KVCacheManager (CPU build), R = 256, as measured for the issue
+NANO_VLLM_ROUND_US = 155.0  # nano-vllm's block manager, same workload
+
+
+def round_chart(rows: list[dict[str, Any]]) -> plot.BarChart:
+    """µs per decode round, spec and impl, per R (log scale), with the target and the references."""
+    rounds = [row for row in rows if row["operation"] == "round"]
+    return plot.BarChart(
+        title="One decode round (make room + lower + commit), no-op backend",
+        unit="µs per round (log scale)",
+        groups=[f"R = {row['requests']}" for row in rounds],
+        series={"spec": [row["spec_us"] for row in rounds], "impl": [row["impl_us"] for row in rounds]},
+        references=[
+            plot.Reference(f"target at R = {ROUND_TARGET_REQUESTS}", ROUND_TARGET_US),
+            plot.Reference("vLLM v1 at R = 256", VLLM_ROUND_US),
+            plot.Reference("nano-vllm at R = 256", NANO_VLLM_ROUND_US),
+        ],
+        log_scale=True,
+    )
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
     def number(value: float | None, unit: str) -> str:
         return "-" if value is None else f"{value:,.2f}{unit}"
@@ -311,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec-rounds", type=int, help="decode rounds the spec replays (default 16, quick 4)")
     parser.add_argument("--repeat", type=int, help="runs per workload, best time kept (default 3, quick 1)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--plot", metavar="PATH", help="also draw the rounds as an SVG chart at PATH")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else Plan()
     if args.spec_rounds is not None:
@@ -354,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)
+    if args.plot:
+        plot.write(round_chart(rows), args.plot)
     verdict = report["verdict"]
     missed = not verdict["speedup_met"] or verdict["round_met"] is False
     return 1 if args.strict and missed else 0

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvsched import plot
 from kvsched.kernels import ops
 
 H200_HBM_PEAK_GBPS = 4800.0  # NVIDIA's figure for the H200's HBM3e (4.8 TB/s)
@@ -249,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-requests", type=int, default=64)
     parser.add_argument("--gpu-context", type=int, default=4096)
     parser.add_argument("--hbm-peak-gbps", type=float, default=H200_HBM_PEAK_GBPS)
+    parser.add_argument("--plot", type=Path, help="also draw the GB/s as an SVG chart at this path")
     args = parser.parse_args(argv)
     shape = DecodeShape(requests=4, min_context=64, max_context=256) if args.quick else DecodeShape()
 
@@ -271,7 +273,28 @@ def main(argv: list[str] | None = None) -> int:
     print(payload)
     if args.json:
         args.json.write_text(payload + "\n")
+    if args.plot:
+        plot.write(bandwidth_chart(report), str(args.plot))
     return 0
+
+
+def bandwidth_chart(report: Report) -> plot.BarChart:
+    """GB/s of K+V read per implementation and cache dtype (log scale), against the copy bandwidth."""
+    dtypes = list(dict.fromkeys(row.cache_dtype for row in report.rows))
+    names = list(dict.fromkeys(row.implementation for row in report.rows))
+    found = {(row.cache_dtype, row.implementation): row.gbps for row in report.rows}
+    return plot.BarChart(
+        title=f"Decode attention, {report.shape['requests']} requests, contexts "
+        f"{report.shape['min_context']}-{report.shape['max_context']} (CPU)",
+        unit="GB/s of K+V read (log scale)",
+        groups=dtypes,
+        series={name: [found.get((dtype, name)) for dtype in dtypes] for name in names},
+        references=[
+            plot.Reference("measured copy bandwidth", report.copy_gbps),
+            plot.Reference(f"{COPY_FRACTION_TARGET:.0%} of copy (target)", COPY_FRACTION_TARGET * report.copy_gbps),
+        ],
+        log_scale=True,
+    )
 
 
 def _row(dtype: str, name: str, seconds: float, moved: int, copy_gbps: float, got: Any, expected: Any) -> Row:

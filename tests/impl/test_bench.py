@@ -21,8 +21,8 @@ OPERATIONS = {
 
 
 def test_quick_bench_times_spec_and_impl_on_every_operation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "bench.json"
-    assert main(["--quick", "--json", str(path)]) == 0
+    path, chart = tmp_path / "bench.json", tmp_path / "rounds.svg"
+    assert main(["--quick", "--json", str(path), "--plot", str(chart)]) == 0
     report = json.loads(path.read_text())
     rows = report["rows"]
     for requests in report["plan"]["requests"]:
@@ -41,6 +41,10 @@ def test_quick_bench_times_spec_and_impl_on_every_operation(tmp_path: Path, caps
     assert "speedup" in captured.out.splitlines()[0]
     assert json.loads(captured.out[captured.out.index("{") :]) == report
     assert "[bench] decode R=32 spec" in captured.err
+    drawn = chart.read_text()
+    rounds = [row for row in rows if row["operation"] == "round"]
+    assert drawn.count("<rect x=") == 2 * len(rounds) + 2  # spec and impl per R, two legend keys
+    assert all(f"R = {row['requests']}" in drawn for row in rounds)
 
 
 def test_bench_refuses_impossible_arguments() -> None:

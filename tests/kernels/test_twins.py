@@ -160,9 +160,11 @@ def test_float_to_half_rounds_like_numpy() -> None:
 def test_bench_quick_run_writes_its_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from kvsched.kernels import bench
 
-    target = tmp_path / "bench.json"
-    assert bench.main(["--quick", "--repeats", "1", "--no-torch", "--json", str(target)]) == 0
+    target, chart = tmp_path / "bench.json", tmp_path / "decode.svg"
+    assert bench.main(["--quick", "--repeats", "1", "--no-torch", "--json", str(target), "--plot", str(chart)]) == 0
     report = json.loads(target.read_text())
+    drawn = chart.read_text()
+    assert "float16" in drawn and "numba twin" in drawn and "measured copy bandwidth" in drawn
     rows = {(row["cache_dtype"], row["implementation"]) for row in report["rows"]}
     assert rows == {(d, i) for d in ("float32", "float16") for i in ("numba twin", "numpy oracle")}
     assert all(row["max_abs_error"] < 1e-5 and row["gbps"] > 0 for row in report["rows"])
