@@ -1,0 +1,103 @@
+"""Tests written against the surviving mutants of the mutation run (`kvsched/testing/MUTATION.md`).
+
+Each test pins a behaviour the lockstep machines and the other impl tests left open: impl
+against the spec on a concrete case (same results, errors and `to_spec()` states), or a
+representation promise impl's docstrings make. The mutant each test kills is named in its
+docstring; the mutants judged equivalent are listed, with reasons, in MUTATION.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kvsched import impl
+from kvsched.impl.abi import table_array
+from kvsched.impl.prefix import get_indexes as get_store_indexes
+from kvsched.impl.refinement import check_representation
+from kvsched.impl.scheduler import get_indexes
+from kvsched.impl.table import get_row
+from kvsched.spec.errors import OutOfRange
+from tests.impl import reference
+from tests.impl.support import make_spec_system, outcome
+
+
+def _two_decoding(system: Any) -> None:
+    """Requests 1 and 2 admitted without a prefix, both in DECODE with a seeded token."""
+    scheduler, pool = system.scheduler, system.pool
+    for request in (1, 2):
+        scheduler.admit_with_prefix(request, None, system.store, pool)
+        scheduler.mark_prefill_complete(request)
+        scheduler.seed_decode_token(request, 5)
+
+
+def test_a_failing_round_preparation_ignores_the_previous_rounds_steps() -> None:
+    """`prepare_decode_round` reuses the scheduler's step buffers: a preparation that fails at its
+    first step must undo nothing, however the last buffer entry was left by an earlier round.
+    (Kills `page_kernels.undo_rows` undoing one step too many: `range(count - 1, -2, -1)`.)"""
+    expected, actual = make_spec_system(2, 2, 4, 1, 1), impl.make_impl_system(2, 2, 4, 1, 1)
+    for system in (expected, actual):
+        _two_decoding(system)
+    first = actual.scheduler.prepare_decode_round(actual.pool, 16)  # both allocate: the buffer's last step too
+    assert first.actions() == reference.prepare_decode_round(expected.scheduler, expected.pool, 16)
+    assert first.kinds.tolist() == [impl.ALLOCATED, impl.ALLOCATED]
+    for system in (expected, actual):
+        system.scheduler.record_token(1)
+        system.scheduler.record_token(1)  # request 1 now writes logical page 2: outside its table
+    before = actual.snapshot()
+    assert before == expected.snapshot()
+    spec_failure = outcome(lambda: reference.prepare_decode_round(expected.scheduler, expected.pool, 1))
+    impl_failure = outcome(lambda: actual.scheduler.prepare_decode_round(actual.pool, 1))
+    assert spec_failure.error is OutOfRange
+    assert (impl_failure.error, impl_failure.message) == (spec_failure.error, spec_failure.message)
+    assert actual.snapshot() == before == expected.snapshot()
+    assert actual.check() == ()
+
+
+@pytest.mark.parametrize("tables", [[1, 2, 0xFFFFFFFF], np.array([1, 2, 0xFFFFFFFF], dtype=np.int64)])
+def test_table_array_gives_uint32_from_either_form(tables: Any) -> None:
+    """A backend handed spec-form lists or wider arrays gets the ABI's uint32 tables.
+    (Kills `abi.table_array` without its `dtype=np.uint32`, in either branch.)"""
+    array = table_array(tables)
+    assert array.dtype == np.uint32
+    assert array.flags.c_contiguous
+    assert array.tolist() == [1, 2, 0xFFFFFFFF]
+
+
+def test_a_standalone_table_is_one_uint32_row() -> None:
+    """The table's storage is the uint32 row its docstring promises (half the memory of numpy's
+    default int64). (Kills `SequenceBlockTable.__init__` without `dtype=np.uint32`.)"""
+    row = get_row(impl.SequenceBlockTable(3))
+    assert row.dtype == np.uint32
+    assert row.shape == (3,)
+
+
+def test_the_debug_check_sees_a_heap_out_of_order_at_its_root() -> None:
+    """The empty-entry heap's root must be its least entry.
+    (Kills `refinement._is_exact_heap` checking children from index 2.)"""
+    system = impl.make_impl_system(1, 1, 1, 2, 1)
+    empty = get_store_indexes(system.store)[2]
+    empty[:] = [1, 0]
+    assert check_representation(system.pool, system.store, system.scheduler) == ("rep_store_empty_heap_exact",)
+
+
+def test_the_debug_check_sees_a_heap_out_of_order_below_its_root() -> None:
+    """Heap order is checked against each entry's own parent, `(child - 1) // 2`.
+    (Kills `refinement._is_exact_heap` with the parent `(child - 1) // 3`.)"""
+    system = impl.make_impl_system(4, 1, 1, 1, 1)
+    empty = get_indexes(system.scheduler)[1]
+    empty[:] = [0, 3, 1, 2]  # entry 3's parent is entry 1 (3 > 2); `// 3` would compare it with the root
+    assert check_representation(system.pool, system.store, system.scheduler) == ("rep_scheduler_empty_heap_exact",)
+
+
+def test_the_debug_check_sees_a_request_index_pointing_at_the_wrong_slot() -> None:
+    """An index of the right size that maps a request to another live slot is not exact.
+    (Kills `refinement.rep_scheduler_index_exact` with `or` for `and`.)"""
+    system = impl.make_impl_system(2, 1, 1, 1, 1)
+    for request in (1, 2):
+        system.scheduler.admit_with_prefix(request, None, system.store, system.pool)
+    slot_of = get_indexes(system.scheduler)[0]
+    slot_of[1], slot_of[2] = 1, 0
+    assert check_representation(system.pool, system.store, system.scheduler) == ("rep_scheduler_index_exact",)
