@@ -135,7 +135,7 @@ def release_first_system(config: SystemConfig) -> SystemUnderTest:
     return ImplAdapter(ImplSystem(pool, system.store, system.scheduler))
 
 
-impl_pool = rebind(twin_systems.impl_pool, impl_system=release_first_system)
+impl_writable = rebind(twin_systems.impl_writable, impl_system=release_first_system)
 
 CHECK_TARGETS = (
     "pool_release",
@@ -147,5 +147,5 @@ CHECK_TARGETS = (
 )
 DIFF_TARGETS = (
     ("kvsched.contracts.twin_kernels.spec_ensure", "impl_ensure"),
-    ("kvsched.contracts.twin_systems.spec_pool", "impl_pool"),
+    ("kvsched.contracts.twin_systems.spec_writable", "impl_writable"),
 )

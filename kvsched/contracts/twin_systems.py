@@ -37,14 +37,15 @@ def _attempt(system: SystemUnderTest, call: Callable[[], object]) -> tuple[Any, 
 
 
 def _pool_domain(e0: int, e1: int, e2: int, order: int, operation: int, page: int) -> bool:
-    return in_range(e0, e1, e2, high=3) and 0 <= order < 6 and 0 <= operation <= 3 and -1 <= page <= PAGES
+    return in_range(e0, e1, e2, high=3) and 0 <= order < 6 and 0 <= operation <= 2 and -1 <= page <= PAGES
 
 
 def pool_program(
     system: SystemUnderTest, extras: tuple[int, int, int], order: int, operation: int, page: int
 ) -> Outcome:
     """Hold `extras[p]` references on page p (the free stack ordered by `order`), then one
-    operation: 0 allocate, 1 retain(page), 2 release(page), 3 writable(page, None for -1)."""
+    operation: 0 allocate, 1 retain(page), 2 release(page), 3 writable(page, None for -1)
+    (the `pool` twin runs 0..2, the `writable` twin 3)."""
     pool = system.pool
     for _ in range(PAGES):
         pool.allocate()
@@ -75,6 +76,26 @@ def impl_pool(e0: int, e1: int, e2: int, order: int, operation: int, page: int) 
     if not _pool_domain(e0, e1, e2, order, operation, page):
         return None
     return pool_program(impl_system(CONFIG), (e0, e1, e2), order, operation, page)
+
+
+def _writable_domain(e0: int, e1: int, e2: int, order: int, page: int) -> bool:
+    return in_range(e0, e1, e2, high=3) and 0 <= order < 6 and -1 <= page <= PAGES
+
+
+def spec_writable(e0: int, e1: int, e2: int, order: int, page: int) -> Outcome:
+    """`pool_program`'s copy-on-write step on the spec: its own twin, so every path CrossHair
+    explores reaches `writable` (shared, exclusive, free, out-of-range and None pages, with the
+    pool exhausted or not)."""
+    if not _writable_domain(e0, e1, e2, order, page):
+        return None
+    return pool_program(spec_system(CONFIG), (e0, e1, e2), order, 3, page)
+
+
+def impl_writable(e0: int, e1: int, e2: int, order: int, page: int) -> Outcome:
+    """`pool_program`'s copy-on-write step on impl."""
+    if not _writable_domain(e0, e1, e2, order, page):
+        return None
+    return pool_program(impl_system(CONFIG), (e0, e1, e2), order, 3, page)
 
 
 def _store_domain(a_mask: int, b_mask: int, c_mask: int, e0: int, e1: int, e2: int, target: int) -> bool:
@@ -221,7 +242,9 @@ def impl_round(
 # must return a non-None, equal outcome; running them also compiles every kernel the programs
 # reach before CrossHair's side-effect wall goes up), so no twin can pass vacuously.
 SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
-    "pool": ((1, 1, 2, 5, 3, 2), (0, 1, 0, 2, 0, 0), (2, 0, 1, 1, 2, 0), (1, 0, 3, 4, 1, 2)),
+    "pool": ((0, 1, 0, 2, 0, 0), (2, 0, 1, 1, 2, 0), (1, 0, 3, 4, 1, 2), (0, 0, 0, 3, 2, 1)),
+    # shared with a free page (a copy), shared in an exhausted pool (refused), exclusive, None
+    "writable": ((0, 1, 2, 5, 2), (1, 1, 2, 5, 2), (2, 1, 1, 0, 1), (1, 0, 2, 3, -1)),
     # overlapping idle entries (a page two entries share); two idle entries, room for one eviction
     "store": (
         (4, 2, 0, 0, 1, 0, 0, 2),
