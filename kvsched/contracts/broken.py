@@ -121,21 +121,33 @@ class ReleaseFirstPool(BlockPool):
     )
 
 
-def release_first_system(config: SystemConfig) -> SystemUnderTest:
-    """The impl system with a `ReleaseFirstPool`."""
-    system = make_impl_system(
-        config.requests,
-        config.logical_pages,
-        config.physical_pages,
-        config.store_entries,
-        config.store_pages,
-        config.max_references,
-    )
-    pool = ReleaseFirstPool(config.physical_pages, max_references=config.max_references)
-    return ImplAdapter(ImplSystem(pool, system.store, system.scheduler))
+class RetainFreePool(BlockPool):
+    """`retain` that revives a free page (a use after free): the page is counted but stays on
+    the free stack."""
+
+    retain = patch_source(BlockPool.retain, (("if count == 0:", "if count < 0:"),), "retain accepts a free page")
 
 
-impl_writable = rebind(twin_systems.impl_writable, impl_system=release_first_system)
+def system_with(pool_class: type[BlockPool]) -> Callable[[SystemConfig], SystemUnderTest]:
+    """A factory of impl systems whose pool is a `pool_class`."""
+
+    def factory(config: SystemConfig) -> SystemUnderTest:
+        system = make_impl_system(
+            config.requests,
+            config.logical_pages,
+            config.physical_pages,
+            config.store_entries,
+            config.store_pages,
+            config.max_references,
+        )
+        pool = pool_class(config.physical_pages, max_references=config.max_references)
+        return ImplAdapter(ImplSystem(pool, system.store, system.scheduler))
+
+    return factory
+
+
+impl_pool = rebind(twin_systems.impl_pool, impl_system=system_with(RetainFreePool))
+impl_writable = rebind(twin_systems.impl_writable, impl_system=system_with(ReleaseFirstPool))
 
 CHECK_TARGETS = (
     "pool_release",
@@ -147,5 +159,6 @@ CHECK_TARGETS = (
 )
 DIFF_TARGETS = (
     ("kvsched.contracts.twin_kernels.spec_ensure", "impl_ensure"),
+    ("kvsched.contracts.twin_systems.spec_pool", "impl_pool"),
     ("kvsched.contracts.twin_systems.spec_writable", "impl_writable"),
 )

@@ -37,7 +37,7 @@ def _free(refs: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _retain_domain(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int) -> bool:
-    return in_range(r0, r1, r2, high=4) and in_range(p0, p1, p2, low=-1, high=PAGES) and 0 <= count <= 3
+    return in_range(r0, r1, r2, high=4) & in_range(p0, p1, p2, low=-1, high=PAGES) & in_range(count, high=3)
 
 
 def spec_retain(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int) -> Outcome:
@@ -62,7 +62,7 @@ def impl_retain(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int
 
 
 def _release_domain(r0: int, r1: int, r2: int, order: int, p0: int, p1: int, p2: int) -> bool:
-    return in_range(r0, r1, r2, high=3) and 0 <= order < 6 and in_range(p0, p1, p2, low=-1, high=PAGES)
+    return in_range(r0, r1, r2, high=3) & in_range(order, high=5) & in_range(p0, p1, p2, low=-1, high=PAGES)
 
 
 def spec_release(r0: int, r1: int, r2: int, order: int, p0: int, p1: int, p2: int) -> Outcome:
@@ -90,8 +90,8 @@ def impl_release(r0: int, r1: int, r2: int, order: int, p0: int, p1: int, p2: in
 
 
 def _ensure_domain(t0: int, t1: int, e0: int, e1: int, e2: int, order: int, l0: int, l1: int) -> bool:
-    table_ok = in_range(t0, t1, low=-1) and (t0 < 0 or t0 != t1)
-    return table_ok and in_range(e0, e1, e2, high=2) and 0 <= order < 6 and in_range(l0, l1, low=-1)
+    table_ok = in_range(t0, t1, low=-1) & ((t0 < 0) | (t0 != t1))
+    return table_ok & in_range(e0, e1, e2, high=2) & in_range(order, high=5) & in_range(l0, l1, low=-1)
 
 
 def _counts(table: tuple[int, int], extras: tuple[int, int, int]) -> list[int]:

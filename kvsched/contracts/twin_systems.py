@@ -37,7 +37,8 @@ def _attempt(system: SystemUnderTest, call: Callable[[], object]) -> tuple[Any, 
 
 
 def _pool_domain(e0: int, e1: int, e2: int, order: int, operation: int, page: int) -> bool:
-    return in_range(e0, e1, e2, high=3) and 0 <= order < 6 and 0 <= operation <= 2 and -1 <= page <= PAGES
+    held = in_range(e0, e1, e2, high=CONFIG.max_references)  # up to the maximum: a retain can overflow
+    return held & in_range(order, high=5) & in_range(operation, high=2) & in_range(page, low=-1, high=PAGES)
 
 
 def pool_program(
@@ -79,7 +80,7 @@ def impl_pool(e0: int, e1: int, e2: int, order: int, operation: int, page: int) 
 
 
 def _writable_domain(e0: int, e1: int, e2: int, order: int, page: int) -> bool:
-    return in_range(e0, e1, e2, high=3) and 0 <= order < 6 and -1 <= page <= PAGES
+    return in_range(e0, e1, e2, high=3) & in_range(order, high=5) & in_range(page, low=-1, high=PAGES)
 
 
 def spec_writable(e0: int, e1: int, e2: int, order: int, page: int) -> Outcome:
@@ -99,7 +100,7 @@ def impl_writable(e0: int, e1: int, e2: int, order: int, page: int) -> Outcome:
 
 
 def _store_domain(a_mask: int, b_mask: int, c_mask: int, e0: int, e1: int, e2: int, target: int) -> bool:
-    return in_range(a_mask, b_mask, c_mask, high=7) and in_range(e0, e1, e2, high=1) and -1 <= target <= 4
+    return in_range(a_mask, b_mask, c_mask, high=7) & in_range(e0, e1, e2, high=1) & in_range(target, low=-1, high=4)
 
 
 def store_program(
@@ -154,7 +155,7 @@ def _call(system: SystemUnderTest, operation: int, request_id: int) -> Callable[
 
 
 def _scheduler_domain(*steps: int) -> bool:
-    return all(0 <= step <= 6 for step in steps[::2]) and all(-1 <= arg <= 3 for arg in steps[1::2])
+    return in_range(*steps[::2], high=6) & in_range(*steps[1::2], low=-1, high=3)
 
 
 def scheduler_program(system: SystemUnderTest, steps: tuple[int, ...]) -> Outcome:
@@ -182,7 +183,7 @@ def impl_scheduler(o0: int, a0: int, o1: int, a1: int, o2: int, a2: int, o3: int
 
 
 def _round_domain(token0: int, token1: int, fault: int, short: int) -> bool:
-    return in_range(token0, token1, high=49) and 0 <= fault < len(FAULTS) and 0 <= short <= 3
+    return in_range(token0, token1, high=49) & in_range(fault, high=len(FAULTS) - 1) & in_range(short, high=3)
 
 
 def round_program(
@@ -242,7 +243,7 @@ def impl_round(
 # must return a non-None, equal outcome; running them also compiles every kernel the programs
 # reach before CrossHair's side-effect wall goes up), so no twin can pass vacuously.
 SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
-    "pool": ((0, 1, 0, 2, 0, 0), (2, 0, 1, 1, 2, 0), (1, 0, 3, 4, 1, 2), (0, 0, 0, 3, 2, 1)),
+    "pool": ((0, 1, 0, 2, 0, 0), (2, 0, 1, 1, 2, 0), (1, 0, 3, 4, 1, 2), (0, 0, 0, 3, 2, 1), (4, 0, 1, 2, 1, 0)),
     # shared with a free page (a copy), shared in an exhausted pool (refused), exclusive, None
     "writable": ((0, 1, 2, 5, 2), (1, 1, 2, 5, 2), (2, 1, 1, 0, 1), (1, 0, 2, 3, -1)),
     # overlapping idle entries (a page two entries share); two idle entries, room for one eviction

@@ -53,7 +53,7 @@ def install_program(
 
 
 def _install_domain(e0: int, e1: int, e2: int, c0: int, c1: int, c2: int, count: int) -> bool:
-    return in_range(e0, e1, e2, high=3) and in_range(c0, c1, c2, high=len(PAGE_CODES) - 1) and 0 <= count <= 3
+    return in_range(e0, e1, e2, high=3) & in_range(c0, c1, c2, high=len(PAGE_CODES) - 1) & in_range(count, high=3)
 
 
 def spec_install(e0: int, e1: int, e2: int, c0: int, c1: int, c2: int, count: int) -> Outcome:
@@ -97,8 +97,8 @@ def batch_program(system: SystemUnderTest, forks: int, held: int, steps: tuple[i
 
 
 def _batch_domain(forks: int, held: int, steps: tuple[int, ...], prepare: bool) -> bool:
-    codes_ok = in_range(*steps[::2], high=len(REQUEST_CODES) - 1) and in_range(*steps[1::2], low=-1, high=2)
-    return in_range(forks, high=2) and in_range(held, high=4) and codes_ok
+    codes_ok = in_range(*steps[::2], high=len(REQUEST_CODES) - 1) & in_range(*steps[1::2], low=-1, high=2)
+    return in_range(forks, high=2) & in_range(held, high=4) & codes_ok
 
 
 def spec_batch(forks: int, held: int, r0: int, l0: int, r1: int, l1: int, r2: int, l2: int, prepare: bool) -> Outcome:

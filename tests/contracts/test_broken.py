@@ -58,4 +58,5 @@ def test_broken_twins_differ_from_the_spec() -> None:
     from kvsched.contracts import twin_kernels, twin_systems
 
     assert twin_kernels.spec_ensure(2, 0, 0, 0, 1, 2, 1, 0) != broken.impl_ensure(2, 0, 0, 0, 1, 2, 1, 0)
+    assert twin_systems.spec_pool(0, 1, 1, 2, 1, 0) != broken.impl_pool(0, 1, 1, 2, 1, 0)
     assert twin_systems.spec_writable(2, 1, 2, 2, 0) != broken.impl_writable(2, 1, 2, 2, 0)
