@@ -34,6 +34,7 @@ demo: setup
 ## Tests, contracts and proofs: the CI gate.
 verify: test contracts proofs
 
+## The CrossHair gate: every contract and twin pair, 2 CPU s per condition, 4 per pair, 240 s in all.
 contracts: setup
 	$(BIN)/python -m kvsched.contracts
 
