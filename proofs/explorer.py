@@ -134,7 +134,7 @@ class Explorer:
         self.static = static_alphabet(bounds)
         self.progress = progress
         self.states: list[SystemState] = []
-        self.index: dict[SystemState, int] = {}
+        self.index: dict[tuple[int, int, int, int], int] = {}  # by `Canonicalizer.key`
         self.parent: list[int] = []
         self.via: list[Operation | None] = []
         self.depth: list[int] = []
@@ -150,6 +150,10 @@ class Explorer:
             index = self.parent[index]
         return ops[::-1]
 
+    def lookup(self, state: SystemState) -> int | None:
+        """The index of the explored state in the class of `state` (None if not explored)."""
+        return self.index.get(self.canon.key(self.canon.canonical(state)[0]))
+
     def replay(self, sut: Any, ops: list[Operation]) -> tuple[SystemState, Renaming]:
         """Run canonical `ops` on a fresh `sut` in its own names; its state and canonical renaming."""
         state = snapshot(sut, ())
@@ -162,11 +166,12 @@ class Explorer:
         self, state: SystemState, parent: int, operation: Operation | None, like: SystemState | None = None
     ) -> tuple[int, bool]:
         canonical, _ = self.canon.canonical(state, like)
-        known = self.index.get(canonical)
+        key = self.canon.key(canonical)
+        known = self.index.get(key)
         if known is not None:
             return known, False
         index = len(self.states)
-        self.index[canonical] = index
+        self.index[key] = index
         self.states.append(canonical)
         self.parent.append(parent)
         self.via.append(operation)

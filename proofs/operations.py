@@ -123,6 +123,8 @@ def rename(
 
 
 def _page_sets(bounds: Bounds) -> Iterator[tuple[int, ...]]:
+    """Every arrangement of up to `entry_pages` distinct pages (closed under renaming pages), one
+    out-of-range set and one over the capacity (refused for its length before a page is read)."""
     for length in range(1, bounds.entry_pages + 1):
         yield from permutations(range(bounds.pages), length)
     yield (bounds.pages,)  # out of range
@@ -134,7 +136,8 @@ def _batches(bounds: Bounds) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]
 
     A batch is the single calls in order, so it reaches no state the single calls do not: these
     are here to check its all-or-nothing rollback and its agreement with the single calls, and
-    need not be closed under the id symmetry (canon.py) the single calls rely on.
+    need not be closed under the id symmetry (canon.py) the single calls rely on. They name no
+    page, so the page symmetry maps each to itself.
     """
     steps = [(r, k) for r in (0, 1) for k in (0, bounds.logical_pages)]
     for first, second in product(steps, steps):

@@ -74,3 +74,30 @@ def test_manifest_records_replace_by_name_and_profile(tmp_path: Path) -> None:
         ("a", "ci", 2),
         ("a", "deep", 3),
     ]
+
+
+def test_ci_leaves_the_tracked_manifest_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tracked = tmp_path / "MANIFEST.json"
+    monkeypatch.setattr(manifest, "MANIFEST", tracked)
+    monkeypatch.setattr(entry, "CI", (entry.Run(SPEC, TINY),))
+    monkeypatch.setenv("CI", "true")
+    assert entry.main(["--only", "explore"]) == 0
+    assert not tracked.exists()  # CI's checkout stays clean
+    assert "not rewritten" in capsys.readouterr().err
+    asked = tmp_path / "asked.json"
+    assert entry.main(["--only", "explore", "--manifest", str(asked)]) == 0
+    assert asked.exists() and not tracked.exists()
+    monkeypatch.delenv("CI")
+    assert entry.main(["--only", "explore"]) == 0
+    assert [run["name"] for run in manifest.load(tracked)] == ["explorer: spec R1 P2 L1 E1x1"]
+
+
+def test_the_manifest_path_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    assert entry.manifest_path(None, False) is None
+    assert entry.manifest_path(tmp_path, False) == tmp_path
+    assert entry.manifest_path(tmp_path, True) is None
+    monkeypatch.setenv("CI", "false")
+    assert entry.manifest_path(None, False) == manifest.MANIFEST
