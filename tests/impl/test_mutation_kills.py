@@ -21,7 +21,7 @@ from kvsched.impl.scheduler import get_indexes
 from kvsched.impl.table import get_row
 from kvsched.spec.errors import OutOfRange
 from tests.impl import reference
-from tests.impl.support import make_spec_system, outcome
+from tests.impl.support import Flavor, flavors, make_spec_system, outcome
 
 
 def _two_decoding(system: Any) -> None:
@@ -101,3 +101,44 @@ def test_the_debug_check_sees_a_request_index_pointing_at_the_wrong_slot() -> No
     slot_of = get_indexes(system.scheduler)[0]
     slot_of[1], slot_of[2] = 1, 0
     assert check_representation(system.pool, system.store, system.scheduler) == ("rep_scheduler_index_exact",)
+
+
+def _release_into(flavor: Flavor, mapped: tuple[int, int], pool_pages: int, setup: str) -> tuple[object, ...]:
+    """A table mapping logical pages `mapped` and 3 released into a pool where its last page
+    cannot be released: what `release_all` raised, and the pool and table after."""
+    module = flavor.module
+    home = module.BlockPool(8)
+    table = module.SequenceBlockTable(4)
+    for logical in mapped:
+        table.ensure_writable(logical, home)  # pages 0 and 1
+    if setup == "double release":
+        pool = home
+        table.ensure_writable(3, pool)  # page 2
+        pool.retain(0)  # page 0 held twice: its undo must restore 2, not 1
+        pool.release(2)  # someone else's release: the table's page 2 is free
+    else:  # "out of pool": the table's last page is outside a smaller pool
+        home.allocate()  # page 2
+        table.ensure_writable(3, home)  # page 3
+        pool = module.BlockPool(pool_pages)
+        for _ in range(2):
+            pool.allocate()  # pages 0 and 1, as in the table
+        pool.retain(0)
+    result = outcome(lambda: table.release_all(pool))
+    return result.error, result.message, pool.state, table.entries()
+
+
+@pytest.mark.parametrize("mapped", [(0, 1), (0, 2)])
+@pytest.mark.parametrize(("setup", "pool_pages"), [("double release", 8), ("out of pool", 3), ("out of pool", 2)])
+def test_a_release_that_fails_part_way_undoes_the_earlier_pages(
+    mapped: tuple[int, int], setup: str, pool_pages: int
+) -> None:
+    """`release_all` refused at its last page (a page already free, or one outside the pool: a
+    table released into another pool) undoes the earlier releases exactly: a page that reached
+    zero comes back off the free stack, a shared page gets its count back, an unmapped entry
+    between them is skipped. (Kills `page_kernels.release_pages` with the pool bound `>` or `and`,
+    without its out-of-pool status or `break`, and with the undo loop stepping by 2, stopping at
+    an unmapped entry or setting counts to 1.)"""
+    spec_flavor, impl_flavor = flavors()
+    expected = _release_into(spec_flavor, mapped, pool_pages, setup)
+    assert expected[0] is not None
+    assert _release_into(impl_flavor, mapped, pool_pages, setup) == expected
