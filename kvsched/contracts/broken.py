@@ -15,9 +15,12 @@ from typing import Any
 
 from kvsched.contracts import impl_kernels, spec_pool, spec_prefix, spec_scheduler, twin_kernels, twin_systems
 from kvsched.contracts.arrays import pure
+from kvsched.impl.lowering import execute_round
 from kvsched.impl.page_kernels import ensure_rows, retain_pages
 from kvsched.impl.pool import BlockPool
-from kvsched.impl.system import ImplSystem, make_impl_system
+from kvsched.impl.prefix import PrefixKvStore
+from kvsched.impl.scheduler import RequestScheduler
+from kvsched.impl.system import ImplSystem
 from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix as prefix_ops
 from kvsched.spec import scheduler as scheduler_ops
@@ -101,7 +104,7 @@ _copy_keeps_source = patch_source(
 kernel_ensure_rows = rebind(impl_kernels.kernel_ensure_rows, ENSURE_ROWS=pure(_copy_keeps_source))
 impl_ensure = rebind(twin_kernels.impl_ensure, ENSURE_ROWS=pure(_copy_keeps_source))
 
-# -- an impl object with one bug, in the system twin ---------------------------------------------
+# -- impl objects with one bug each, in the system twins ----------------------------------------
 
 
 class ReleaseFirstPool(BlockPool):
@@ -128,26 +131,83 @@ class RetainFreePool(BlockPool):
     retain = patch_source(BlockPool.retain, (("if count == 0:", "if count < 0:"),), "retain accepts a free page")
 
 
-def system_with(pool_class: type[BlockPool]) -> Callable[[SystemConfig], SystemUnderTest]:
-    """A factory of impl systems whose pool is a `pool_class`."""
+class StopsShortStore(PrefixKvStore):
+    """`reclaim` that stops one page short of its target."""
+
+    reclaim = patch_source(
+        PrefixKvStore.reclaim,
+        (("while pool.free_count() < pages:", "while pool.free_count() < pages - 1:"),),
+        "reclaim stops one page short",
+    )
+
+
+class FullBeforeUnknownScheduler(RequestScheduler):
+    """`fork` that looks for the child's slot before it checks the parent: a full scheduler
+    reports Full for an unknown parent."""
+
+    fork = patch_source(
+        RequestScheduler.fork,
+        (
+            ("    parent = self._require_request(parent_id)\n", ""),
+            ("    fork_row(", "    parent = self._require_request(parent_id)\n    fork_row("),
+        ),
+        "fork checks capacity before the parent",
+    )
+
+
+_launch_count_at_most_one = patch_source(
+    execute_round,
+    (("if receipt.backend_launches != 1:", "if receipt.backend_launches > 1:"),),
+    "a round that reports zero launches passes",
+)
+
+
+class ZeroLaunchScheduler(RequestScheduler):
+    """`execute_decode_round` that accepts a backend reporting zero launches."""
+
+    execute_decode_round = swap(RequestScheduler.execute_decode_round, execute_round, _launch_count_at_most_one)
+
+
+# (Not a check that lets a short buffer through: the kernels would write past its end.)
+_items_short_misnamed = patch_source(
+    execute_round,
+    (('raise ItemBufferTooSmall(f"item buffer', 'raise OutputBufferTooSmall(f"item buffer'),),
+    "a short item buffer raises the output buffer's error",
+)
+
+
+class MisnamedShortItemsScheduler(RequestScheduler):
+    """`execute_decode_round` that reports a short item buffer as a short output buffer."""
+
+    execute_decode_round = swap(RequestScheduler.execute_decode_round, execute_round, _items_short_misnamed)
+
+
+def system_with(
+    pool_class: type[BlockPool] = BlockPool,
+    store_class: type[PrefixKvStore] = PrefixKvStore,
+    scheduler_class: type[RequestScheduler] = RequestScheduler,
+) -> Callable[[SystemConfig], SystemUnderTest]:
+    """A factory of impl systems built from these classes."""
 
     def factory(config: SystemConfig) -> SystemUnderTest:
-        system = make_impl_system(
-            config.requests,
-            config.logical_pages,
-            config.physical_pages,
-            config.store_entries,
-            config.store_pages,
-            config.max_references,
-        )
         pool = pool_class(config.physical_pages, max_references=config.max_references)
-        return ImplAdapter(ImplSystem(pool, system.store, system.scheduler))
+        store = store_class(config.store_entries, config.store_pages)
+        scheduler = scheduler_class(config.requests, config.logical_pages)
+        return ImplAdapter(ImplSystem(pool, store, scheduler))
 
     return factory
 
 
 impl_pool = rebind(twin_systems.impl_pool, impl_system=system_with(RetainFreePool))
 impl_writable = rebind(twin_systems.impl_writable, impl_system=system_with(ReleaseFirstPool))
+impl_store = rebind(twin_systems.impl_store, impl_system=system_with(store_class=StopsShortStore))
+impl_scheduler = rebind(
+    twin_systems.impl_scheduler, impl_system=system_with(scheduler_class=FullBeforeUnknownScheduler)
+)
+impl_round = rebind(twin_systems.impl_round, impl_system=system_with(scheduler_class=ZeroLaunchScheduler))
+impl_round_buffers = rebind(
+    twin_systems.impl_round_buffers, impl_system=system_with(scheduler_class=MisnamedShortItemsScheduler)
+)
 
 CHECK_TARGETS = (
     "pool_release",
@@ -161,4 +221,8 @@ DIFF_TARGETS = (
     ("kvsched.contracts.twin_kernels.spec_ensure", "impl_ensure"),
     ("kvsched.contracts.twin_systems.spec_pool", "impl_pool"),
     ("kvsched.contracts.twin_systems.spec_writable", "impl_writable"),
+    ("kvsched.contracts.twin_systems.spec_store", "impl_store"),
+    ("kvsched.contracts.twin_systems.spec_scheduler", "impl_scheduler"),
+    ("kvsched.contracts.twin_systems.spec_round", "impl_round"),
+    ("kvsched.contracts.twin_systems.spec_round_buffers", "impl_round_buffers"),
 )

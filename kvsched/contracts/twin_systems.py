@@ -182,8 +182,12 @@ def impl_scheduler(o0: int, a0: int, o1: int, a1: int, o2: int, a2: int, o3: int
     return scheduler_program(impl_system(CONFIG), (o0, a0, o1, a1, o2, a2, o3, a3))
 
 
-def _round_domain(token0: int, token1: int, fault: int, short: int) -> bool:
-    return in_range(token0, token1, high=49) & in_range(fault, high=len(FAULTS) - 1) & in_range(short, high=3)
+def _round_domain(token0: int, token1: int, fault: int) -> bool:
+    return in_range(token0, token1, high=49) & in_range(fault, high=len(FAULTS) - 1)
+
+
+def _buffers_domain(token0: int, token1: int, short: int) -> bool:
+    return in_range(token0, token1, high=49) & in_range(short, low=1, high=3)
 
 
 def round_program(
@@ -221,22 +225,37 @@ def round_program(
     return outcome, backend.seen
 
 
-def spec_round(
-    hit0: bool, hit1: bool, seed0: bool, seed1: bool, token0: int, token1: int, fault: int, short: int
-) -> Outcome:
-    """`round_program` on the spec."""
-    if not _round_domain(token0, token1, fault, short):
+def spec_round(hit0: bool, hit1: bool, seed0: bool, seed1: bool, token0: int, token1: int, fault: int) -> Outcome:
+    """`round_program` on the spec, full buffers: the backend's faults (the `round_buffers` twin
+    has the short buffers, which fail before the backend is called)."""
+    if not _round_domain(token0, token1, fault):
         return None
-    return round_program(spec_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), fault, short)
+    return round_program(spec_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), fault, 0)
 
 
-def impl_round(
-    hit0: bool, hit1: bool, seed0: bool, seed1: bool, token0: int, token1: int, fault: int, short: int
-) -> Outcome:
-    """`round_program` on impl."""
-    if not _round_domain(token0, token1, fault, short):
+def impl_round(hit0: bool, hit1: bool, seed0: bool, seed1: bool, token0: int, token1: int, fault: int) -> Outcome:
+    """`round_program` on impl, full buffers."""
+    if not _round_domain(token0, token1, fault):
         return None
-    return round_program(impl_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), fault, short)
+    return round_program(impl_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), fault, 0)
+
+
+def spec_round_buffers(
+    hit0: bool, hit1: bool, seed0: bool, seed1: bool, token0: int, token1: int, short: int
+) -> Outcome:
+    """`round_program` on the spec with one buffer a record short (a well-behaved backend)."""
+    if not _buffers_domain(token0, token1, short):
+        return None
+    return round_program(spec_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), 0, short)
+
+
+def impl_round_buffers(
+    hit0: bool, hit1: bool, seed0: bool, seed1: bool, token0: int, token1: int, short: int
+) -> Outcome:
+    """`round_program` on impl with one buffer a record short."""
+    if not _buffers_domain(token0, token1, short):
+        return None
+    return round_program(impl_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), 0, short)
 
 
 # Concrete inputs inside each twin's domain: the gate runs them before CrossHair (both twins
@@ -261,10 +280,11 @@ SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
         (0, 1, 5, 1, 6, 1, 3, 1),
     ),
     "round": (
-        (1, 0, 1, 1, 3, 4, 0, 0),
-        (0, 1, 1, 0, 5, 6, 2, 1),
-        (1, 1, 1, 1, 7, 8, 5, 0),
-        (0, 0, 1, 1, 1, 2, 0, 3),
-        (1, 1, 1, 1, 4, 9, 2, 0),
+        (1, 0, 1, 1, 3, 4, 0),
+        (0, 1, 1, 0, 5, 6, 2),
+        (1, 1, 1, 1, 7, 8, 5),
+        (1, 1, 1, 1, 4, 9, 2),
+        (0, 0, 1, 1, 2, 1, 4),
     ),
+    "round_buffers": ((0, 1, 1, 0, 5, 6, 1), (0, 0, 1, 1, 1, 2, 3), (1, 1, 1, 1, 3, 4, 2), (1, 0, 0, 1, 0, 0, 3)),
 }

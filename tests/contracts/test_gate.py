@@ -90,6 +90,7 @@ def test_the_gate_covers_every_contract_and_twin() -> None:
         "store",
         "scheduler",
         "round",
+        "round_buffers",
         "install",
         "batch",
     }
