@@ -19,6 +19,7 @@ from kvsched.impl.prefix import get_indexes as get_store_indexes
 from kvsched.impl.refinement import check_representation
 from kvsched.impl.scheduler import get_indexes
 from kvsched.impl.table import get_row
+from kvsched.spec import Copy, PrefixIdentity, PrefixPageSet
 from kvsched.spec.errors import OutOfRange
 from tests.impl import reference
 from tests.impl.support import Flavor, flavors, make_spec_system, outcome
@@ -142,3 +143,66 @@ def test_a_release_that_fails_part_way_undoes_the_earlier_pages(
     expected = _release_into(spec_flavor, mapped, pool_pages, setup)
     assert expected[0] is not None
     assert _release_into(impl_flavor, mapped, pool_pages, setup) == expected
+
+
+def _reclaim(flavor: Flavor, case: str) -> tuple[object, ...]:
+    """Publish a store's entries from one pool, then reclaim: what it returned, and the store and
+    pool after. Each producer hands its reference to the store, so an entry is idle unless
+    something else holds one of its pages."""
+    module = flavor.module
+    home = module.BlockPool(4)
+    store = module.PrefixKvStore(3, 2)
+    pages = [home.allocate() for _ in range(3)]  # 0, 1, 2
+    sets = {
+        "least recently used at entry 0": [(pages[0],), (pages[1],), (pages[2],)],
+        "entries sharing a page": [(pages[0],), (pages[0], pages[1])],
+        "another pool": [(pages[2],), (pages[0],)],  # the out-of-pool entry is the older
+    }[case]
+    for index, page_set in enumerate(sets):
+        store.publish(PrefixPageSet(PrefixIdentity((index, 0, 0, 0)), page_set, 3), home)
+    for page in pages:
+        home.release(page)
+    pool = home
+    target = {"least recently used at entry 0": 2, "entries sharing a page": 4}.get(case, 0)  # 1, 2 pages short
+    if case == "another pool":
+        pool, target = module.BlockPool(2), 1  # page 2 is outside it; page 0 held there once
+        pool.allocate()
+        pool.allocate()
+    freed = outcome(lambda: store.reclaim(pool, target))
+    return freed, store.state, pool.state
+
+
+@pytest.mark.parametrize("case", ["least recently used at entry 0", "entries sharing a page", "another pool"])
+def test_reclaim_picks_what_the_spec_picks(case: str) -> None:
+    """`reclaim` evicts the least recently used idle entry when that is entry 0; counts a page two
+    entries share once per entry; and never evicts an entry naming a page outside the pool it is
+    given (a store used with another pool), the page one past the end included. (Kills
+    `prefix.find_idle_lru` with `best > 0` or `best >= 1` for `best >= 0`, with `store_refs[page]
+    = 1` for `+= 1`, and with `page <= size` or `page > size` for the pool bound.)"""
+    spec_flavor, impl_flavor = flavors()
+    assert _reclaim(impl_flavor, case) == _reclaim(spec_flavor, case)
+
+
+def _two_copies(system: Any) -> None:
+    """Request 1 maps logical pages 0 and 1; request 2 is its fork, sharing both."""
+    scheduler, pool = system.scheduler, system.pool
+    scheduler.admit_with_prefix(1, None, system.store, pool)
+    for logical in (0, 1):
+        scheduler.ensure_writable(1, logical, pool)
+    scheduler.fork(1, 2, pool)
+
+
+def test_a_plan_compacts_every_copy() -> None:
+    """A batch that copies two shared pages lists both copies, in step order.
+    (Kills `page_kernels.collect_copies` counting with `copies = 1`.)"""
+    expected, actual = make_spec_system(2, 3, 6, 1, 1), impl.make_impl_system(2, 3, 6, 1, 1)
+    for system in (expected, actual):
+        _two_copies(system)
+    actions = reference.ensure_writable_batch(expected.scheduler, expected.pool, [2, 1, 2], [1, 2, 0])
+    plan = actual.scheduler.ensure_writable_batch([2, 1, 2], [1, 2, 0], actual.pool)
+    assert plan.actions() == actions
+    copies = [action for action in actions if isinstance(action, Copy)]
+    assert len(copies) == 2
+    assert plan.copy_sources.tolist() == [copy.source for copy in copies]
+    assert plan.copy_destinations.tolist() == [copy.destination for copy in copies]
+    assert actual.snapshot() == expected.snapshot()
