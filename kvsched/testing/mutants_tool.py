@@ -18,7 +18,9 @@ archive HEAD`), prepared so mutmut can mutate impl:
 - a `mutation` hypothesis profile: the `dev` sizes, a fixed seed (`--hypothesis-seed=0`), no
   shrinking (a kill needs the failure, not its minimal form) and no example database.
 
-The summary (counts per status, and every surviving mutant with its diff) goes to `--output`.
+The summary (the commit mutated, counts per status, and every surviving mutant with its diff)
+goes to `--output`. mutmut is run from this interpreter's scripts folder, so the venv need not
+be activated.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ settings.register_profile(
 )
 """
 
+COMMIT_FILE = "MUTATED_COMMIT"  # in the workdir: the commit `prepare` archived
+
 # mutmut's exit codes (mutmut/stats.py), folded into the statuses a report needs.
 STATUS = {0: "survived", 1: "killed", 3: "killed", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout"}
 STATUS |= {-24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", -11: "crashed", -9: "crashed"}
@@ -68,6 +72,8 @@ def prepare(repository: Path, workdir: Path, extra_tests: tuple[str, ...] = ()) 
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=repository, capture_output=True, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repository, capture_output=True, text=True, check=True)
+    (workdir / COMMIT_FILE).write_text(head.stdout)
     subprocess.run(["tar", "-x", "-C", str(workdir)], input=archive.stdout, check=True)
     for name in ("spec", "impl", "kernels", "proofs"):
         link = workdir / "kvsched" / name
@@ -108,9 +114,20 @@ def kill_rate(statuses: Counter[str]) -> float | None:
     return round(killed / checked, 4) if checked else None
 
 
+def mutmut_environment() -> dict[str, str]:
+    """The environment mutmut runs in: this interpreter's scripts first on PATH (mutmut is found
+    without an activated venv), kernels uncompiled, the `mutation` profile, CI unset."""
+    environment = {**os.environ, "NUMBA_DISABLE_JIT": "1", "KVSCHED_PROFILE": "mutation"}
+    environment["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), environment.get("PATH", "")])
+    environment.pop("CI", None)
+    return environment
+
+
 def show(workdir: Path, name: str) -> str:
     """mutmut's diff of one mutant."""
-    done = subprocess.run(["mutmut", "show", name], cwd=workdir, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mutmut", "show", name], cwd=workdir, env=mutmut_environment(), capture_output=True, text=True, check=False
+    )
     return done.stdout
 
 
@@ -134,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     if not args.summarize_only:
         prepare(repository, args.workdir, tuple(args.extra_tests))
-        environment = {**os.environ, "NUMBA_DISABLE_JIT": "1", "KVSCHED_PROFILE": "mutation"}
-        environment.pop("CI", None)
         command = ["mutmut", "run", "--max-children", str(args.max_children), *args.mutants]
-        status = subprocess.run(command, cwd=args.workdir, env=environment, check=False).returncode
+        status = subprocess.run(command, cwd=args.workdir, env=mutmut_environment(), check=False).returncode
     statuses, survivors = summarize(args.workdir)
+    commit = args.workdir / COMMIT_FILE
     summary = {
+        "commit": commit.read_text().strip() if commit.exists() else None,  # the commit the run mutated
         "statuses": dict(statuses),
         "kill_rate": kill_rate(statuses),
         "survivors": {name: show(args.workdir, name) for name in survivors},
