@@ -16,7 +16,7 @@ from typing import Any
 from kvsched.contracts import impl_kernels, spec_pool, spec_prefix, spec_scheduler, twin_kernels, twin_systems
 from kvsched.contracts.arrays import pure
 from kvsched.impl.lowering import execute_round
-from kvsched.impl.page_kernels import ensure_rows, retain_pages
+from kvsched.impl.page_kernels import ensure_rows, release_pages, retain_pages
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler
@@ -103,6 +103,14 @@ _copy_keeps_source = patch_source(
 )
 kernel_ensure_rows = rebind(impl_kernels.kernel_ensure_rows, ENSURE_ROWS=pure(_copy_keeps_source))
 impl_ensure = rebind(twin_kernels.impl_ensure, ENSURE_ROWS=pure(_copy_keeps_source))
+impl_retain = rebind(twin_kernels.impl_retain, RETAIN_PAGES=pure(_retain_without_rollback))
+
+_undo_skips_first = patch_source(
+    release_pages,
+    (("for index in range(at - 1, -1, -1):", "for index in range(at - 1, 0, -1):"),),
+    "a refused release undoes all but the first page",
+)
+impl_release = rebind(twin_kernels.impl_release, RELEASE_PAGES=pure(_undo_skips_first))
 
 # -- impl objects with one bug each, in the system twins ----------------------------------------
 
@@ -218,6 +226,8 @@ CHECK_TARGETS = (
     "kernel_ensure_rows",
 )
 DIFF_TARGETS = (
+    ("kvsched.contracts.twin_kernels.spec_retain", "impl_retain"),
+    ("kvsched.contracts.twin_kernels.spec_release", "impl_release"),
     ("kvsched.contracts.twin_kernels.spec_ensure", "impl_ensure"),
     ("kvsched.contracts.twin_systems.spec_pool", "impl_pool"),
     ("kvsched.contracts.twin_systems.spec_writable", "impl_writable"),

@@ -137,6 +137,13 @@ def in_range(*values: int, low: int = 0, high: int = PAGES - 1) -> bool:
     return inside
 
 
+def first(count: int, *values: int) -> tuple[int, ...]:
+    """The first `count` values, by one comparison per value: slicing or `range(count)` makes
+    CrossHair pin `count` to one concrete value, and it rarely tries another (a twin sliced this
+    way never reached a refusal at the second page); comparisons branch on it."""
+    return tuple(value for index, value in enumerate(values) if index < count)
+
+
 def with_external(state: SystemState, add: Sequence[int] = (), drop: Sequence[int] = ()) -> SystemState:
     """`state` with external references added and (one occurrence each) dropped."""
     pages = list(state.external) + list(add)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsched.contracts.arrays import Grid, Row, pure, stack
-from kvsched.contracts.support import ORDERS, PAGES, in_range, make_table
+from kvsched.contracts.support import ORDERS, PAGES, first, in_range, make_table
 from kvsched.impl import faults
 from kvsched.impl.page_kernels import ALLOCATED, COPY, EXISTING, INVALID, ensure_rows, release_pages, retain_pages
 from kvsched.spec import table as table_ops
@@ -46,7 +46,7 @@ def spec_retain(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int
         return None
     refs = (r0, r1, r2)
     try:
-        pool = table_ops.retain_all(PoolState(refs, _free(refs), 4), (p0, p1, p2)[:count])
+        pool = table_ops.retain_all(PoolState(refs, _free(refs), 4), first(count, p0, p1, p2))
     except KvschedError as error:
         return type(error).__name__, refs
     return None, pool.refs
@@ -57,7 +57,8 @@ def impl_retain(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int
     if not _retain_domain(r0, r1, r2, p0, p1, p2, count):
         return None
     refs = Row([r0, r1, r2])
-    code, _, detail = RETAIN_PAGES(refs, Row([INVALID if p < 0 else p for p in (p0, p1, p2)]), count, 4, False)
+    pages = Row([INVALID if p < 0 else p for p in first(count, p0, p1, p2)])
+    code, _, detail = RETAIN_PAGES(refs, pages, len(pages), 4, False)
     return (None if code == faults.OK else _error(code, detail)), tuple(refs)
 
 

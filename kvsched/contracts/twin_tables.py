@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kvsched import impl, spec
-from kvsched.contracts.support import in_range
+from kvsched.contracts.support import first, in_range
 from kvsched.spec.errors import KvschedError
 from kvsched.testing.impl_system import impl_system
 from kvsched.testing.system import SystemConfig, SystemUnderTest, spec_system
@@ -60,14 +60,14 @@ def spec_install(e0: int, e1: int, e2: int, c0: int, c1: int, c2: int, count: in
     """`install_program` on the spec."""
     if not _install_domain(e0, e1, e2, c0, c1, c2, count):
         return None
-    return install_program(spec_system(CONFIG), spec.SequenceBlockTable(2), (e0, e1, e2), (c0, c1, c2)[:count])
+    return install_program(spec_system(CONFIG), spec.SequenceBlockTable(2), (e0, e1, e2), first(count, c0, c1, c2))
 
 
 def impl_install(e0: int, e1: int, e2: int, c0: int, c1: int, c2: int, count: int) -> Outcome:
     """`install_program` on impl."""
     if not _install_domain(e0, e1, e2, c0, c1, c2, count):
         return None
-    return install_program(impl_system(CONFIG), impl.SequenceBlockTable(2), (e0, e1, e2), (c0, c1, c2)[:count])
+    return install_program(impl_system(CONFIG), impl.SequenceBlockTable(2), (e0, e1, e2), first(count, c0, c1, c2))
 
 
 REQUEST_CODES = (10, 11, 12, 99, -1)  # three live requests, an unknown one, an invalid one
