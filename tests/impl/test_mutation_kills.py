@@ -206,3 +206,15 @@ def test_a_plan_compacts_every_copy() -> None:
     assert plan.copy_sources.tolist() == [copy.source for copy in copies]
     assert plan.copy_destinations.tolist() == [copy.destination for copy in copies]
     assert actual.snapshot() == expected.snapshot()
+
+
+def test_the_largest_page_size_is_accepted() -> None:
+    """`page_size` ranges over 1..2**32-1, its upper end included, as in the reference.
+    (Kills `writes.prepare_decode_round` bounding `page_size < U32_MAX`.)"""
+    expected, actual = make_spec_system(2, 2, 4, 1, 1), impl.make_impl_system(2, 2, 4, 1, 1)
+    for system in (expected, actual):
+        _two_decoding(system)
+    largest = 2**32 - 1
+    actions = reference.prepare_decode_round(expected.scheduler, expected.pool, largest)
+    assert actual.scheduler.prepare_decode_round(actual.pool, largest).actions() == actions
+    assert actual.snapshot() == expected.snapshot()
