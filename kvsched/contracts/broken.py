@@ -13,7 +13,16 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from kvsched.contracts import impl_kernels, spec_pool, spec_prefix, spec_scheduler, twin_kernels, twin_systems
+from kvsched import impl as impl_package
+from kvsched.contracts import (
+    impl_kernels,
+    spec_pool,
+    spec_prefix,
+    spec_scheduler,
+    twin_kernels,
+    twin_systems,
+    twin_tables,
+)
 from kvsched.contracts.arrays import pure
 from kvsched.impl.lowering import execute_round
 from kvsched.impl.page_kernels import ensure_rows, release_pages, retain_pages
@@ -21,6 +30,7 @@ from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.impl.system import ImplSystem
+from kvsched.impl.table import SequenceBlockTable
 from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix as prefix_ops
 from kvsched.spec import scheduler as scheduler_ops
@@ -206,6 +216,17 @@ def system_with(
     return factory
 
 
+class RepeatingTable(SequenceBlockTable):
+    """`install_shared_prefix` without its repeated-page check: one page at two positions."""
+
+    install_shared_prefix = patch_source(
+        SequenceBlockTable.install_shared_prefix,
+        (("if repeats_a_page(pages):", "if False:"),),
+        "install accepts a repeated page",
+    )
+
+
+impl_install = rebind(twin_tables.impl_install, impl=module_with(impl_package, SequenceBlockTable=RepeatingTable))
 impl_pool = rebind(twin_systems.impl_pool, impl_system=system_with(RetainFreePool))
 impl_writable = rebind(twin_systems.impl_writable, impl_system=system_with(ReleaseFirstPool))
 impl_store = rebind(twin_systems.impl_store, impl_system=system_with(store_class=StopsShortStore))
@@ -235,4 +256,5 @@ DIFF_TARGETS = (
     ("kvsched.contracts.twin_systems.spec_scheduler", "impl_scheduler"),
     ("kvsched.contracts.twin_systems.spec_round", "impl_round"),
     ("kvsched.contracts.twin_systems.spec_round_buffers", "impl_round_buffers"),
+    ("kvsched.contracts.twin_tables.spec_install", "impl_install"),
 )

@@ -55,11 +55,12 @@ def test_broken_target_breaks_its_contract(name: str) -> None:
 
 
 def test_broken_twins_differ_from_the_spec() -> None:
-    from kvsched.contracts import twin_kernels, twin_systems
+    from kvsched.contracts import twin_kernels, twin_systems, twin_tables
 
     assert twin_kernels.spec_ensure(2, 0, 0, 0, 1, 2, 1, 0) != broken.impl_ensure(2, 0, 0, 0, 1, 2, 1, 0)
     assert twin_kernels.spec_retain(0, 1, 1, 1, 3, 0, 2) != broken.impl_retain(0, 1, 1, 1, 3, 0, 2)
     assert twin_kernels.spec_release(2, 2, 0, 5, 1, 2, 3) != broken.impl_release(2, 2, 0, 5, 1, 2, 3)
+    assert twin_tables.spec_install(1, 1, 0, 1, 1, 0, 2) != broken.impl_install(1, 1, 0, 1, 1, 0, 2)
     assert twin_systems.spec_pool(0, 1, 1, 2, 1, 0) != broken.impl_pool(0, 1, 1, 2, 1, 0)
     assert twin_systems.spec_writable(2, 1, 2, 2, 0) != broken.impl_writable(2, 1, 2, 2, 0)
     assert twin_systems.spec_store(2, 4, 1, 0, 1, 1, False, 1) != broken.impl_store(2, 4, 1, 0, 1, 1, False, 1)
