@@ -218,3 +218,50 @@ def test_the_largest_page_size_is_accepted() -> None:
     actions = reference.prepare_decode_round(expected.scheduler, expected.pool, largest)
     assert actual.scheduler.prepare_decode_round(actual.pool, largest).actions() == actions
     assert actual.snapshot() == expected.snapshot()
+
+
+def _outside_the_pool(system: Any) -> Any:
+    """Request 1 maps page 3 of the system's pool at logical page 0; request 2 maps nothing. Both
+    decode. Returns a pool of 3 pages (page 3 is one past its end) where page 0 is held."""
+    scheduler, pool = system.scheduler, system.pool
+    for _ in range(3):
+        pool.allocate()  # pages 0, 1, 2 held outside: request 1's page is 3
+    _two_decoding(system)
+    scheduler.ensure_writable(1, 0, pool)
+    other = type(pool)(3)
+    other.allocate()
+    return other
+
+
+@pytest.mark.parametrize("call", ["prepare_decode_round", "ensure_writable_batch"])
+def test_writing_a_page_outside_the_pool_is_refused_and_undone(call: str) -> None:
+    """A scheduler whose table maps a page outside the pool it is handed (another pool) gets the
+    spec's `InvalidBlock`, the page one past the end included, and earlier steps are undone.
+    (Kills `page_kernels.ensure_rows` bounding `current > size`, and without its out-of-pool
+    status or `break`.)"""
+    expected, actual = make_spec_system(2, 2, 8, 1, 1), impl.make_impl_system(2, 2, 8, 1, 1)
+    spec_pool, impl_pool = _outside_the_pool(expected), _outside_the_pool(actual)
+    if call == "prepare_decode_round":
+        spec_call = outcome(lambda: reference.prepare_decode_round(expected.scheduler, spec_pool, 16))
+        impl_call = outcome(lambda: actual.scheduler.prepare_decode_round(impl_pool, 16).actions())
+    else:  # request 2's allocation comes first and is undone
+        spec_call = outcome(lambda: reference.ensure_writable_batch(expected.scheduler, spec_pool, [2, 1], [0, 0]))
+        impl_call = outcome(lambda: actual.scheduler.ensure_writable_batch([2, 1], [0, 0], impl_pool).actions())
+    assert spec_call.message == "page 3 is out of range for a pool of 3 pages"
+    assert impl_call == spec_call
+    assert (impl_pool.to_spec(), actual.scheduler.to_spec()) == (spec_pool.state, expected.scheduler.state)
+
+
+def test_copying_a_page_shared_three_ways_leaves_two_references() -> None:
+    """A copy-on-write of a page three requests share drops exactly one reference from it.
+    (Kills `page_kernels.ensure_rows` setting the source's count to 1 after a copy.)"""
+    expected, actual = make_spec_system(3, 2, 4, 1, 1), impl.make_impl_system(3, 2, 4, 1, 1)
+    for system in (expected, actual):
+        system.scheduler.admit_with_prefix(1, None, system.store, system.pool)
+        system.scheduler.ensure_writable(1, 0, system.pool)
+        system.scheduler.fork(1, 2, system.pool)
+        system.scheduler.fork(1, 3, system.pool)
+    actions = reference.ensure_writable_batch(expected.scheduler, expected.pool, [2], [0])
+    assert actual.scheduler.ensure_writable_batch([2], [0], actual.pool).actions() == actions == (Copy(0, 1),)
+    assert actual.snapshot() == expected.snapshot()
+    assert actual.pool.ref_count(0) == 2
