@@ -252,15 +252,21 @@ def test_writing_a_page_outside_the_pool_is_refused_and_undone(call: str) -> Non
     assert (impl_pool.to_spec(), actual.scheduler.to_spec()) == (spec_pool.state, expected.scheduler.state)
 
 
+def _three_sharers(system: Any) -> None:
+    """Request 1 maps page 0 at logical page 0; requests 2 and 3 are its forks."""
+    scheduler, pool = system.scheduler, system.pool
+    scheduler.admit_with_prefix(1, None, system.store, pool)
+    scheduler.ensure_writable(1, 0, pool)
+    scheduler.fork(1, 2, pool)
+    scheduler.fork(1, 3, pool)
+
+
 def test_copying_a_page_shared_three_ways_leaves_two_references() -> None:
     """A copy-on-write of a page three requests share drops exactly one reference from it.
     (Kills `page_kernels.ensure_rows` setting the source's count to 1 after a copy.)"""
     expected, actual = make_spec_system(3, 2, 4, 1, 1), impl.make_impl_system(3, 2, 4, 1, 1)
     for system in (expected, actual):
-        system.scheduler.admit_with_prefix(1, None, system.store, system.pool)
-        system.scheduler.ensure_writable(1, 0, system.pool)
-        system.scheduler.fork(1, 2, system.pool)
-        system.scheduler.fork(1, 3, system.pool)
+        _three_sharers(system)
     actions = reference.ensure_writable_batch(expected.scheduler, expected.pool, [2], [0])
     assert actual.scheduler.ensure_writable_batch([2], [0], actual.pool).actions() == actions == (Copy(0, 1),)
     assert actual.snapshot() == expected.snapshot()
