@@ -271,3 +271,18 @@ def test_copying_a_page_shared_three_ways_leaves_two_references() -> None:
     assert actual.scheduler.ensure_writable_batch([2], [0], actual.pool).actions() == actions == (Copy(0, 1),)
     assert actual.snapshot() == expected.snapshot()
     assert actual.pool.ref_count(0) == 2
+
+
+def test_a_batch_exhausted_after_a_copy_undoes_the_copy() -> None:
+    """A batch whose second copy-on-write finds the pool exhausted undoes the first copy: the
+    source regains its reference, the destination goes back on the free stack.
+    (Kills `page_kernels.ensure_rows` handing the undo no copy sources.)"""
+    expected, actual = make_spec_system(3, 2, 2, 1, 1), impl.make_impl_system(3, 2, 2, 1, 1)
+    for system in (expected, actual):
+        _three_sharers(system)
+    before = actual.snapshot()
+    spec_call = outcome(lambda: reference.ensure_writable_batch(expected.scheduler, expected.pool, [2, 3], [0, 0]))
+    impl_call = outcome(lambda: actual.scheduler.ensure_writable_batch([2, 3], [0, 0], actual.pool).actions())
+    assert spec_call.message == "no free page: all 2 pages are held"
+    assert impl_call == spec_call
+    assert actual.snapshot() == before == expected.snapshot()
