@@ -1,8 +1,9 @@
 """proofs/MANIFEST.json: what each proof run covered, so a reader sees the bounds behind a claim.
 
-One record per run (the latest run of each name and profile replaces the previous one): the
-bounds, the states and transitions explored or the goals proved, the invariants checked, the
-outcome and the time, on which machine and when.
+One record per run (the latest run of each name and profile replaces the previous one, and a
+profile run in full replaces all of that profile's records): the bounds, the states and
+transitions explored or the goals proved, the invariants checked, the outcome and the time, on
+which machine and when.
 """
 
 from __future__ import annotations
@@ -75,9 +76,13 @@ def load(path: Path = MANIFEST) -> list[dict[str, Any]]:
     return runs
 
 
-def record(records: list[dict[str, Any]], path: Path = MANIFEST) -> None:
-    """Add runs, replacing earlier runs of the same name and profile."""
+def record(records: list[dict[str, Any]], path: Path = MANIFEST, whole: str | None = None) -> None:
+    """Add runs, replacing earlier runs of the same name and profile.
+
+    `whole` names a profile that just ran in full: its earlier runs are all dropped, so runs
+    the profile no longer makes do not linger.
+    """
     keys = {(r["name"], r["profile"]) for r in records}
-    runs = [r for r in load(path) if (r["name"], r["profile"]) not in keys] + records
+    runs = [r for r in load(path) if (r["name"], r["profile"]) not in keys and r["profile"] != whole] + records
     payload = {"generated_by": "python -m kvsched.proofs", "runs": runs}
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

@@ -101,3 +101,10 @@ def test_the_manifest_path_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert entry.manifest_path(tmp_path, True) is None
     monkeypatch.setenv("CI", "false")
     assert entry.manifest_path(None, False) == manifest.MANIFEST
+
+
+def test_a_whole_profile_replaces_its_earlier_runs(tmp_path: Path) -> None:
+    path = tmp_path / "MANIFEST.json"
+    manifest.record([{"name": "old", "profile": "ci"}, {"name": "kept", "profile": "deep"}], path)
+    manifest.record([{"name": "new", "profile": "ci"}], path, whole="ci")
+    assert [(r["name"], r["profile"]) for r in manifest.load(path)] == [("kept", "deep"), ("new", "ci")]
