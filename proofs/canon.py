@@ -19,8 +19,8 @@ Four symmetries shrink the explored space without hiding a bug:
   to `entry_pages` distinct pages, and the rest name no page in range (the out-of-range set is
   fixed by π; the over-capacity set is refused for its length before any page is read, the same
   error for every image; the batches name no page). The initial state is a single state: its
-  stack order (4, 3, 2, 1, 0) is a fact of that state, not a constraint on the renaming, so the
-  classes reachable from it are exactly the classes of the reachable states.
+  stack order (pages-1 ... 1, 0) is a fact of that state, not a constraint on the renaming, so
+  the classes reachable from it are exactly the classes of the reachable states.
   Pages are renamed by first appearance: the free stack bottom to top, then every table in slot
   and logical order, then every entry's pages in slot order; pages seen nowhere there (held only
   externally, or leaked) follow, ordered by their external multiplicity and reference count,
@@ -37,10 +37,13 @@ request sits in slot 0 under another id (the same refusal is tried in every othe
 Every spec invariant and post-condition the explorer checks is preserved exactly by these maps
 (a duplicate id stays a duplicate, an entry used "after" the clock stays after it, a page's
 count still equals its owners' references), so checking the canonical state is checking every
-state of its class. The canonical state itself may be unreachable (its free stack may run
-0, 1, 2, ...), which is why the explorer loads it only into systems whose operations are
-symmetric (the spec's objects) and replays any other system along the path in its own names.
-Canonical values are interned: states share their unchanged parts.
+state of its class. The canonical state itself may be unreachable (its free stack runs 0, 1,
+2, ... from the bottom): the explorer loads it into systems made of spec objects, whose
+operations commute with renaming (tests/proofs/test_canon.py checks every operation on
+reachable states), and replays any other system (impl) along the path in its own names, so
+that system only runs reachable states; that it is symmetric too is assumed, as for ids, and
+checked in lockstep from one state of each class. Canonical values are interned: states share
+their unchanged parts.
 """
 
 from __future__ import annotations
