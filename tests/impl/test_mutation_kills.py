@@ -22,7 +22,7 @@ from kvsched.impl.table import get_row
 from kvsched.spec import Copy, PrefixIdentity, PrefixPageSet
 from kvsched.spec.errors import OutOfRange
 from tests.impl import reference
-from tests.impl.support import Flavor, flavors, make_spec_system, outcome
+from tests.impl.support import FaultBackend, Flavor, Outcome, flavors, make_spec_system, outcome
 
 
 def _two_decoding(system: Any) -> None:
@@ -286,3 +286,65 @@ def test_a_batch_exhausted_after_a_copy_undoes_the_copy() -> None:
     assert spec_call.message == "no free page: all 2 pages are held"
     assert impl_call == spec_call
     assert actual.snapshot() == before == expected.snapshot()
+
+
+class _NotAReceipt:
+    """A backend that answers every item, then returns a number instead of a receipt."""
+
+    def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> Any:
+        FaultBackend().execute_ragged(items, block_tables, out)
+        return 42
+
+
+def _refused_round(flavor: Flavor, backend: Any) -> tuple[object, object]:
+    system = flavor.system(2, 2, 4, 1, 1)
+    _two_decoding(system)
+    scratch = flavor.scratch(2, 4, 2)
+    return outcome(lambda: system.scheduler.execute_decode_round(backend, *scratch)), system.snapshot()
+
+
+@pytest.mark.parametrize("backend", [_NotAReceipt(), FaultBackend("wrong_batch_size")], ids=["int", "size"])
+def test_a_round_refused_for_its_receipt_says_what_the_spec_says(backend: Any) -> None:
+    """A receipt that is not one, or counts the wrong batch size, is refused with the spec's
+    message. (Kills `lowering.execute_round` naming `type(None)` for the receipt's type, and
+    raising `OutputIdentityMismatch(None)` for a wrong batch size.)"""
+    spec_flavor, impl_flavor = flavors()
+    expected = _refused_round(spec_flavor, backend)
+    assert isinstance(expected[0], Outcome) and expected[0].error is not None
+    assert _refused_round(impl_flavor, backend) == expected
+
+
+def _fork_to(system: Any, child_id: object) -> Outcome:
+    system.scheduler.admit_with_prefix(1, None, system.store, system.pool)
+    return outcome(lambda: system.scheduler.fork(1, child_id, system.pool))
+
+
+def test_an_invalid_child_id_is_named_in_the_error() -> None:
+    """`fork` names the bad argument `child_id`, as the spec does.
+    (Kills `RequestScheduler.fork` checking the child id under another name.)"""
+    expected = _fork_to(make_spec_system(2, 1, 2, 1, 1), -1)
+    assert expected.message == "child_id -1 is outside 0..2**64-1"
+    assert _fork_to(impl.make_impl_system(2, 1, 2, 1, 1), -1) == expected
+
+
+def _count_past_the_maximum(system: Any) -> list[int]:
+    """Admit request 7 with a prefix of 2**32 - 2 tokens, record two tokens: each count returned
+    and stored."""
+    page = system.pool.allocate()
+    identity = PrefixIdentity((1, 2, 3, 4))
+    system.store.publish(PrefixPageSet(identity, (page,), 2**32 - 2), system.pool)
+    system.scheduler.admit_with_prefix(7, identity, system.store, system.pool)
+    counts = []
+    for _ in range(2):
+        counts.append(system.scheduler.record_token(7))
+        counts.append(system.scheduler.state.slots[0].token_count)
+    return counts
+
+
+def test_record_token_reaches_the_u32_maximum_and_stays() -> None:
+    """A count one below 2**32 - 1 (from an attached prefix) is counted up to the maximum and
+    stored there; the next token saturates. (Kills `record_token` saturating at `count >= U32_MAX`,
+    which returns the maximum but never stores it.)"""
+    expected = _count_past_the_maximum(make_spec_system(1, 1, 2, 1, 1))
+    assert expected == [2**32 - 1] * 4
+    assert _count_past_the_maximum(impl.make_impl_system(1, 1, 2, 1, 1)) == expected
