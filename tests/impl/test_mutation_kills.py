@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from kvsched import impl
-from kvsched.impl.abi import table_array
+from kvsched.impl.abi import empty_items, empty_outputs, table_array
 from kvsched.impl.prefix import get_indexes as get_store_indexes
 from kvsched.impl.refinement import check_representation
 from kvsched.impl.scheduler import get_indexes
 from kvsched.impl.table import get_row
 from kvsched.spec import Copy, PrefixIdentity, PrefixPageSet
-from kvsched.spec.errors import OutOfRange
+from kvsched.spec.errors import InvalidArgument, OutOfRange
 from tests.impl import reference
 from tests.impl.support import FaultBackend, Flavor, Outcome, flavors, make_spec_system, outcome
 
@@ -348,3 +348,35 @@ def test_record_token_reaches_the_u32_maximum_and_stays() -> None:
     expected = _count_past_the_maximum(make_spec_system(1, 1, 2, 1, 1))
     assert expected == [2**32 - 1] * 4
     assert _count_past_the_maximum(impl.make_impl_system(1, 1, 2, 1, 1)) == expected
+
+
+class _PageId(int):
+    """An int subclass: a page id the spec takes like any int."""
+
+
+def _page_zero_by_subclass(flavor: Flavor) -> tuple[object, ...]:
+    pool = flavor.module.BlockPool(2)
+    pool.allocate()
+    results: list[object] = [outcome(lambda: pool.retain(_PageId(0))), pool.ref_count(_PageId(0))]
+    results += [outcome(lambda: pool.release(_PageId(0))), outcome(lambda: pool.writable(_PageId(0)))]
+    return (*results, pool.state)
+
+
+def test_page_zero_given_as_an_int_subclass_is_a_page() -> None:
+    """An int that is not exactly `int` takes the slow path of the page check; page 0 is in range
+    there too. (Kills `BlockPool._require_page` bounding the slow path with `1 <=` or `0 <`.)"""
+    spec_flavor, impl_flavor = flavors()
+    expected = _page_zero_by_subclass(spec_flavor)
+    assert expected[0] == Outcome() and expected[1] == 2
+    assert _page_zero_by_subclass(impl_flavor) == expected
+
+
+@pytest.mark.parametrize(("position", "name"), [(0, "item_scratch"), (1, "block_table_scratch"), (2, "output_scratch")])
+def test_a_refused_scratch_buffer_is_named(position: int, name: str) -> None:
+    """impl's scratch check names the buffer it refuses.
+    (Kills `RequestScheduler.execute_decode_round` checking a buffer under another name.)"""
+    system = impl.make_impl_system(2, 2, 4, 1, 1)
+    buffers: list[Any] = [empty_items(2), np.zeros(4, np.uint32), empty_outputs(2)]
+    buffers[position] = [0] * 4
+    with pytest.raises(InvalidArgument, match=f"^{name} must be a writable contiguous 1-D array of "):
+        system.scheduler.execute_decode_round(FaultBackend(), *buffers)
