@@ -380,3 +380,48 @@ def test_a_refused_scratch_buffer_is_named(position: int, name: str) -> None:
     buffers[position] = [0] * 4
     with pytest.raises(InvalidArgument, match=f"^{name} must be a writable contiguous 1-D array of "):
         system.scheduler.execute_decode_round(FaultBackend(), *buffers)
+
+
+def _install(flavor: Flavor, pages: list[object]) -> tuple[object, ...]:
+    """Install `pages` as a prefix into a fresh table over a pool holding pages 0 and 1."""
+    pool = flavor.module.BlockPool(4)
+    pool.allocate()
+    pool.allocate()
+    table = flavor.module.SequenceBlockTable(4)
+    result = outcome(lambda: table.install_shared_prefix(pages, pool))
+    return result, pool.state, table.entries()
+
+
+@pytest.mark.parametrize("pages", [[0, 1, "2"], [0, 2**70]], ids=["not an int", "far out of range"])
+def test_a_prefix_with_a_bad_page_id_is_refused_and_undone(pages: list[object]) -> None:
+    """A prefix whose last page id is not an int, or an int no array can hold, is refused with the
+    spec's error after the earlier pages were retained and released again.
+    (Kills `pool.retain_sequence` returning at a non-int instead of refusing it, undoing with no
+    counts, and storing an out-of-range id as it is.)"""
+    spec_flavor, impl_flavor = flavors()
+    expected = _install(spec_flavor, pages)
+    assert isinstance(expected[0], Outcome) and expected[0].error is not None
+    assert _install(impl_flavor, pages) == expected
+
+
+def _replace_a_set_someone_released(flavor: Flavor) -> tuple[object, ...]:
+    """Publish a set, let an outside holder release its page once too often, then publish a new
+    set under the same identity: releasing the old set fails after the new one was retained."""
+    pool = flavor.module.BlockPool(4)
+    store = flavor.module.PrefixKvStore(2, 1)
+    identity = PrefixIdentity((9, 9, 9, 9))
+    old, new = pool.allocate(), pool.allocate()
+    store.publish(PrefixPageSet(identity, (old,), 2), pool)
+    pool.release(old)
+    pool.release(old)  # the store's own reference: its entry names a free page
+    result = outcome(lambda: store.publish(PrefixPageSet(identity, (new,), 3), pool))
+    return result, store.state, pool.state
+
+
+def test_a_replacement_that_cannot_release_the_old_set_changes_nothing() -> None:
+    """`publish` over an entry whose pages cannot be released undoes the new set's retains and
+    raises the spec's error. (Kills `PrefixKvStore.publish` undoing with no pool or no pages.)"""
+    spec_flavor, impl_flavor = flavors()
+    expected = _replace_a_set_someone_released(spec_flavor)
+    assert isinstance(expected[0], Outcome) and expected[0].message == "page 0 is already free"
+    assert _replace_a_set_someone_released(impl_flavor) == expected
