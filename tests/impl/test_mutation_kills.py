@@ -425,3 +425,41 @@ def test_a_replacement_that_cannot_release_the_old_set_changes_nothing() -> None
     expected = _replace_a_set_someone_released(spec_flavor)
     assert isinstance(expected[0], Outcome) and expected[0].message == "page 0 is already free"
     assert _replace_a_set_someone_released(impl_flavor) == expected
+
+
+def _fork_into_a_smaller_pool(system: Any) -> tuple[object, ...]:
+    """Request 1 maps pages 0 and 3 of an 8-page pool; fork it using a 3-page pool where page 0
+    is held (page 3 is one past its end)."""
+    scheduler, pool = system.scheduler, system.pool
+    scheduler.admit_with_prefix(1, None, system.store, pool)
+    scheduler.ensure_writable(1, 0, pool)  # page 0
+    pool.allocate()
+    pool.allocate()
+    scheduler.ensure_writable(1, 1, pool)  # page 3
+    other = type(pool)(3)
+    other.allocate()
+    result = outcome(lambda: scheduler.fork(1, 2, other))
+    return result, other.state, scheduler.state
+
+
+def test_a_fork_retaining_a_page_outside_the_pool_is_refused_and_undone() -> None:
+    """Forking a request whose table maps a page outside the pool handed in (another pool)
+    raises the spec's `InvalidBlock`, the page one past the end included, and undoes the earlier
+    retains. (Kills `page_kernels.retain_pages` bounding the pool with `page > size`.)"""
+    expected = _fork_into_a_smaller_pool(make_spec_system(2, 2, 8, 1, 1))
+    assert isinstance(expected[0], Outcome)
+    assert expected[0].message == "page 3 is out of range for a pool of 3 pages"
+    assert _fork_into_a_smaller_pool(impl.make_impl_system(2, 2, 8, 1, 1)) == expected
+
+
+def _seed(system: Any, token: object) -> Outcome:
+    system.scheduler.admit_with_prefix(1, None, system.store, system.pool)
+    return outcome(lambda: system.scheduler.seed_decode_token(1, token))
+
+
+def test_an_invalid_token_id_is_named_in_the_error() -> None:
+    """`seed_decode_token` names the bad argument `token_id`, as the spec does.
+    (Kills `RequestScheduler.seed_decode_token` checking the token under another name.)"""
+    expected = _seed(make_spec_system(1, 1, 1, 1, 1), 2**32)
+    assert expected.message == "token_id 4294967296 is outside 0..2**32-1"
+    assert _seed(impl.make_impl_system(1, 1, 1, 1, 1), 2**32) == expected
