@@ -17,7 +17,7 @@ from kvsched import impl
 from kvsched.impl.abi import empty_items, empty_outputs, table_array
 from kvsched.impl.prefix import get_indexes as get_store_indexes
 from kvsched.impl.refinement import check_representation
-from kvsched.impl.scheduler import get_indexes
+from kvsched.impl.scheduler import get_indexes, get_slots
 from kvsched.impl.table import get_row
 from kvsched.spec import Copy, PrefixIdentity, PrefixPageSet
 from kvsched.spec.errors import InvalidArgument, OutOfRange
@@ -428,15 +428,16 @@ def test_a_replacement_that_cannot_release_the_old_set_changes_nothing() -> None
 
 
 def _fork_into_a_smaller_pool(system: Any) -> tuple[object, ...]:
-    """Request 1 maps pages 0 and 3 of an 8-page pool; fork it using a 3-page pool where page 0
-    is held (page 3 is one past its end)."""
+    """Request 1 maps pages 0, 1 and 3 of an 8-page pool; fork it using a 3-page pool where pages
+    0 and 1 are held (page 3 is one past its end): two retains to undo."""
     scheduler, pool = system.scheduler, system.pool
     scheduler.admit_with_prefix(1, None, system.store, pool)
     scheduler.ensure_writable(1, 0, pool)  # page 0
+    scheduler.ensure_writable(1, 1, pool)  # page 1
     pool.allocate()
-    pool.allocate()
-    scheduler.ensure_writable(1, 1, pool)  # page 3
+    scheduler.ensure_writable(1, 2, pool)  # page 3
     other = type(pool)(3)
+    other.allocate()
     other.allocate()
     result = outcome(lambda: scheduler.fork(1, 2, other))
     return result, other.state, scheduler.state
@@ -445,11 +446,12 @@ def _fork_into_a_smaller_pool(system: Any) -> tuple[object, ...]:
 def test_a_fork_retaining_a_page_outside_the_pool_is_refused_and_undone() -> None:
     """Forking a request whose table maps a page outside the pool handed in (another pool)
     raises the spec's `InvalidBlock`, the page one past the end included, and undoes the earlier
-    retains. (Kills `page_kernels.retain_pages` bounding the pool with `page > size`.)"""
-    expected = _fork_into_a_smaller_pool(make_spec_system(2, 2, 8, 1, 1))
+    retains. (Kills `page_kernels.retain_pages` bounding the pool with `page > size`, and its undo
+    stepping by 2 or testing `skip_invalid or` / `page != INVALID`.)"""
+    expected = _fork_into_a_smaller_pool(make_spec_system(2, 3, 8, 1, 1))
     assert isinstance(expected[0], Outcome)
     assert expected[0].message == "page 3 is out of range for a pool of 3 pages"
-    assert _fork_into_a_smaller_pool(impl.make_impl_system(2, 2, 8, 1, 1)) == expected
+    assert _fork_into_a_smaller_pool(impl.make_impl_system(2, 3, 8, 1, 1)) == expected
 
 
 def _seed(system: Any, token: object) -> Outcome:
@@ -463,3 +465,38 @@ def test_an_invalid_token_id_is_named_in_the_error() -> None:
     expected = _seed(make_spec_system(1, 1, 1, 1, 1), 2**32)
     assert expected.message == "token_id 4294967296 is outside 0..2**32-1"
     assert _seed(impl.make_impl_system(1, 1, 1, 1, 1), 2**32) == expected
+
+
+def _write_logical(system: Any, logical_page: object) -> tuple[object, ...]:
+    system.scheduler.admit_with_prefix(1, None, system.store, system.pool)
+    result = outcome(lambda: system.scheduler.ensure_writable(1, logical_page, system.pool))
+    return result, system.snapshot()
+
+
+def test_a_bool_logical_page_is_refused() -> None:
+    """`ensure_writable` refuses `True` as a logical page (booleans are not ints here), as the spec
+    does. (Kills `RequestScheduler.ensure_writable` skipping the check for non-`int` types.)"""
+    expected = _write_logical(make_spec_system(1, 2, 2, 1, 1), True)
+    assert isinstance(expected[0], Outcome)
+    assert expected[0].message == "logical page must be an int, got bool"
+    assert _write_logical(impl.make_impl_system(1, 2, 2, 1, 1), True) == expected
+
+
+def test_slot_arrays_have_the_documented_dtypes() -> None:
+    """The scheduler's slot arrays are the dtypes `kvsched.impl.slots` documents, so `to_spec()`
+    gives ints (a float64 count would compare equal and still not be the spec's value).
+    (Kills `slots.new_slot_arrays` creating a slot array with numpy's default dtype.)"""
+    scheduler = impl.RequestScheduler(2, 3)
+    dtypes = {name: array.dtype for name, array in get_slots(scheduler)._asdict().items()}
+    assert dtypes == {
+        "request_ids": np.uint64,
+        "states": np.uint8,
+        "token_counts": np.uint32,
+        "prefix_tokens": np.uint32,
+        "next_tokens": np.uint32,
+        "token_ready": np.bool_,
+        "tables": np.uint32,
+    }
+    slot = scheduler.to_spec().slots[0]
+    fields = (slot.request_id, slot.token_count, slot.prefix_tokens, slot.next_token_id)
+    assert all(type(value) is int for value in fields)
