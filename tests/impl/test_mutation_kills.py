@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kvsched import impl
-from kvsched.impl.abi import empty_items, empty_outputs, table_array
+from kvsched.impl.abi import ITEM_DTYPE, OUTPUT_DTYPE, empty_items, empty_outputs, table_array
 from kvsched.impl.prefix import get_indexes as get_store_indexes
 from kvsched.impl.refinement import check_representation
 from kvsched.impl.scheduler import get_indexes, get_slots
@@ -500,3 +500,32 @@ def test_slot_arrays_have_the_documented_dtypes() -> None:
     slot = scheduler.to_spec().slots[0]
     fields = (slot.request_id, slot.token_count, slot.prefix_tokens, slot.next_token_id)
     assert all(type(value) is int for value in fields)
+
+
+def test_plans_have_the_documented_dtypes() -> None:
+    """A `WritePlan`'s arrays are the dtypes `kvsched.impl.writes` documents (a batched page-copy
+    kernel takes them as they are), from either batched call.
+    (Kills `writes.new_write_buffers` creating a buffer with numpy's default dtype.)"""
+    system = impl.make_impl_system(2, 2, 8, 1, 1)
+    _two_decoding(system)
+    plans = [
+        system.scheduler.prepare_decode_round(system.pool, 16),
+        system.scheduler.ensure_writable_batch([1, 2], [1, 1], system.pool),
+    ]
+    for plan in plans:
+        assert [array.dtype for array in (plan.slots, plan.logical_pages)] == [np.int64] * 2
+        assert plan.kinds.dtype == np.uint8
+        others = (plan.pages, plan.sources, plan.copy_sources, plan.copy_destinations)
+        assert [array.dtype for array in others] == [np.uint32] * 4
+
+
+def test_the_system_hands_out_round_scratch_and_the_scheduler_has_a_repr() -> None:
+    """`ImplSystem.scratch` (the harness's hook) gives zeroed buffers of the round dtypes and the
+    lengths asked; the scheduler's repr counts live requests. (Kills the mutants of
+    `ImplSystem.scratch` and `RequestScheduler.__repr__`, which no other selected test ran.)"""
+    system = impl.make_impl_system(3, 2, 4, 1, 1)
+    items, tables, outputs = system.scratch(2, 5, 3)
+    assert (items.dtype, tables.dtype, outputs.dtype) == (ITEM_DTYPE, np.dtype(np.uint32), OUTPUT_DTYPE)
+    assert (items.shape, tables.shape, outputs.shape) == ((2,), (5,), (3,))
+    system.scheduler.admit_with_prefix(4, None, system.store, system.pool)
+    assert repr(system.scheduler) == "RequestScheduler(requests=3, logical_pages=2, live=1)"
