@@ -15,6 +15,7 @@ import pytest
 
 from kvsched import impl
 from kvsched.impl.abi import ITEM_DTYPE, OUTPUT_DTYPE, empty_items, empty_outputs, table_array
+from kvsched.impl.pool import get_arrays
 from kvsched.impl.prefix import get_indexes as get_store_indexes
 from kvsched.impl.refinement import check_representation
 from kvsched.impl.scheduler import get_indexes, get_slots
@@ -529,3 +530,15 @@ def test_the_system_hands_out_round_scratch_and_the_scheduler_has_a_repr() -> No
     assert (items.shape, tables.shape, outputs.shape) == ((2,), (5,), (3,))
     system.scheduler.admit_with_prefix(4, None, system.store, system.pool)
     assert repr(system.scheduler) == "RequestScheduler(requests=3, logical_pages=2, live=1)"
+
+
+def test_a_pool_below_2_to_the_31_pages_keeps_an_int32_stack() -> None:
+    """The pool's storage is uint32 counts and an int32 free stack, as its docstring promises
+    (int64 only above 2**31 pages), and `to_spec()` gives ints.
+    (Kills `BlockPool.__init__` choosing no stack dtype, or int64 for every pool.)"""
+    pool = impl.BlockPool(3)
+    arrays = get_arrays(pool)
+    assert [arrays.refs.dtype, arrays.free.dtype, arrays.top.dtype] == [
+        np.dtype(t) for t in (np.uint32, np.int32, np.int64)
+    ]
+    assert all(type(page) is int for page in pool.to_spec().free)
