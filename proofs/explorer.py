@@ -8,7 +8,7 @@ code for every operation of the alphabet (operations.py) in every state. It chec
 - liveness: from every state, finishing every live request, removing every prefix entry and
   releasing the producer's holds gives every page back (nothing leaks);
 - with a `reference`, lockstep: the same result (or error type) and the same post-state.
-States are canonical (canon.py) and used directly as dictionary keys. Search is breadth-first,
+States are canonical (canon.py), keyed by their interned parts. Search is breadth-first,
 so the first violation found has a shortest trace; trace.py prints it as a runnable program.
 """
 
