@@ -36,8 +36,8 @@ class Bounds:
     are not tried past it) and `max_external` the producer's references (allocate and retain
     are not tried past it); neither limits which page-ownership configurations the tables and
     the store can reach within the sizes. `max_depth`, when set, makes the search depth-bounded:
-    every state reachable in that many operations (states at the last depth are checked, and
-    their successors are checked, but not expanded further).
+    every state reachable in that many operations (states at the last depth are checked for
+    the invariants and liveness, but no operation is tried from them).
     """
 
     requests: int = 3
