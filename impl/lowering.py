@@ -4,7 +4,7 @@ check the whole answer, then commit.
     items[i]        = (request_id, slot, token_id, position = token_count,
                        block_table_offset = i * logical_pages, logical_pages, 0)
     block_tables    = [ table(slot_0) | table(slot_1) | ... ]   logical_pages u32 entries each
-    outputs[i]      zeroed before the call, written by the backend
+    outputs[i]      UNANSWERED (slot 2**32 - 1) before the call, written by the backend
 
 The backend receives views of the scratch arrays (`items[:n]` and `block_tables[:n * width]`
 read-only, `outputs[:n]` writable), so a batch reaches a GPU without conversion. The checks
@@ -49,7 +49,8 @@ def lower_round(
     round_slots: Any,
 ) -> tuple[int, int]:
     """Lower the DECODE slots in slot order: (-1, count), or (first slot with no input token, 0)
-    having written nothing. Zeroes `outputs[:count]`; records the slots in `round_slots`."""
+    having written nothing. Sets `outputs[:count]` to the spec's `UNANSWERED` (request 0, slot
+    2**32 - 1, token 0); records the slots in `round_slots`."""
     width = tables.shape[1]
     count = 0
     for slot in range(states.shape[0]):
@@ -73,7 +74,7 @@ def lower_round(
             block_tables[offset + entry] = tables[slot, entry]
         output = outputs[index]
         output["request_id"] = 0
-        output["slot"] = 0
+        output["slot"] = U32_MAX  # no scheduler has this slot: an unwritten output never matches
         output["next_token_id"] = 0
     return -1, count
 

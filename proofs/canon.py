@@ -27,12 +27,10 @@ Four symmetries shrink the explored space without hiding a bug:
   which is everything that distinguishes them, so swapping two of equal rank is an
   automorphism and the tie-break by id is invisible.
 
-One known exception to the id symmetry: the decode round hands the backend zeroed outputs
-(request 0, slot 0), so a backend that writes nothing (`decode("no_write", "")`) is accepted when
-the only decoding request is request 0 in slot 0, and refused otherwise. Canonical ids put
-request 0 in the first live slot, so the explorer tries that accepted round wherever some
-state of the class accepts it, and never tries the refusal in a state whose only decoding
-request sits in slot 0 under another id (the same refusal is tried in every other state).
+The decode round keeps the id symmetry: the backend finds every output set to the spec's
+`UNANSWERED` (slot 2**32 - 1, which no scheduler has), so a backend that writes nothing
+(`decode("no_write", "")`) is refused whatever the ids and slots. (A zeroed record, the rule
+before, passed for request 0 in slot 0 and broke the symmetry there; the explorer found it.)
 
 Every spec invariant and post-condition the explorer checks is preserved exactly by these maps
 (a duplicate id stays a duplicate, an entry used "after" the clock stays after it, a page's

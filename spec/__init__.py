@@ -6,6 +6,7 @@ classes here; every checker (stateful tests, contracts, proofs) is stated agains
 
 from kvsched.spec.batch import (
     INVALID_BLOCK,
+    UNANSWERED,
     RaggedBatchItem,
     RaggedBatchOutput,
     RaggedBatchReceipt,
@@ -46,6 +47,7 @@ __all__ = [
     "DEFAULT_BLOCK_SIZE",
     "INVALID_BLOCK",
     "LIVE",
+    "UNANSWERED",
     "Admission",
     "Allocated",
     "BatchConfig",

@@ -70,6 +70,12 @@ class RaggedBatchOutput:
         return _OUTPUT_FORMAT.pack(self.request_id, self.slot, self.next_token_id)
 
 
+UNANSWERED = RaggedBatchOutput(request_id=0, slot=U32_MAX, next_token_id=0)
+"""What every output position holds when the backend is called: slot 2**32 - 1, which no
+scheduler has (slots are below 2**16), so an output the backend never writes fails the identity
+check whatever request and slot it stands for (a zeroed record would pass for request 0 in slot 0)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RaggedBatchReceipt:
     """What a backend reports about the round it ran (not part of the byte ABI)."""

@@ -21,8 +21,9 @@ Decisions where the original is lax:
   processed. The two never count the same token. Both saturate at 2**32 - 1 as the original does.
 - `seed_decode_token` is allowed in PREFILL and DECODE (seeding before the prefill completes is
   how an engine hands over the first sampled token).
-- The backend sees a zeroed output list, so an output it never writes cannot pass as a stale
-  answer from an earlier round. A backend must not call back into the scheduler during a round.
+- The backend sees every output position set to `UNANSWERED` (slot 2**32 - 1, which no
+  scheduler has), so an output it never writes cannot pass as a stale answer from an earlier
+  round, nor as an answer for request 0 in slot 0. A backend must not call back into the scheduler during a round.
 - The batched forms `ensure_writable_batch` and `prepare_decode_round` (an engine's hot path) are
   defined as the single calls in sequence, all or nothing.
 """
@@ -36,6 +37,7 @@ from enum import Enum
 from kvsched.spec import table as table_ops
 from kvsched.spec.batch import (
     U32_MAX,
+    UNANSWERED,
     RaggedBatchItem,
     RaggedBatchOutput,
     RaggedBatchReceipt,
@@ -457,7 +459,7 @@ class RequestScheduler:
         if count == 0:
             return RaggedBatchReceipt()
         items = tuple(item_scratch[:count])
-        outputs = [RaggedBatchOutput() for _ in range(count)]
+        outputs = [UNANSWERED] * count
         try:
             receipt = backend.execute_ragged(items, tuple(block_table_scratch[: count * width]), outputs)
         except Exception as error:

@@ -229,7 +229,7 @@ def lowered(states: tuple[int, ...], ready: tuple[bool, ...], tables: Grid) -> t
     if missing is not None:
         return missing
     return tuple(
-        (10 + slot, slot, 20 + slot, 30 + slot, i * 2, 2, 0, *tables.rows[slot], 0, 0, 0)
+        (10 + slot, slot, 20 + slot, 30 + slot, i * 2, 2, 0, *tables.rows[slot], 0, U32_MAX, 0)
         for i, slot in enumerate(decoding)
     )
 
@@ -238,7 +238,7 @@ def kernel_lower_round(
     s0: int, s1: int, s2: int, ready0: bool, ready1: bool, ready2: bool, t0: int, t1: int, t2: int
 ) -> tuple[tuple[tuple[int, ...], ...] | int, Grid]:
     """`lower_round` lowers the DECODE slots in slot order (offsets `i * width`, whole tables,
-    zeroed outputs), or reports the first one without an input token.
+    outputs set to UNANSWERED), or reports the first one without an input token.
 
     pre: in_range(s0, s1, s2) and in_range(t0, t1, t2, low=-1)
     post: __return__[0] == lowered((s0, s1, s2), (ready0, ready1, ready2), __return__[1])

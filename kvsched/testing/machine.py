@@ -326,11 +326,16 @@ class KvschedMachine(RuleBasedStateMachine):
 
     @rule(fault=st.sampled_from(FAULTS), short=st.sampled_from(["none", "none", "items", "tables", "outputs"]))
     def decode_round(self, fault: str, short: str) -> None:
-        """The engine's round: make every decoding request's next page writable, then decode."""
+        """The engine's round: make every decoding request's next page writable, then decode.
+
+        An engine that cannot make room for every request (the pool is exhausted) does not
+        decode: it would write a page another request still reads (it preempts a request first).
+        """
         for slot in self.sut.snapshot()[2].slots:
             logical = slot.token_count // self.config.page_size
-            if slot.state is RequestState.DECODE and logical < self.config.logical_pages:
-                self._ensure_writable(slot.request_id, logical)
+            growing = slot.state is RequestState.DECODE and logical < self.config.logical_pages
+            if growing and self._ensure_writable(slot.request_id, logical) is not None:
+                return
         decoding = sum(1 for slot in self.sut.snapshot()[2].slots if slot.state is RequestState.DECODE)
         width = self.config.logical_pages
         items = decoding - (short == "items")

@@ -70,7 +70,7 @@ _FULL = (
 _ZEROING = (
     "        output = outputs[index]\n"
     '        output["request_id"] = 0\n'
-    '        output["slot"] = 0\n'
+    '        output["slot"] = U32_MAX  # no scheduler has this slot: an unwritten output never matches\n'
     '        output["next_token_id"] = 0\n'
 )
 _RELEASE_OLD = "            release_array(pool, self._pages[entry, : self._page_counts[entry]])\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import MutableSequence
 
 from kvsched.spec import (
+    UNANSWERED,
     BackendFailed,
     BlockPool,
     PoolError,
@@ -62,7 +63,7 @@ class MutateBeforeCheckScheduler(RequestScheduler):
         if not items:
             return RaggedBatchReceipt()
         tables = tuple(page for index in decoding for page in to_abi(self.state.slots[index].table))
-        outputs = [RaggedBatchOutput() for _ in items]
+        outputs = [UNANSWERED] * len(items)
         try:
             receipt = backend.execute_ragged(items, tables, outputs)
         except Exception as error:

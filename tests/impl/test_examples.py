@@ -6,6 +6,8 @@ eviction, lowest empty slot, slot order of views and round items) is pinned here
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kvsched.spec import (
@@ -28,6 +30,7 @@ from kvsched.spec import (
     PrefixIdentity,
     PrefixPageSet,
     RaggedBatchItem,
+    RaggedBatchReceipt,
     ReferenceOverflow,
     RegistryFull,
     RequestState,
@@ -258,6 +261,26 @@ def test_decode_round_refusals_change_nothing(kv: Flavor) -> None:
         scheduler.execute_decode_round(FaultBackend("raise_value_error"), *kv.scratch(3, 12, 3))  # type: ignore[attr-defined]
     assert isinstance(caught.value.__cause__, ValueError)
     assert (pool.state, store.state, scheduler.state) == before  # type: ignore[attr-defined]
+
+
+class SilentBackend:
+    """Launches once and writes no output at all."""
+
+    def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> RaggedBatchReceipt:
+        return RaggedBatchReceipt(batch_size=len(items), backend_launches=1)
+
+
+def test_an_unwritten_output_never_passes_even_for_request_0_in_slot_0(kv: Flavor) -> None:
+    pool, store, scheduler = kv.module.BlockPool(4), kv.module.PrefixKvStore(1, 1), kv.module.RequestScheduler(2, 2)
+    scheduler.admit_with_prefix(0, None, store, pool)  # request 0 in slot 0: what a zeroed record would claim
+    scheduler.mark_prefill_complete(0)
+    scheduler.seed_decode_token(0, 7)
+    scheduler.ensure_writable(0, 0, pool)
+    before = (pool.state, store.state, scheduler.state)
+    items, tables, outputs = kv.scratch(1, 2, 1)
+    with pytest.raises(OutputIdentityMismatch, match="output 0 answers request 0 slot 4294967295"):
+        scheduler.execute_decode_round(SilentBackend(), items, tables, outputs)
+    assert (pool.state, store.state, scheduler.state) == before
 
 
 def test_empty_round_calls_no_backend(kv: Flavor) -> None:

@@ -1,7 +1,8 @@
 """impl's decode round: the GPU-ready batch it hands the backend, and its scratch contract.
 
 The batch is numpy structured arrays whose bytes are exactly the spec records' `to_bytes()`; the
-backend gets views of the scratch (`items` and `block_tables` read-only, `out` zeroed first).
+backend gets views of the scratch (`items` and `block_tables` read-only, `out` set to the spec's
+`UNANSWERED` first).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from kvsched import impl, spec
 from kvsched.impl.abi import ITEM_DTYPE, OUTPUT_DTYPE, empty_items, empty_outputs
 from kvsched.impl.scheduler import get_slots
-from kvsched.spec.batch import U32_MAX, U64_MAX, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
+from kvsched.spec.batch import U32_MAX, U64_MAX, UNANSWERED, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.errors import BackendFailed, InvalidArgument, MissingInputToken
 from tests.impl.support import FaultBackend, make_spec_system
 
@@ -43,12 +44,16 @@ class Capture:
 
     def __init__(self) -> None:
         self.args: tuple[Any, Any, Any] | None = None
-        self.zeroed = False
+        self.unanswered = False
         self.answer = FaultBackend()
 
     def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> RaggedBatchReceipt:
         self.args = (items, block_tables, out)
-        self.zeroed = isinstance(out, np.ndarray) and not out.view(np.uint8).any()
+        self.unanswered = (
+            bytes(out) == UNANSWERED.to_bytes() * len(out)
+            if isinstance(out, np.ndarray)
+            else (list(out) == [UNANSWERED] * len(out))
+        )
         receipt: RaggedBatchReceipt = self.answer.execute_ragged(items, block_tables, out)
         return receipt
 
@@ -79,7 +84,7 @@ def test_lowered_batch_is_byte_identical_to_the_spec_records() -> None:
     assert items.tobytes() == b"".join(item.to_bytes() for item in spec_backend.args[0])
     assert tables.tobytes() == struct.pack(f"<{len(spec_backend.args[1])}I", *spec_backend.args[1])
     assert out.tobytes() == b"".join(output.to_bytes() for output in spec_backend.args[2])
-    assert impl_backend.zeroed  # the backend never sees a stale answer
+    assert impl_backend.unanswered and spec_backend.unanswered  # never a stale answer, nor a valid one
     assert out_scratch[4:].view(np.uint8).tolist() == [0xAB] * 32  # beyond the batch: untouched
     assert actual.snapshot() == expected.snapshot()
 

@@ -35,7 +35,7 @@ def test_an_exploration_is_recorded_with_its_bounds(tmp_path: Path, monkeypatch:
     (run,) = json.loads(path.read_text())["runs"]
     assert run["name"] == "explorer: spec R1 P2 L1 E1x1" and run["subject"] == "spec"
     assert run["bounds"]["requests"] == 1 and run["bounds"]["pages"] == 2
-    assert run["states"] > 300 and run["transitions"] > run["states"]
+    assert run["states"] > 250 and run["transitions"] > run["states"]  # 277 classes since UNANSWERED outputs
     assert run["complete"] and run["outcome"] == "pass" and run["states_per_second"] > 0
     assert "inv_refcount_equals_owners" in run["invariants"]
 

@@ -20,12 +20,12 @@ def test_spec_satisfies_its_invariants_under_every_operation() -> None:
 def test_spec_in_lockstep_with_itself() -> None:
     """The harness itself is symmetric: two spec systems never diverge."""
     stats = CampaignStats()
-    run_machine(lambda: KvschedMachine(spec_system, spec_system, stats=stats), settings())
-    assert stats.decoded_tokens > 0  # rounds really decoded
+    run_machine(lambda: KvschedMachine(spec_system, spec_system, stats=stats), settings(derandomize=True))
+    assert stats.decoded_tokens > 0  # rounds really decoded (a fixed seed: a random dev run may decode none)
 
 
 def test_impl_in_lockstep_with_the_spec() -> None:
     """`kvsched.impl` refines the spec: same results, errors and abstract states at every step."""
     stats = CampaignStats()
-    run_machine(lambda: KvschedMachine(impl_system, spec_system, stats=stats), settings())
+    run_machine(lambda: KvschedMachine(impl_system, spec_system, stats=stats), settings(derandomize=True))
     assert stats.decoded_tokens > 0
