@@ -106,11 +106,28 @@ def _delegate(module: str, argv: list[str]) -> int:
     return result
 
 
+BENCH_TARGETS = {"bookkeeping": "kvsched.impl.bench", "decode": "kvsched.kernels.bench"}
+DELEGATED = {"proofs": "kvsched.proofs", "mutants": "kvsched.testing.mutants"}
+
+
 def command_bench(args: argparse.Namespace) -> int:
     """Spec vs impl bookkeeping (default) or the decode kernels (`bench decode`)."""
-    if args.target == "decode":
-        return _delegate("kvsched.kernels.bench", args.rest)
-    return _delegate("kvsched.impl.bench", args.rest)
+    return _delegate(BENCH_TARGETS[args.target], args.rest)
+
+
+def _delegated(argv: list[str]) -> tuple[str, list[str]] | None:
+    """The module and arguments of a delegated command (`proofs`, `mutants`, `bench`), untouched:
+    its own parser reads them in their order (`--only inductive`, `--plot PATH`)."""
+    if not argv:
+        return None
+    command, rest = argv[0], argv[1:]
+    if command in DELEGATED:
+        return DELEGATED[command], rest
+    if command == "bench":
+        if rest and rest[0] in BENCH_TARGETS:
+            return BENCH_TARGETS[rest[0]], rest[1:]
+        return BENCH_TARGETS["bookkeeping"], rest
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,26 +146,24 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(run=command_verify)
     proofs = commands.add_parser("proofs", help="the z3 proofs and the exhaustive explorer")
     proofs.add_argument("rest", nargs=argparse.REMAINDER)
-    proofs.set_defaults(run=lambda args: _delegate("kvsched.proofs", args.rest))
+    proofs.set_defaults(run=lambda args: _delegate(DELEGATED["proofs"], args.rest))
     bench = commands.add_parser("bench", help="benchmarks: bookkeeping (default) or `decode`")
     bench.add_argument("target", nargs="?", choices=["bookkeeping", "decode"], default="bookkeeping")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(run=command_bench)
     mutants = commands.add_parser("mutants", help="run the harness on every broken variant of impl")
     mutants.add_argument("rest", nargs=argparse.REMAINDER)
-    mutants.set_defaults(run=lambda args: _delegate("kvsched.testing.mutants", args.rest))
+    mutants.set_defaults(run=lambda args: _delegate(DELEGATED["mutants"], args.rest))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `kvsched` console command."""
-    # Options meant for a delegated command (`kvsched proofs --deep`) are not this parser's:
-    # they travel on to it with the positional rest.
-    args, extra = build_parser().parse_known_args(argv)
-    if extra and not hasattr(args, "rest"):
-        build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
-    if hasattr(args, "rest"):
-        args.rest = [*args.rest, *extra]
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    delegated = _delegated(arguments)
+    if delegated is not None:  # options and values go on to the command's own parser, in order
+        return _delegate(*delegated)
+    args = build_parser().parse_args(arguments)
     result: int = args.run(args)
     return result
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from kvsched.cli import main
@@ -25,3 +28,13 @@ def test_verify_fails_on_a_broken_variant_with_a_runnable_reproduction(capsys: p
     assert "state = KvschedMachine(factory, reference, config)" in program
     with pytest.raises(AssertionError, match="out of order"):
         exec(program, {})
+
+
+def test_delegated_commands_get_their_options_in_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvsched proofs --only inductive` and `kvsched bench --plot PATH`: an option's value is
+    neither taken for a subcommand nor moved away from its option."""
+    assert main(["proofs", "--only", "inductive", "--no-manifest"]) == 0
+    assert "z3 inductive proofs" in capsys.readouterr().out
+    chart, report = tmp_path / "rounds.svg", tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--plot", str(chart), "--json", str(report)]) == 0
+    assert chart.read_text().startswith("<svg") and json.loads(report.read_text())["rows"]
