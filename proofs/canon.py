@@ -47,7 +47,7 @@ their unchanged parts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kvsched.proofs.operations import Bounds
 from kvsched.proofs.operations import identity as prefix_identity
@@ -58,6 +58,9 @@ from kvsched.spec.system import SystemState
 
 EMPTY = RequestState.EMPTY
 Permutation = tuple[int, ...]  # new name of page p at index p
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,10 @@ class Canonicalizer:
         self._no_renaming: Permutation = tuple(range(bounds.pages))
         self._identity_pages = dict(enumerate(self._no_renaming))
 
-    def intern(self, value: Any) -> Any:
+    def intern(self, value: T) -> T:
         """One shared object per distinct value (states are mostly unchanged parts)."""
-        return self._interned.setdefault(value, value)
+        shared: T = self._interned.setdefault(value, value)
+        return shared
 
     def key(self, canonical: SystemState) -> tuple[int, int, int, int]:
         """A cheap dictionary key for a canonical state of this canonicalizer.
@@ -150,7 +154,7 @@ class Canonicalizer:
 
     def _slot(self, slot: Slot, ids: dict[int, int], perm: Permutation | None) -> Slot:
         if slot.state is EMPTY and (perm is None or all(entry is None for entry in slot.table)):
-            return self.intern(slot)  # type: ignore[no-any-return]
+            return self.intern(slot)
         table = slot.table
         if perm is not None:
             size = len(perm)
@@ -165,7 +169,7 @@ class Canonicalizer:
             slot.next_token_id,
             slot.token_ready,
         )
-        return self.intern(renamed)  # type: ignore[no-any-return]
+        return self.intern(renamed)
 
     def _identity(self, identity: PrefixIdentity, identities: dict[int, int]) -> PrefixIdentity:
         index = self._identity_index.get(identity)
@@ -175,7 +179,7 @@ class Canonicalizer:
         page_set = entry.page_set
         pages = page_set.pages if perm is None else _map_pages(page_set.pages, perm)
         renamed = PrefixPageSet(self._identity(page_set.identity, identities), pages, page_set.token_count)
-        return self.intern(StoreEntry(renamed, time))  # type: ignore[no-any-return]
+        return self.intern(StoreEntry(renamed, time))
 
     def _store(self, store: StoreState, identities: dict[int, int], perm: Permutation | None) -> StoreState:
         times = sorted({entry.last_used for entry in store.slots if entry is not None} | {store.clock})
@@ -185,7 +189,7 @@ class Canonicalizer:
             for entry in store.slots
         )
         victim = store.next_victim % len(store.slots) if store.slots else store.next_victim
-        return self.intern(StoreState(slots, store.page_capacity, victim, rank[store.clock]))  # type: ignore[no-any-return]
+        return self.intern(StoreState(slots, store.page_capacity, victim, rank[store.clock]))
 
     def canonical(self, state: SystemState, like: SystemState | None = None) -> tuple[SystemState, Renaming]:
         """The canonical representative of `state` and the renaming that produced it.

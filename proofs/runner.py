@@ -26,6 +26,7 @@ from kvsched.proofs.obligations import COVERS
 from kvsched.proofs.operations import Bounds
 from kvsched.proofs.subject import IMPL, SPEC, Subject
 from kvsched.proofs.trace import reproduce
+from kvsched.report import print_table
 
 
 @dataclass(frozen=True)
@@ -170,16 +171,6 @@ def summary_rows(deep: bool = False) -> list[Row]:
     return rows
 
 
-def _print_table(rows: Sequence[Row]) -> None:
-    header: Row = ["proof", "states / goals", "transitions", "checks", "outcome", "time"]
-    cells = [[str(value) for value in row] for row in [header, *rows]]
-    widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
-    for index, row in enumerate(cells):
-        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)))
-        if index == 0:
-            print("  ".join("-" * width for width in widths))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; 0 when every proof holds and no exploration found a counterexample."""
     parser = argparse.ArgumentParser(
@@ -200,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, records, programs = execute(
         args.deep, proofs=args.only in (None, "inductive"), explore=args.only in (None, "explore")
     )
-    _print_table(rows)
+    print_table(rows, ["proof", "states / goals", "transitions", "checks", "outcome", "time"])
     for program in programs:
         print("\n" + program)
     path = manifest_path(args.manifest, args.no_manifest)

@@ -5,26 +5,14 @@ only."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from crosshair.condition_parser import Pep316Parser
-from crosshair.fnutil import FunctionInfo
 
 from kvsched.contracts import broken
-
-
-def _function(qualname: str) -> Callable[..., Any]:
-    module_name, _, name = qualname.rpartition(".")
-    function: Callable[..., Any] = getattr(__import__(module_name, fromlist=[name]), name)
-    return function
-
-
-def _conditions(function: Callable[..., Any]) -> Any:
-    conditions = Pep316Parser().get_fn_conditions(FunctionInfo.from_fn(function))
-    assert conditions is not None and conditions.post
-    return conditions
+from tests.contracts.conditions import conditions as _conditions
+from tests.contracts.conditions import function as _function
 
 
 def _holds(conditions: Any, bindings: Mapping[str, object]) -> list[str]:

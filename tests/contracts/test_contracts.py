@@ -11,25 +11,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from crosshair.condition_parser import Pep316Parser
-from crosshair.fnutil import FunctionInfo
 
 from kvsched.contracts import gate
 from kvsched.contracts.launch import run_samples
+from tests.contracts.conditions import conditions as _conditions
+from tests.contracts.conditions import function as _function
 
 CHECK_TARGETS = [target for module in gate.CHECK_MODULES for target in gate.check_targets(module)]
-
-
-def _function(qualname: str) -> Callable[..., Any]:
-    module_name, _, name = qualname.rpartition(".")
-    function: Callable[..., Any] = getattr(__import__(module_name, fromlist=[name]), name)
-    return function
-
-
-def _conditions(function: Callable[..., Any]) -> Any:
-    conditions = Pep316Parser().get_fn_conditions(FunctionInfo.from_fn(function))
-    assert conditions is not None and conditions.post, f"{function.__name__} has no postconditions"
-    return conditions
 
 
 def _draw(function: Callable[..., Any], rng: random.Random) -> dict[str, object]:
