@@ -51,6 +51,13 @@ def staged_row(cache: Any, page: Any, row: Any, kv_head: Any, block: Any) -> Any
     raise NotImplementedError("staged_row is only callable from numba-compiled code")
 
 
+def eight_rows_per_pass(cache: Any) -> bool:
+    """Whether the attention twin takes eight rows per pass over a block of `cache` rather than
+    four (numba-only; a compile-time constant). Eight is 10 % faster on staged half blocks, which
+    sit in L1; 6 % slower on float32 rows, read from memory (32 lines missing at once)."""
+    raise NotImplementedError("eight_rows_per_pass is only callable from numba-compiled code")
+
+
 def prefetch_block(cache: Any, page: Any, kv_head: Any) -> None:
     """Hint the CPU to bring `cache[page, :, kv_head]` into L1 (numba-only; a no-op for float32)."""
     raise NotImplementedError("prefetch_block is only callable from numba-compiled code")
@@ -256,6 +263,16 @@ def _staged_row_overload(cache: Any, page: Any, row: Any, kv_head: Any, block: A
     return in_place
 
 
+@overload(eight_rows_per_pass)
+def _eight_rows_per_pass_overload(cache: Any) -> Any:
+    eight = bool(cache.dtype == types.uint16)
+
+    def constant(cache: Any) -> bool:
+        return eight
+
+    return constant
+
+
 @intrinsic
 def prefetch(typingctx: Any, array: Any, index: Any) -> Any:
     """`llvm.prefetch` of `array`'s element `index` for reading, into L1 (`prefetcht0` on x86).
@@ -359,15 +376,17 @@ def paged_attention_twin(
     For each page: the scores of every row against the query heads (one kv head's block at a time),
     the page's softmax update, then the weighted V rows (again block by block). The running maxima
     rescale the accumulators at page boundaries as the CUDA kernel does at tile boundaries (not at
-    all when the maximum did not move). Rows go four at a time: four dot products in one pass over
-    the query head (one load of the query for four rows; LLVM keeps four vector accumulators), four
-    weighted rows added to the accumulator in one pass (one load and store of it for four rows).
+    all when the maximum did not move). Rows go four at a time (eight for half caches, see
+    `eight_rows_per_pass`): four dot products in one pass over the query head (one load of the
+    query for four rows; LLVM keeps four vector accumulators), four weighted rows added to the
+    accumulator in one pass (one load and store of it for four rows).
     Queries start in `order`; run under `parallel_chunksize(1)` the cores take the next query when
     they finish one, so the longest-first order balances them.
     """
     queries, q_heads, head_dim = q.shape
     page_size, kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = q_heads // kv_heads
+    eight = eight_rows_per_pass(k_cache)
     for index in prange(queries):
         query = order[index]
         scaled_q = np.empty((q_heads, head_dim), dtype=np.float32)
@@ -392,6 +411,43 @@ def paged_attention_twin(
                 prefetch_block(v_cache, page, kv_head)
                 stage_block(k_cache, page, kv_head, rows, block)
                 row = 0
+                while eight and row + 8 <= rows:
+                    k0 = staged_row(k_cache, page, row, kv_head, block)
+                    k1 = staged_row(k_cache, page, row + 1, kv_head, block)
+                    k2 = staged_row(k_cache, page, row + 2, kv_head, block)
+                    k3 = staged_row(k_cache, page, row + 3, kv_head, block)
+                    k4 = staged_row(k_cache, page, row + 4, kv_head, block)
+                    k5 = staged_row(k_cache, page, row + 5, kv_head, block)
+                    k6 = staged_row(k_cache, page, row + 6, kv_head, block)
+                    k7 = staged_row(k_cache, page, row + 7, kv_head, block)
+                    for head in range(kv_head * group, (kv_head + 1) * group):
+                        s0 = np.float32(0.0)
+                        s1 = np.float32(0.0)
+                        s2 = np.float32(0.0)
+                        s3 = np.float32(0.0)
+                        s4 = np.float32(0.0)
+                        s5 = np.float32(0.0)
+                        s6 = np.float32(0.0)
+                        s7 = np.float32(0.0)
+                        for d in range(head_dim):
+                            qd = scaled_q[head, d]
+                            s0 += qd * k0[d]
+                            s1 += qd * k1[d]
+                            s2 += qd * k2[d]
+                            s3 += qd * k3[d]
+                            s4 += qd * k4[d]
+                            s5 += qd * k5[d]
+                            s6 += qd * k6[d]
+                            s7 += qd * k7[d]
+                        scores[head, row] = s0
+                        scores[head, row + 1] = s1
+                        scores[head, row + 2] = s2
+                        scores[head, row + 3] = s3
+                        scores[head, row + 4] = s4
+                        scores[head, row + 5] = s5
+                        scores[head, row + 6] = s6
+                        scores[head, row + 7] = s7
+                    row += 8
                 while row + 4 <= rows:
                     k0 = staged_row(k_cache, page, row, kv_head, block)
                     k1 = staged_row(k_cache, page, row + 1, kv_head, block)
@@ -444,6 +500,28 @@ def paged_attention_twin(
                     prefetch_block(k_cache, following, kv_head)
                 stage_block(v_cache, page, kv_head, rows, block)
                 row = 0
+                while eight and row + 8 <= rows:
+                    v0 = staged_row(v_cache, page, row, kv_head, block)
+                    v1 = staged_row(v_cache, page, row + 1, kv_head, block)
+                    v2 = staged_row(v_cache, page, row + 2, kv_head, block)
+                    v3 = staged_row(v_cache, page, row + 3, kv_head, block)
+                    v4 = staged_row(v_cache, page, row + 4, kv_head, block)
+                    v5 = staged_row(v_cache, page, row + 5, kv_head, block)
+                    v6 = staged_row(v_cache, page, row + 6, kv_head, block)
+                    v7 = staged_row(v_cache, page, row + 7, kv_head, block)
+                    for head in range(kv_head * group, (kv_head + 1) * group):
+                        w0 = scores[head, row]
+                        w1 = scores[head, row + 1]
+                        w2 = scores[head, row + 2]
+                        w3 = scores[head, row + 3]
+                        w4 = scores[head, row + 4]
+                        w5 = scores[head, row + 5]
+                        w6 = scores[head, row + 6]
+                        w7 = scores[head, row + 7]
+                        for d in range(head_dim):
+                            near = w0 * v0[d] + w1 * v1[d] + w2 * v2[d] + w3 * v3[d]
+                            acc[head, d] += near + (w4 * v4[d] + w5 * v5[d] + w6 * v6[d] + w7 * v7[d])
+                    row += 8
                 while row + 4 <= rows:
                     v0 = staged_row(v_cache, page, row, kv_head, block)
                     v1 = staged_row(v_cache, page, row + 1, kv_head, block)
