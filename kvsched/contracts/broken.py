@@ -31,6 +31,7 @@ from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.impl.system import ImplSystem
 from kvsched.impl.table import SequenceBlockTable
+from kvsched.impl.writes import ensure_writable_batch
 from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix as prefix_ops
 from kvsched.spec import scheduler as scheduler_ops
@@ -200,6 +201,22 @@ class MisnamedShortItemsScheduler(RequestScheduler):
     execute_decode_round = swap(RequestScheduler.execute_decode_round, execute_round, _items_short_misnamed)
 
 
+_batch_keeps_earlier_steps = patch_source(
+    ensure_writable_batch,
+    (("        undo_rows(slots.tables, buffers.slots, buffers.logical_pages, count, refs, top, *buffers[2:5])\n", ""),),
+    "a batch refused at a later request keeps its earlier steps",
+)
+
+
+class HalfUndoneBatchScheduler(RequestScheduler):
+    """`ensure_writable_batch` that, refused at an unknown or invalid request after some steps ran,
+    raises without undoing them (their copies and allocations stay)."""
+
+    ensure_writable_batch = swap(
+        RequestScheduler.ensure_writable_batch, ensure_writable_batch, _batch_keeps_earlier_steps
+    )
+
+
 def system_with(
     pool_class: type[BlockPool] = BlockPool,
     store_class: type[PrefixKvStore] = PrefixKvStore,
@@ -227,6 +244,7 @@ class RepeatingTable(SequenceBlockTable):
 
 
 impl_install = rebind(twin_tables.impl_install, impl=module_with(impl_package, SequenceBlockTable=RepeatingTable))
+impl_batch = rebind(twin_tables.impl_batch, impl_system=system_with(scheduler_class=HalfUndoneBatchScheduler))
 impl_pool = rebind(twin_systems.impl_pool, impl_system=system_with(RetainFreePool))
 impl_writable = rebind(twin_systems.impl_writable, impl_system=system_with(ReleaseFirstPool))
 impl_store = rebind(twin_systems.impl_store, impl_system=system_with(store_class=StopsShortStore))
@@ -257,4 +275,5 @@ DIFF_TARGETS = (
     ("kvsched.contracts.twin_systems.spec_round", "impl_round"),
     ("kvsched.contracts.twin_systems.spec_round_buffers", "impl_round_buffers"),
     ("kvsched.contracts.twin_tables.spec_install", "impl_install"),
+    ("kvsched.contracts.twin_tables.spec_batch", "impl_batch"),
 )
