@@ -11,6 +11,11 @@ Targets:
 - `crosshair diffbehavior spec_X impl_X` for every twin pair in `TWIN_MODULES`, after the
   pair's concrete samples (`kvsched.contracts.launch`).
 
+Before the targets start, the gate runs every real twin pair's samples once, in the gate's process:
+that compiles every kernel they reach into numba's cache, so the targets load it instead of each
+compiling the same kernels at once, against its own time limit (a cold cache took longer than
+a twin's 50 s).
+
 Outcome per target: pass, COUNTEREXAMPLE (CrossHair exit 1, or a sample that differs) or ERROR
 (exit 2, e.g. an import failure; a missing condition report; a process past its time limit, or
 one the total `--budget` left no time for). Targets start largest CPU budget first, `--jobs` at
@@ -217,6 +222,28 @@ def run_target(target: Target, per_condition: float, per_diff: float, deadline: 
     return interpret(target, done.returncode, done.stdout, done.stderr, time.perf_counter() - started)
 
 
+def warm_kernel_cache() -> list[str]:
+    """Run every real twin pair's samples, compiling (or loading) the kernels they reach; the impl
+    kernels they left uncompiled (each would compile inside CrossHair, which takes minutes).
+    Outcomes are not judged here: each target runs its samples again and reports them."""
+    from kvsched.contracts.launch import run_samples
+
+    for module_name in TWIN_MODULES:
+        for name in importlib.import_module(module_name).SAMPLES:
+            try:
+                run_samples(f"{module_name}:{name}")
+            except Exception:  # the target itself reports the failure
+                continue
+    kernels = {
+        f"{module_name}.{name}": value
+        for module_name, module in list(sys.modules.items())
+        if module_name.startswith("kvsched.impl.") and module_name != "kvsched.impl.bench"
+        for name, value in vars(module).items()
+        if hasattr(value, "signatures") and getattr(value, "__module__", None) == module_name
+    }
+    return sorted(name for name, kernel in kernels.items() if not kernel.signatures)
+
+
 def _short(name: str) -> str:
     return name.removeprefix("kvsched.contracts.")
 
@@ -265,6 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     conditions = sum(target.conditions for target in targets)
     print(f"{len(targets)} targets, {conditions} conditions, {args.jobs} jobs", file=sys.stderr)
     started, deadline = time.perf_counter(), time.monotonic() + args.budget
+    cold = warm_kernel_cache()
+    print(f"kernel cache warm after {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    if cold:
+        print(f"warning: no sample compiled {', '.join(cold)}", file=sys.stderr)
     results: list[Result] = []
 
     def run(target: Target) -> Result:

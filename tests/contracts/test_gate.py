@@ -8,6 +8,7 @@ the error paths and the gate's own bookkeeping.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -94,3 +95,25 @@ def test_the_gate_covers_every_contract_and_twin() -> None:
         "install",
         "batch",
     }
+
+
+def _uncompiled_after_warming(twin_modules: str) -> list[str]:
+    """`warm_kernel_cache` in a fresh process (pytest's own process has compiled everything)."""
+    script = (
+        "import kvsched.impl.lowering, kvsched.impl.prefix, kvsched.impl.writes\n"
+        "from kvsched.contracts import gate\n"
+        f"gate.TWIN_MODULES = {twin_modules}\n"
+        "print(repr(gate.warm_kernel_cache()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    uncompiled: list[str] = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    return uncompiled
+
+
+def test_the_gate_warms_every_impl_kernel_before_crosshair_starts() -> None:
+    """A kernel first compiled under CrossHair's tracing takes minutes (a cold cache killed a twin
+    at its 50 s limit): the samples the gate runs first must reach every impl kernel."""
+    assert _uncompiled_after_warming("gate.TWIN_MODULES") == []
+    without_samples = _uncompiled_after_warming("()")
+    assert "kvsched.impl.page_kernels.ensure_rows" in without_samples
+    assert len(without_samples) >= 10
