@@ -18,6 +18,7 @@ from itertools import product
 import z3
 
 from kvsched.proofs.encode import array, encode, identity_value
+from kvsched.proofs.inductive import bounded_solver
 from kvsched.proofs.model import DECODE, INT_ARRAY, NONE, Arr, Bool, Int, Sys, pick, same
 from kvsched.proofs.operations import Bounds, Operation, identity
 from kvsched.proofs.transitions import Encoding
@@ -180,8 +181,7 @@ def relation(enc: Encoding, operation: Operation, before: SystemState, after: Sy
 
 def conforms(enc: Encoding, operation: Operation, before: SystemState, after: SystemState, bounds: Bounds) -> bool:
     """The spec's step from `before` to `after` is one the model allows."""
-    solver = z3.Solver()
-    solver.set("timeout", 60_000)
+    solver = bounded_solver()
     solver.add(relation(enc, operation, before, after, bounds))
     answer = solver.check()
     if answer == z3.unknown:

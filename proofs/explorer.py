@@ -254,8 +254,9 @@ class Explorer:
         detail = self._check_state(post) if new else ""
         return ("invariant", detail) if detail else None
 
-    def run(self, max_states: int | None = None, time_limit: float | None = None) -> Exploration:
-        """Explore until done, a violation, `max_states` states or `time_limit` seconds."""
+    def run(self, max_states: int | None = None) -> Exploration:
+        """Explore until done, a violation or `max_states` states (never a time limit: the states
+        explored are the same on every machine)."""
         start = last = time.perf_counter()
         initial = snapshot(self.positioner.fresh(), ())
         self._add(initial, -1, None)
@@ -280,9 +281,7 @@ class Explorer:
                     f"  {self.subject.name}: {len(self.states):,} states ({done:,} expanded), "
                     f"{self.result.transitions:,} transitions, depth {self.depth[done - 1]}, {rate:,.0f} states/s"
                 )
-            if (max_states is not None and len(self.states) >= max_states) or (
-                time_limit is not None and now - start > time_limit
-            ):
+            if max_states is not None and len(self.states) >= max_states:
                 self.result.seconds = now - start
                 return self._finish()
         self.result.seconds = time.perf_counter() - start
@@ -296,9 +295,8 @@ def explore(
     reference: Subject | None = None,
     *,
     max_states: int | None = None,
-    time_limit: float | None = None,
     progress: bool = False,
 ) -> Exploration:
     """Explore every reachable state of `subject` within `bounds` (see `Explorer`)."""
     report = (lambda line: print(line, file=sys.stderr, flush=True)) if progress else None
-    return Explorer(bounds, subject, reference, report).run(max_states, time_limit)
+    return Explorer(bounds, subject, reference, report).run(max_states)

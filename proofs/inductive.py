@@ -22,6 +22,9 @@ from kvsched.proofs.transitions import Encoding
 from kvsched.proofs.universe import UNBOUNDED, Bounded, describe
 
 SMALL = Bounded()
+# z3's resource units per `check`: deterministic, unlike its wall-clock `timeout`, so a verdict never
+# depends on how loaded the machine is. The largest goal of the default proofs takes about 14,000.
+RESOURCE_LIMIT = 5_000_000
 """Small enough for z3 to build counterexamples in about a second."""
 
 
@@ -69,9 +72,15 @@ def split_goal(goal: Bool) -> list[Bool]:
     return [goal]
 
 
-def _solver(obligation: Obligation, timeout_ms: int) -> z3.Solver:
+def bounded_solver(resource_limit: int = RESOURCE_LIMIT) -> z3.Solver:
+    """A solver whose every `check` stops after `resource_limit` of z3's resource units."""
     solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
+    solver.set("rlimit", resource_limit)
+    return solver
+
+
+def _solver(obligation: Obligation, resource_limit: int) -> z3.Solver:
+    solver = bounded_solver(resource_limit)
     solver.add(*obligation.hypotheses)
     return solver
 
@@ -92,7 +101,7 @@ def _ask(solver: z3.Solver, part: Bool, obligation: Obligation, bounded: Bounded
 
 
 def check_obligation(
-    obligation: Obligation, timeout_ms: int = 60_000, bounded: Bounded | None = None
+    obligation: Obligation, resource_limit: int = RESOURCE_LIMIT, bounded: Bounded | None = None
 ) -> list[GoalResult]:
     """Each goal's outcome, asking z3 part by part for a pre-state where it fails.
 
@@ -100,7 +109,7 @@ def check_obligation(
     popped) is an order of magnitude faster than a fresh solver per part; a part it cannot
     decide is retried on a fresh solver.
     """
-    solver = _solver(obligation, timeout_ms)
+    solver = _solver(obligation, resource_limit)
     results = []
     for name, goal in obligation.goals:
         start = time.perf_counter()
@@ -108,7 +117,7 @@ def check_obligation(
         for part in parts:
             answer, why = _ask(solver, part, obligation, bounded)
             if answer == "unknown":
-                answer, why = _ask(_solver(obligation, timeout_ms), part, obligation, bounded)
+                answer, why = _ask(_solver(obligation, resource_limit), part, obligation, bounded)
             if answer == "refuted":
                 outcome, detail = answer, why
                 break
@@ -125,14 +134,14 @@ def prove(
     *,
     only: Callable[[Obligation], bool] | None = None,
     progress: bool = False,
-    timeout_ms: int = 60_000,
+    resource_limit: int = RESOURCE_LIMIT,
 ) -> list[GoalResult]:
     """Every goal of every obligation, for states of every size; progress lines go to stderr."""
     results: list[GoalResult] = []
     for obligation in obligations(enc, UNBOUNDED):
         if only is not None and not only(obligation):
             continue
-        for result in check_obligation(obligation, timeout_ms):
+        for result in check_obligation(obligation, resource_limit):
             results.append(result)
             if progress:
                 print(
@@ -144,14 +153,14 @@ def prove(
 
 
 def refute(
-    enc: Encoding, transition: str, goal: str, bounded: Bounded = SMALL, timeout_ms: int = 60_000
+    enc: Encoding, transition: str, goal: str, bounded: Bounded = SMALL, resource_limit: int = RESOURCE_LIMIT
 ) -> GoalResult | None:
     """A small state where `goal` of `transition` fails, with its counterexample, if any."""
     for obligation in obligations(enc, bounded):
         if obligation.transition != transition:
             continue
         targeted = replace(obligation, goals=tuple(g for g in obligation.goals if g[0] == goal))
-        for result in check_obligation(targeted, timeout_ms, bounded):
+        for result in check_obligation(targeted, resource_limit, bounded):
             if result.outcome == "refuted":
                 return result
     return None
@@ -160,7 +169,7 @@ def refute(
 WITNESS_BOUNDS = (SMALL, Bounded(pages=2, requests=1, width=1), Bounded(pages=1, requests=1, width=1, capacity=1))
 
 
-def witnesses(enc: Encoding | None = None, timeout_ms: int = 30_000) -> dict[tuple[str, str], str]:
+def witnesses(enc: Encoding | None = None, resource_limit: int = RESOURCE_LIMIT) -> dict[tuple[str, str], str]:
     """Per obligation, 'sat' when some small state satisfies its hypotheses (it is not vacuous).
 
     z3 may give up on one size (model-based quantifier instantiation is incomplete), so a few
@@ -171,7 +180,7 @@ def witnesses(enc: Encoding | None = None, timeout_ms: int = 30_000) -> dict[tup
         for obligation in obligations(enc, bounded):
             key = (obligation.transition, obligation.step)
             if answers.get(key, "unknown") == "unknown":
-                answers[key] = str(_solver(obligation, timeout_ms).check())
+                answers[key] = str(_solver(obligation, resource_limit).check())
     return answers
 
 

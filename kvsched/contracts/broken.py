@@ -3,8 +3,10 @@
 Each target is a contract or a twin from the real modules, *unchanged* (same code, so the same
 docstring conditions at the same source lines), rebound to a copy of one spec or impl function
 with one bug (`kvsched.testing.mutants_patch.patch_source`). Nothing real is modified.
-`python -m kvsched.contracts --broken` runs the gate on these and must report a counterexample
-for every one (tests/contracts/test_gate.py requires exit status 1 and each counterexample).
+`python -m kvsched.contracts --broken` (`make contracts`) runs the gate on these, each search
+bounded by iterations, and must report a counterexample for every one. `COUNTEREXAMPLES` pins
+one for each, which tests/contracts/test_broken.py replays without CrossHair: the real contract
+or twin accepts it, the broken one does not.
 """
 
 from __future__ import annotations
@@ -277,3 +279,48 @@ DIFF_TARGETS = (
     ("kvsched.contracts.twin_tables.spec_install", "impl_install"),
     ("kvsched.contracts.twin_tables.spec_batch", "impl_batch"),
 )
+
+# A counterexample CrossHair reported for each target: arguments of the contract function, or of
+# both twins of the pair.
+COUNTEREXAMPLES: dict[str, tuple[object, ...]] = {
+    "pool_release": (1, 2, 0, 5, 0),
+    "pool_writable": (1, 1, 2, 5, 2),
+    "prefix_reclaim": (0, 1, 1, 1, 6, 0, 0, 0, 0, 0, 1),
+    "scheduler_admit": (1, 1, 2, 0, 0, 0, 0, 5, 0, 0),
+    "kernel_retain_pages": (3, 0, 0, 0, 0, 0, 2, False),
+    "kernel_ensure_rows": (0, 1, 0, 1, 0, 0, 0, 4, 1, 0, 1, 0),
+    "impl_retain": (0, 1, 1, 1, 3, 0, 2),
+    "impl_release": (2, 2, 0, 5, 1, 2, 3),
+    "impl_ensure": (2, 0, 0, 0, 1, 2, 1, 0),
+    "impl_pool": (0, 1, 0, 2, 1, 0),
+    "impl_writable": (2, 1, 2, 2, 0),
+    "impl_store": (2, 4, 1, 0, 1, 1, False, 1),
+    "impl_scheduler": (0, 1, 0, 2, 3, 3, 0, 0),
+    "impl_round": (False, False, True, True, 0, 0, 4),
+    "impl_round_buffers": (False, False, False, False, 0, 0, 1),
+    "impl_install": (0, 0, 1, 5, 5, 0, 2),
+    "impl_batch": (2, 0, 1, 0, 4, 0, 0, 0, False),
+}
+
+# Each broken target's search bound, in CrossHair iterations per condition (per twin pair, split
+# between its two call orders): the smallest of 25, 50, 100 and 200 at which CrossHair found the
+# counterexample, doubled. Iterations are counted, not timed, so these hold on any machine.
+ITERATIONS: dict[str, int] = {
+    "pool_release": 100,
+    "pool_writable": 50,
+    "prefix_reclaim": 50,
+    "scheduler_admit": 100,
+    "kernel_retain_pages": 50,
+    "kernel_ensure_rows": 50,
+    "impl_retain": 100,
+    "impl_release": 50,
+    "impl_ensure": 100,
+    "impl_pool": 200,
+    "impl_writable": 100,
+    "impl_store": 50,
+    "impl_scheduler": 50,
+    "impl_round": 400,
+    "impl_round_buffers": 50,
+    "impl_install": 400,
+    "impl_batch": 100,
+}

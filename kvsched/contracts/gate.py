@@ -17,10 +17,19 @@ compiling the same kernels at once, against its own time limit (a cold cache too
 a twin's 50 s).
 
 Outcome per target: pass, COUNTEREXAMPLE (CrossHair exit 1, or a sample that differs) or ERROR
-(exit 2, e.g. an import failure; a missing condition report; a process past its time limit, or
-one the total `--budget` left no time for). Targets start largest CPU budget first, `--jobs` at
-a time. The gate prints a table and exits 1 unless every target passes within the budget.
-`--broken` runs the same gate on `kvsched.contracts.broken`, where every target must fail.
+(exit 2, e.g. an import failure; a missing condition report; a process past its CPU limit, a
+process hung past its wall-clock guard, or one the total `--budget` left no time for). Targets
+start largest CPU budget first, `--jobs` at a time. The gate prints a table and exits 1 unless
+every target passes.
+
+Every bound that decides an outcome is one a loaded machine cannot tighten: CrossHair's own
+timeouts are CPU seconds of its process, a process's limit is CPU seconds (RLIMIT_CPU), and the
+wall-clock guards are generous multiples, there only to stop a process that hangs.
+
+`--broken` runs the same gate on `kvsched.contracts.broken`, where every target must yield a
+counterexample (exit 0 when all do). There each search is bounded by iterations, not seconds
+(`broken.ITERATIONS`): the same paths on every machine, so a counterexample found once is found
+everywhere, and the CPU seconds are only a guard.
 """
 
 from __future__ import annotations
@@ -31,12 +40,15 @@ import inspect
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+
+from kvsched.contracts.launch import CPU_REPORT
 
 CHECK_MODULES = (
     "kvsched.contracts.spec_pool",
@@ -47,14 +59,16 @@ CHECK_MODULES = (
 TWIN_MODULES = ("kvsched.contracts.twin_kernels", "kvsched.contracts.twin_systems", "kvsched.contracts.twin_tables")
 BROKEN_MODULE = "kvsched.contracts.broken"
 # The gate's explicit bounds. CPU seconds, CrossHair's own clock: per postcondition of a `check`
-# (each is searched on its own) and per twin pair of a `diff` (both call orders together), then
-# wall seconds for the whole gate. 66 conditions x 2 s + 11 pairs x 4 s is 176 CPU seconds, about
-# two and a half minutes on two cores shared with other work: inside the budget of four. Every
-# broken target (`--broken`) yields its counterexample well within these per-target budgets.
+# (each is searched on its own) and per twin pair of a `diff` (both call orders together).
+# 66 conditions x 2 s + 11 pairs x 4 s is 176 CPU seconds, about two minutes on two cores.
 PER_CONDITION = 2.0
 PER_DIFF = 4.0
-BUDGET = 240.0
-STARTUP_SECONDS = 30.0  # a process's allowance beyond its conditions: imports, samples, slack
+# Wall seconds for the whole gate: a guard against hangs, far above the CPU it can need.
+BUDGET = 1800.0
+STARTUP_SECONDS = 30.0  # a process's CPU allowance beyond its conditions: imports, samples, slack
+WALL_FACTOR = 10  # a process's wall-clock guard: its CPU limit this many times over
+# An iteration-bounded search's CPU guard per condition or pair (its iterations bound it first).
+ITERATION_GUARD = 300.0
 _REPORT = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<level>info|error): (?P<message>.*)$")
 
 
@@ -67,6 +81,7 @@ class Target:
     qualnames: tuple[str, ...]
     conditions: int
     samples: str | None = None  # "module:twin" whose samples run first
+    iterations: int | None = None  # the search bound per condition or pair, when not CPU seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +95,8 @@ class Result:
     outcome: str
     seconds: float
     detail: str
+    cpu_seconds: float = 0.0  # the launcher's own CPU time, as it reported it
+    iterations: int | None = None  # the target's iteration bound, if it had one
 
 
 def count_conditions(function: object) -> int:
@@ -136,13 +153,32 @@ def all_targets(broken: bool) -> list[Target]:
         targets = [target for module in CHECK_MODULES for target in check_targets(module)]
         return targets + [target for module in TWIN_MODULES for target in twin_targets(module)]
     module = importlib.import_module(BROKEN_MODULE)
-    targets = check_targets(BROKEN_MODULE, module.CHECK_TARGETS)
+    targets = [
+        replace(target, iterations=module.ITERATIONS[target.name.rpartition(".")[2]])
+        for target in check_targets(BROKEN_MODULE, module.CHECK_TARGETS)
+    ]
     for spec_name, impl_name in module.DIFF_TARGETS:
         twin_module, _, spec_function = spec_name.rpartition(".")
         twin = spec_function.removeprefix("spec_")
         qualnames = (spec_name, f"{BROKEN_MODULE}.{impl_name}")
-        targets.append(Target("diff", f"{BROKEN_MODULE}.{impl_name}", qualnames, 1, f"{twin_module}:{twin}"))
+        targets.append(
+            Target(
+                "diff",
+                f"{BROKEN_MODULE}.{impl_name}",
+                qualnames,
+                1,
+                f"{twin_module}:{twin}",
+                module.ITERATIONS[impl_name],
+            )
+        )
     return targets
+
+
+def timeouts(target: Target, per_condition: float, per_diff: float) -> float:
+    """The CPU seconds CrossHair may spend per condition (or per twin pair) of `target`."""
+    if target.iterations is not None:
+        return ITERATION_GUARD
+    return per_condition if target.kind == "check" else per_diff
 
 
 def command(target: Target, per_condition: float, per_diff: float) -> list[str]:
@@ -150,22 +186,26 @@ def command(target: Target, per_condition: float, per_diff: float) -> list[str]:
     launcher = [sys.executable, "-m", "kvsched.contracts.launch"]
     if target.samples:
         launcher += ["--samples", target.samples]
+    if target.iterations is not None:
+        launcher += ["--max-iterations", str(target.iterations)]
+    launcher += ["--cpu-limit", f"{limit(target, per_condition, per_diff):.0f}"]
+    timeout = str(timeouts(target, per_condition, per_diff))
     if target.kind == "check":
-        crosshair = ["check", "--report_all", "--per_condition_timeout", str(per_condition), *target.qualnames]
+        crosshair = ["check", "--report_all", "--per_condition_timeout", timeout, *target.qualnames]
     else:
-        crosshair = ["diffbehavior", "--per_condition_timeout", str(per_diff), *target.qualnames]
+        crosshair = ["diffbehavior", "--per_condition_timeout", timeout, *target.qualnames]
     return [*launcher, "--", *crosshair]
 
 
 def cpu_budget(target: Target, per_condition: float, per_diff: float) -> float:
     """The CPU seconds CrossHair may spend on a target: each condition is searched on its own."""
-    return per_condition * target.conditions if target.kind == "check" else per_diff
+    return timeouts(target, per_condition, per_diff) * (target.conditions if target.kind == "check" else 1)
 
 
 def limit(target: Target, per_condition: float, per_diff: float) -> float:
-    """A process's wall-clock limit (against hangs): its CPU budget five times over (a loaded
-    machine runs slower than CrossHair's CPU clock), plus startup."""
-    return 5 * cpu_budget(target, per_condition, per_diff) + STARTUP_SECONDS
+    """A process's CPU limit: its CPU budget twice over (CrossHair finishes the path it is on
+    when a condition's time is up), plus startup."""
+    return 2 * cpu_budget(target, per_condition, per_diff) + STARTUP_SECONDS
 
 
 def schedule(targets: Sequence[Target], per_condition: float, per_diff: float) -> list[Target]:
@@ -176,10 +216,17 @@ def schedule(targets: Sequence[Target], per_condition: float, per_diff: float) -
 
 def interpret(target: Target, returncode: int, stdout: str, stderr: str, seconds: float) -> Result:
     """Turn one CrossHair run into a `Result`."""
+    reported = re.search(rf"^{re.escape(CPU_REPORT)} (?P<cpu>[0-9.]+)$", stderr, re.MULTILINE)
+    cpu = float(reported.group("cpu")) if reported else 0.0
 
     def result(outcome: str, confirmed: int = 0, detail: str = "") -> Result:
-        return Result(target.name, target.kind, target.conditions, confirmed, outcome, seconds, detail.strip())
+        detail = detail.strip()
+        return Result(
+            target.name, target.kind, target.conditions, confirmed, outcome, seconds, detail, cpu, target.iterations
+        )
 
+    if returncode == -signal.SIGXCPU:
+        return result("ERROR", detail="past its CPU limit (SIGXCPU)")
     if returncode == 1:
         return result("COUNTEREXAMPLE", detail=stdout or stderr)
     if returncode != 0:
@@ -202,7 +249,7 @@ def interpret(target: Target, returncode: int, stdout: str, stderr: str, seconds
 def run_target(target: Target, per_condition: float, per_diff: float, deadline: float) -> Result:
     """Run one target within its own limit and the gate's deadline."""
     started = time.perf_counter()
-    timeout = min(limit(target, per_condition, per_diff), deadline - time.monotonic())
+    timeout = min(WALL_FACTOR * limit(target, per_condition, per_diff), deadline - time.monotonic())
     if timeout <= 0:
         return Result(
             target.name, target.kind, target.conditions, 0, "ERROR", 0.0, "not run: the gate's budget ran out"
@@ -214,11 +261,12 @@ def run_target(target: Target, per_condition: float, per_diff: float, deadline: 
             text=True,
             timeout=timeout,
             check=False,
-            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"},
         )
     except subprocess.TimeoutExpired:
         seconds = time.perf_counter() - started
-        return Result(target.name, target.kind, target.conditions, 0, "ERROR", seconds, f"killed after {timeout:.0f} s")
+        detail = f"killed after {timeout:.0f} s of wall-clock time"
+        return Result(target.name, target.kind, target.conditions, 0, "ERROR", seconds, detail)
     return interpret(target, done.returncode, done.stdout, done.stderr, time.perf_counter() - started)
 
 
@@ -250,9 +298,19 @@ def _short(name: str) -> str:
 
 def print_table(results: Sequence[Result], per_condition: float, per_diff: float) -> None:
     """The summary table, then every counterexample and error in full."""
-    header = ("target", "kind", "conditions", "confirmed", "outcome", "time")
+    header = ("target", "kind", "conditions", "confirmed", "iterations", "outcome", "time", "cpu")
     rows = [
-        (_short(r.name), r.kind, str(r.conditions), str(r.confirmed), r.outcome, f"{r.seconds:.1f}s") for r in results
+        (
+            _short(r.name),
+            r.kind,
+            str(r.conditions),
+            str(r.confirmed),
+            str(r.iterations or "-"),
+            r.outcome,
+            f"{r.seconds:.1f}s",
+            f"{r.cpu_seconds:.1f}s",
+        )
+        for r in results
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     print(f"crosshair check --per_condition_timeout {per_condition}; diffbehavior --per_condition_timeout {per_diff}")
@@ -266,7 +324,8 @@ def print_table(results: Sequence[Result], per_condition: float, per_diff: float
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the gate; 0 when every target passes within the budget, else 1."""
+    """Run the gate; 0 when every target passes (with `--broken`: every target yields a
+    counterexample), else 1."""
     parser = argparse.ArgumentParser(prog="python -m kvsched.contracts", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--per-condition-timeout",
@@ -275,7 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"CPU seconds per condition ({PER_CONDITION})",
     )
     parser.add_argument("--diff-timeout", type=float, default=PER_DIFF, help=f"CPU seconds per twin pair ({PER_DIFF})")
-    parser.add_argument("--budget", type=float, default=BUDGET, help=f"wall seconds for the whole gate ({BUDGET:.0f})")
+    parser.add_argument(
+        "--budget", type=float, default=BUDGET, help=f"wall seconds for the whole gate, against hangs ({BUDGET:.0f})"
+    )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="parallel runs (2)")
     parser.add_argument(
         "--only", action="append", default=[], help="run only targets whose name contains this text (repeatable)"
@@ -313,9 +374,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ordered = [finished[target] for target in targets]
     elapsed = time.perf_counter() - started
     print_table(ordered, args.per_condition_timeout, args.diff_timeout)
-    failed = [result for result in ordered if result.outcome != "pass"]
+    expected = "COUNTEREXAMPLE" if args.broken else "pass"
+    failed = [result for result in ordered if result.outcome != expected]
+    verdict = "yield a counterexample" if args.broken else "pass"
+    slowest = max(ordered, key=lambda result: result.cpu_seconds)
     print(
-        f"\n{len(ordered) - len(failed)} of {len(ordered)} targets pass; {elapsed:.0f} s (budget {args.budget:.0f} s)"
+        f"\n{len(ordered) - len(failed)} of {len(ordered)} targets {verdict}; {elapsed:.0f} s "
+        f"(guard {args.budget:.0f} s); most CPU: {_short(slowest.name)}, {slowest.cpu_seconds:.1f} s"
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -1,6 +1,7 @@
 """Run CrossHair on one target, after running the target's twins concretely.
 
-    python -m kvsched.contracts.launch [--samples MODULE:TWIN ...] -- <crosshair arguments>
+    python -m kvsched.contracts.launch [--samples MODULE:TWIN ...] [--max-iterations N]
+                                       [--cpu-limit S] -- <crosshair arguments>
 
 CrossHair blocks side effects (file writes) from the moment it starts, and numba touches its
 kernel cache when a kernel module is imported and writes it when a kernel is first compiled. So
@@ -9,14 +10,26 @@ the target modules are imported first; impl's system twins call the compiled ker
 then). So before CrossHair starts, each named twin pair runs on its `SAMPLES`: that compiles (or
 loads) every kernel the programs reach, and proves the twins non-vacuous: both must return an
 equal outcome that is not None. A sample that differs is a counterexample already (exit 1).
+
+`--max-iterations N` caps CrossHair's search at N paths per condition (a twin pair's N are
+split between its two call orders): CrossHair seeds its own random choices and z3's, so an
+iteration-bounded search finds the same counterexamples on every machine, however loaded; its
+command line has no such option, so the launcher adds it to the options CrossHair parses.
+`--cpu-limit S` ends the process (SIGXCPU) once it has used S CPU seconds, a guard that a busy
+machine cannot trip early. On exit the launcher prints the CPU seconds it used to stderr.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import itertools
+import resource
 import sys
+import time
 from collections.abc import Sequence
+
+CPU_REPORT = "launcher cpu seconds:"
 
 
 def run_samples(twin: str) -> str | None:
@@ -39,7 +52,14 @@ def main(argv: Sequence[str]) -> int:
     arguments = list(argv)
     split = arguments.index("--") if "--" in arguments else 0
     options, crosshair_arguments = arguments[:split], arguments[split + 1 :]
-    twins = [value for flag, value in itertools.pairwise(options) if flag == "--samples"]
+    values: dict[str, list[str]] = {}
+    for flag, value in itertools.pairwise(options):
+        values.setdefault(flag, []).append(value)
+    twins = values.get("--samples", [])
+    if cpu_limit := values.get("--cpu-limit"):
+        seconds = int(float(cpu_limit[-1])) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 10))
+    atexit.register(lambda: print(f"{CPU_REPORT} {time.process_time():.2f}", file=sys.stderr))
     try:
         for qualname in crosshair_arguments:
             if qualname.startswith("kvsched."):
@@ -51,9 +71,13 @@ def main(argv: Sequence[str]) -> int:
     if failures:
         print(f"counterexample (concrete sample): {failures[0]}")
         return 1
-    from crosshair.main import main as crosshair_main
+    import crosshair.main
+    from crosshair.options import AnalysisOptionSet, option_set_from_dict
 
-    crosshair_main(crosshair_arguments)
+    if max_iterations := values.get("--max-iterations"):
+        bound = AnalysisOptionSet(max_iterations=int(max_iterations[-1]))
+        vars(crosshair.main)["option_set_from_dict"] = lambda source: option_set_from_dict(source).overlay(bound)
+    crosshair.main.main(crosshair_arguments)
     return 0  # crosshair_main exits the process itself
 
 

@@ -1,15 +1,17 @@
-"""The CrossHair gate runs real CrossHair: it finds a counterexample in every deliberately broken
+"""The CrossHair gate runs real CrossHair: it finds a counterexample in a deliberately broken
 target, and treats a target that cannot even be loaded, or that runs out of time, as a failure.
 
-The real targets are the gate's own job: `make contracts` (in `make verify` and in CI) runs all
-of them, so nothing here pays for that CrossHair time a second time; here run the broken gate,
-the error paths and the gate's own bookkeeping.
+The real targets and the whole broken corpus are the gate's own job: `make contracts` (in
+`make verify` and in CI) runs both, so nothing here pays for that CrossHair time a second time;
+here run two broken targets (iteration-bounded: the same verdict on every machine), the error
+paths and the gate's own bookkeeping.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -31,13 +33,28 @@ def _gate(tmp_path: Path, *arguments: str) -> tuple[int, str, list[dict[str, obj
     return done.returncode, done.stdout, results
 
 
-def test_every_broken_target_yields_a_counterexample(tmp_path: Path) -> None:
-    returncode, stdout, results = _gate(tmp_path, "--broken")
-    assert returncode == 1, stdout
-    assert len(results) == len(broken.CHECK_TARGETS) + len(broken.DIFF_TARGETS)
+def test_broken_targets_yield_a_counterexample_within_their_iterations(tmp_path: Path) -> None:
+    only = ("broken.kernel_ensure_rows", "broken.impl_retain")
+    returncode, stdout, results = _gate(tmp_path, "--broken", *(f"--only={name}" for name in only))
+    assert returncode == 0, stdout  # in --broken, success is a counterexample from every target
+    assert sorted(str(result["name"]).removeprefix("kvsched.contracts.") for result in results) == sorted(only)
     assert {result["outcome"] for result in results} == {"COUNTEREXAMPLE"}, stdout
+    assert sorted(int(str(result["iterations"])) for result in results) == sorted(
+        broken.ITERATIONS[name.removeprefix("broken.")] for name in only
+    )
+    assert all(float(str(result["cpu_seconds"])) > 0 for result in results)
     assert "false when calling" in stdout  # a check counterexample, with its inputs
     assert "Given: (" in stdout  # a diffbehavior counterexample, with its inputs
+
+
+def test_a_target_past_its_cpu_limit_is_an_error() -> None:
+    launcher = [sys.executable, "-m", "kvsched.contracts.launch", "--cpu-limit", "1", "--"]
+    crosshair = ["check", "--per_condition_timeout", "600", "kvsched.contracts.spec_pool.pool_release"]
+    done = subprocess.run([*launcher, *crosshair], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == -signal.SIGXCPU, done.stderr
+    target = gate.Target("check", "t", ("m.f",), 1)
+    result = gate.interpret(target, done.returncode, done.stdout, done.stderr, 1.0)
+    assert result.outcome == "ERROR" and "CPU limit" in result.detail
 
 
 def test_a_target_that_does_not_load_is_an_error() -> None:
@@ -58,7 +75,10 @@ def test_the_largest_cpu_budgets_start_first() -> None:
     small, large = gate.Target("check", "s", ("m.s",), 1), gate.Target("check", "l", ("m.l",), 3)
     diff = gate.Target("diff", "d", ("m.spec_d", "m.impl_d"), 1)
     assert gate.schedule([small, diff, large], 2.0, 3.0) == [large, diff, small]
-    assert gate.limit(large, 2.0, 3.0) == 5 * 6.0 + gate.STARTUP_SECONDS
+    assert gate.limit(large, 2.0, 3.0) == 2 * 6.0 + gate.STARTUP_SECONDS
+    iterated = gate.Target("diff", "i", ("m.spec_i", "m.impl_i"), 1, iterations=50)
+    assert "--max-iterations" in gate.command(iterated, 2.0, 3.0)
+    assert gate.cpu_budget(iterated, 2.0, 3.0) == gate.ITERATION_GUARD
 
 
 def test_crosshair_reports_are_read_strictly() -> None:

@@ -14,7 +14,7 @@ TRANSITIONS = sorted({obligation.transition for obligation in obligations()})
 
 
 def test_every_goal_is_proved_for_every_size() -> None:
-    results = prove(timeout_ms=60_000)
+    results = prove()
     failed = [(r.transition, r.step, r.goal, r.outcome, r.detail[:300]) for r in results if r.outcome != "proved"]
     assert not failed
     table = times_by_transition(results)
