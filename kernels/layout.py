@@ -14,10 +14,17 @@ The invariant kept here: no kernel ever receives a table in which a position it 
 to an entry outside the table, to `INVALID_BLOCK`, or to a page id at or beyond the cache size.
 A bad table would otherwise read (or overwrite) another request's KV, so every wrapper calls
 `check_reachable_pages` on the host and raises `ValueError` naming the query and the table entry.
+
+Every index check runs in int64 against explicit bounds (a position, length or offset below
+`MAX_INDEX`, so `position + 1` and `offset + logical page` never wrap in a kernel's int32), in
+memory proportional to the arrays passed, never to a number inside them, and every array a
+kernel writes is checked writable before anything is written. A refusal is a `ValueError`
+(a `TypeError` for a scale that is not a real number) naming the argument.
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -31,9 +38,11 @@ __all__ = [
     "MAX_GROUP",
     "MAX_HEAD_DIM",
     "check_array",
+    "check_block_table",
     "check_cache_pair",
     "check_index_vector",
     "check_reachable_pages",
+    "check_writable",
 ]
 
 # Compile-time limits shared by the CUDA kernels (shared-memory tiles are sized by them) and
@@ -42,6 +51,9 @@ MAX_HEAD_DIM = 128  # head_dim in [1, 128]: one shared-memory row per staged tok
 MAX_GROUP = 8  # q_heads // kv_heads in [1, 8]: the q heads one block serves per kv head
 
 CACHE_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
+# Every position, context length, table offset and table entry index stays below this, so the
+# kernels' int32 arithmetic on them (position + 1, offset + logical page) cannot overflow.
+MAX_INDEX = 2**31 - 1
 
 
 def check_array(name: str, array: Any, dtypes: tuple[np.dtype[Any], ...], ndim: int) -> None:
@@ -89,23 +101,48 @@ def check_cache_pair(k_cache: Any, v_cache: Any, ndim: int = 4) -> tuple[int, in
     return pages, page_size, kv_heads, head_dim
 
 
-def check_index_vector(name: str, values: Any, count: int, *, low: int) -> npt.NDArray[np.int32]:
-    """A length-`count` vector of integers >= `low`, as the int32 array the kernels index with."""
+def check_index_vector(name: str, values: Any, count: int, *, low: int, high: int = MAX_INDEX) -> npt.NDArray[np.int32]:
+    """A length-`count` vector of integers in `[low, high)`, as the int32 array the kernels index
+    with (compared as Python ints: no dtype can wrap the bounds)."""
     if not isinstance(values, np.ndarray) or values.ndim != 1 or values.dtype.kind not in "iu":
         raise ValueError(f"{name} must be a 1-D integer numpy array")
     if values.shape[0] != count:
         raise ValueError(f"{name} has {values.shape[0]} entries, expected one per query ({count})")
-    if count and (int(values.min()) < low or int(values.max()) > np.iinfo(np.int32).max):
-        bad = int(np.flatnonzero((values < low) | (values > np.iinfo(np.int32).max))[0])
-        raise ValueError(f"{name}[{bad}] = {int(values[bad])} is out of range [{low}, 2**31)")
+    if count and (int(values.min()) < low or int(values.max()) >= high):
+        bad = next(index for index, value in enumerate(values.tolist()) if not low <= value < high)
+        raise ValueError(f"{name}[{bad}] = {int(values[bad])} is out of range [{low}, {high})")
     return np.ascontiguousarray(values, dtype=np.int32)
+
+
+def check_block_table(block_table: Any) -> None:
+    """A C-contiguous uint32 vector whose every entry index is below `MAX_INDEX`."""
+    check_array("block_table", block_table, (np.dtype(np.uint32),), 1)
+    if int(block_table.shape[0]) > MAX_INDEX:
+        raise ValueError(f"block_table has {int(block_table.shape[0])} entries, more than 2**31 - 1")
+
+
+def check_writable(name: str, array: Any) -> None:
+    """Reject a host array that cannot be written (device arrays always can)."""
+    flags = getattr(array, "flags", None)
+    if flags is not None and not callable(flags) and not flags["WRITEABLE"]:
+        raise ValueError(f"{name} is read-only: the kernel writes it")
+
+
+def check_scale(scale: Any) -> float:
+    """`scale` as a float: a finite real number."""
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
+    value = float(scale)
+    if not np.isfinite(value):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return value
 
 
 def check_reachable_pages(
     block_table: npt.NDArray[np.uint32],  # [entries] uint32
     table_offsets: npt.NDArray[np.int32],  # [queries] int32
-    first_positions: npt.NDArray[np.int32],  # [queries] int32, first position each query touches
-    end_positions: npt.NDArray[np.int32],  # [queries] int32, one past the last position it touches
+    first_positions: npt.NDArray[np.integer[Any]],  # [queries], first position each query touches
+    end_positions: npt.NDArray[np.integer[Any]],  # [queries], one past the last position it touches
     page_size: int,
     pages: int,
     table_lengths: npt.NDArray[np.int32] | None = None,  # [queries] int32, entries each query owns
@@ -113,13 +150,15 @@ def check_reachable_pages(
     """Raise `ValueError` unless every table entry a query reaches names a page of the cache.
 
     Query `i` touches positions `[first_positions[i], end_positions[i])`, hence logical pages
-    `first // page_size .. (end - 1) // page_size`. With `table_lengths`, a query may not reach
-    past its own slice of the table (that would be the next request's table).
+    `first // page_size .. (end - 1) // page_size`: a contiguous run of table entries from
+    `table_offsets[i] + first // page_size`. With `table_lengths`, a query may not reach past
+    its own slice of the table (that would be the next request's table). Runs in int64, in
+    O(entries + queries) memory: each run is checked against a prefix count of bad entries.
     """
-    first_page = first_positions.astype(np.int64) // page_size
-    spans = np.where(
-        end_positions > first_positions, (end_positions.astype(np.int64) - 1) // page_size + 1 - first_page, 0
-    )
+    first = first_positions.astype(np.int64)
+    end = end_positions.astype(np.int64)
+    first_page = first // page_size
+    spans = np.where(end > first, (end - 1) // page_size + 1 - first_page, 0)
     if table_lengths is not None:
         over = np.flatnonzero(first_page + spans > table_lengths)
         if over.size:
@@ -128,29 +167,28 @@ def check_reachable_pages(
                 f"query {i} reaches logical page {int(first_page[i] + spans[i] - 1)} "
                 f"but owns only {int(table_lengths[i])} table entries"
             )
-    total = int(spans.sum())
-    if total == 0:
-        return
-    query_of = np.repeat(np.arange(spans.shape[0]), spans)
-    starts = np.cumsum(spans) - spans
-    logical = first_page[query_of] + (np.arange(total) - starts[query_of])
-    entries = table_offsets[query_of].astype(np.int64) + logical
-    outside = np.flatnonzero(entries >= block_table.shape[0])
+    start = table_offsets.astype(np.int64) + first_page
+    stop = start + spans  # one past the last entry each query reaches
+    entries = int(block_table.shape[0])
+    outside = np.flatnonzero((spans > 0) & (stop > entries))
     if outside.size:
-        j = int(outside[0])
+        i = int(outside[0])
+        entry = max(entries, int(start[i]))
         raise ValueError(
-            f"query {int(query_of[j])} reaches table entry {int(entries[j])} "
-            f"(logical page {int(logical[j])}), past the end of block_table ({block_table.shape[0]} entries)"
+            f"query {i} reaches table entry {entry} (logical page {entry - int(start[i]) + int(first_page[i])}), "
+            f"past the end of block_table ({entries} entries)"
         )
-    ids = block_table[entries]
-    bad = np.flatnonzero(ids >= pages)
-    if bad.size:
-        j = int(bad[0])
-        page = int(ids[j])
+    bad = block_table >= pages
+    before = np.concatenate(([0], np.cumsum(bad, dtype=np.int64)))  # bad entries before each index
+    hit = np.flatnonzero((spans > 0) & (before[np.minimum(stop, entries)] > before[np.minimum(start, entries)]))
+    if hit.size:
+        i = int(hit[0])
+        entry = int(start[i]) + int(np.flatnonzero(bad[int(start[i]) : int(stop[i])])[0])
+        page = int(block_table[entry])
         what = "INVALID_BLOCK (unmapped)" if page == INVALID_BLOCK else f"page {page}"
         raise ValueError(
-            f"query {int(query_of[j])} reaches table entry {int(entries[j])} (logical page "
-            f"{int(logical[j])}) holding {what}, outside the cache of {pages} pages"
+            f"query {i} reaches table entry {entry} (logical page "
+            f"{entry - int(start[i]) + int(first_page[i])}) holding {what}, outside the cache of {pages} pages"
         )
 
 
@@ -172,9 +210,8 @@ def check_attention(
         raise ValueError(f"q has head_dim {q_dim} but the caches have {head_dim}")
     if q_heads % kv_heads or not 1 <= q_heads // kv_heads <= MAX_GROUP:
         raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads}) at most {MAX_GROUP} times")
-    if not np.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    check_array("block_table", block_table, (np.dtype(np.uint32),), 1)
+    check_scale(scale)
+    check_block_table(block_table)
     offsets = check_index_vector("table_offsets", table_offsets, queries, low=0)
     lens = check_index_vector("context_lens", context_lens, queries, low=1)
     lengths = None if table_lengths is None else check_index_vector("table_lengths", table_lengths, queries, low=0)
@@ -201,10 +238,12 @@ def check_append(
     if tuple(k.shape) != tuple(v.shape) or tuple(k.shape[1:]) != (kv_heads, head_dim):
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must both be [queries, {kv_heads}, {head_dim}]")
     queries = int(k.shape[0])
-    check_array("block_table", block_table, (np.dtype(np.uint32),), 1)
+    check_writable("k_cache", k_cache)
+    check_writable("v_cache", v_cache)
+    check_block_table(block_table)
     offsets = check_index_vector("table_offsets", table_offsets, queries, low=0)
     where = check_index_vector("positions", positions, queries, low=0)
-    check_reachable_pages(block_table, offsets, where, where + 1, page_size, pages)
+    check_reachable_pages(block_table, offsets, where, where.astype(np.int64) + 1, page_size, pages)
     slots = block_table[offsets.astype(np.int64) + where // page_size].astype(np.int64) * page_size
     slots += where % page_size
     unique, counts = np.unique(slots, return_counts=True)
@@ -229,6 +268,8 @@ def check_copy(
     """
     layered = len(getattr(k_cache, "shape", ())) == 5
     pages = check_cache_pair(k_cache, v_cache, 5 if layered else 4)[0]
+    check_writable("k_cache", k_cache)
+    check_writable("v_cache", v_cache)
     table = np.asarray(pairs)
     if table.size == 0:
         return np.zeros((0, 2), dtype=np.int32)
