@@ -118,6 +118,21 @@ def require_scratch(name: str, value: object, dtype: np.dtype[Any]) -> Any:
     return value
 
 
+def require_disjoint(buffers: dict[str, Any], supplied: tuple[str, ...], own: tuple[Any, ...]) -> None:
+    """Refuse caller's buffers (`supplied`) that share memory with another round buffer or with
+    the scheduler's own state: the backend would read a table the outputs overwrite, or the
+    round would write the slots. Every buffer is contiguous, so overlapping bounds are shared
+    memory (`np.may_share_memory`, O(1)); the scheduler's own buffers never overlap."""
+    for name in supplied:
+        buffer = buffers[name]
+        for other, other_buffer in buffers.items():
+            if other != name and np.may_share_memory(buffer, other_buffer):
+                first, second = sorted((name, other), key=list(buffers).index)
+                raise InvalidArgument(f"{first} and {second} share memory: each round buffer needs its own")
+        if any(np.may_share_memory(buffer, array) for array in own):
+            raise InvalidArgument(f"{name} shares memory with the scheduler's own state")
+
+
 def _read_only(view: Any) -> Any:
     view.flags.writeable = False
     return view

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsched.impl.abi import ArrayDecodeBackend, empty_items, empty_outputs
-from kvsched.impl.lowering import execute_round, require_scratch
+from kvsched.impl.lowering import execute_round, require_disjoint, require_scratch
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore, attach_row
 from kvsched.impl.slots import (
@@ -246,7 +246,8 @@ class RequestScheduler:
         """Run one ragged decode round with exactly one backend call (see `kvsched.impl.lowering`).
 
         Scratch buffers default to the scheduler's own; a caller's must be writable, contiguous
-        1-D arrays of `ITEM_DTYPE`, uint32 and `OUTPUT_DTYPE`.
+        1-D arrays of `ITEM_DTYPE`, uint32 and `OUTPUT_DTYPE`, sharing no memory with each other
+        or with the scheduler's state (`InvalidArgument`, nothing changed).
         """
         items = (
             self._items if item_scratch is None else require_scratch("item_scratch", item_scratch, self._items.dtype)
@@ -261,6 +262,11 @@ class RequestScheduler:
             if output_scratch is None
             else require_scratch("output_scratch", output_scratch, self._outputs.dtype)
         )
+        given = (item_scratch, block_table_scratch, output_scratch)
+        if any(buffer is not None for buffer in given):
+            buffers = {"item_scratch": items, "block_table_scratch": tables, "output_scratch": outputs}
+            supplied = tuple(name for name, buffer in zip(buffers, given, strict=True) if buffer is not None)
+            require_disjoint(buffers, supplied, (*self._slots, self._round_slots, *self._writes))
         return execute_round(self._slots, self._decoding, self._round_slots, backend, items, tables, outputs)
 
     def finish(self, request_id: int, pool: BlockPool) -> None:

@@ -322,6 +322,17 @@ def check_outputs(
     return receipt
 
 
+def require_separate_buffers(*buffers: object) -> None:
+    """Refuse one buffer passed as two of a round's (the outputs would overwrite the items)."""
+    names = ("item_scratch", "block_table_scratch", "output_scratch")
+    for index, buffer in enumerate(buffers):
+        for other in range(index + 1, len(buffers)):
+            if buffers[other] is buffer:
+                raise InvalidArgument(
+                    f"{names[index]} and {names[other]} share memory: each round buffer needs its own"
+                )
+
+
 def apply_outputs(state: SchedulerState, outputs: list[RaggedBatchOutput]) -> SchedulerState:
     """Commit a checked round: each request consumes its token and gets the next one."""
     for output in outputs:
@@ -441,6 +452,7 @@ class RequestScheduler:
         `block_table_scratch` and each item carries its offset. The outputs are checked as a
         complete batch before any request changes; an empty round calls no backend.
         """
+        require_separate_buffers(item_scratch, block_table_scratch, output_scratch)
         decoding = get_decoding_slots(self._state)
         count, width = len(decoding), self.logical_pages
         if len(item_scratch) < count:

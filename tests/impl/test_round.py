@@ -191,3 +191,40 @@ def test_token_count_saturates_in_a_round() -> None:
         actual.scheduler.execute_decode_round(FaultBackend())
     assert actual.scheduler.to_spec().slots[0].token_count == U32_MAX
     assert actual.snapshot() == expected.snapshot()
+
+
+def _overlapping(system: Any) -> dict[str, tuple[Any, Any, Any]]:
+    """Scratch triples whose buffers share memory (a structured view of one byte buffer)."""
+    raw = np.zeros(4 * 32 + 8 * 4, np.uint8)
+    items = raw[: 4 * 32].view(ITEM_DTYPE)
+    tables_over_items = raw[:32].view(np.uint32)
+    outputs_over_items = raw[: 4 * 16].view(OUTPUT_DTYPE)
+    own_tables = get_slots(system.scheduler).tables.reshape(-1)
+    return {
+        "block_table_scratch": (items, tables_over_items, empty_outputs(4)),
+        "output_scratch": (items, np.zeros(8, np.uint32), outputs_over_items),
+        "scheduler's own state": (empty_items(4), own_tables, empty_outputs(4)),
+    }
+
+
+@pytest.mark.parametrize("case", ["block_table_scratch", "output_scratch", "scheduler's own state"])
+def test_scratch_sharing_memory_is_refused_before_anything(case: str) -> None:
+    """Overlapping scratch made the backend read a table the outputs overwrote (and write KV into
+    another request's page) while the round committed."""
+    system = impl.make_impl_system(4, 2, 8, 1, 1)
+    _decoding(system, 3)
+    backend = FaultBackend()
+    before = system.snapshot()
+    with pytest.raises(InvalidArgument, match="share" if case != "scheduler's own state" else "own state"):
+        system.scheduler.execute_decode_round(backend, *_overlapping(system)[case])
+    assert backend.calls == 0 and system.snapshot() == before
+
+
+def test_the_spec_refuses_one_list_as_two_buffers() -> None:
+    system = make_spec_system(4, 2, 8, 1, 1)
+    _decoding(system, 3)
+    shared: list[Any] = [RaggedBatchItem()] * 8
+    before = system.snapshot()
+    with pytest.raises(InvalidArgument, match="item_scratch and output_scratch share memory"):
+        system.scheduler.execute_decode_round(FaultBackend(), shared, [0] * 8, shared)
+    assert system.snapshot() == before
