@@ -16,9 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-## The test suite (fast profiles: what CI runs).
+## The test suite (fast profiles: what CI runs), on every core.
 test: setup
-	$(PYTEST) -q
+	$(PYTEST) -q -n auto
 
 ## ruff + mypy --strict over every package, tests included.
 lint: setup

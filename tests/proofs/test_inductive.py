@@ -14,13 +14,13 @@ TRANSITIONS = sorted({obligation.transition for obligation in obligations()})
 
 
 def test_every_goal_is_proved_for_every_size() -> None:
-    results = prove()
+    # Each part of a goal proves within 500,000 of z3's resource units (the largest takes about
+    # 14,000; an explicit sum over 16 pages, 13-30 s of solving, would not): a count, not a clock,
+    # so a loaded machine gives the same verdict. A part past it comes back "unknown".
+    results = prove(resource_limit=500_000)
     failed = [(r.transition, r.step, r.goal, r.outcome, r.detail[:300]) for r in results if r.outcome != "proved"]
     assert not failed
-    table = times_by_transition(results)
-    assert set(table) == set(TRANSITIONS)
-    # each transition proves in milliseconds to seconds, never in the 13-30 s an explicit sum takes
-    assert all(seconds < 10 for _, seconds, _ in table.values())
+    assert set(times_by_transition(results)) == set(TRANSITIONS)
 
 
 def test_the_proofs_cover_the_issue_transitions() -> None:
