@@ -6,6 +6,10 @@ check the whole answer, then commit.
     block_tables    = [ table(slot_0) | table(slot_1) | ... ]   logical_pages u32 entries each
     outputs[i]      UNANSWERED (slot 2**32 - 1) before the call, written by the backend
 
+Before anything is written, every decoding request's write target (the page holding position
+`token_count`) must be mapped and held by it alone (with no page size bound: every page of its
+table), so the backend never writes a page another owner reads.
+
 The backend receives views of the scratch arrays (`items[:n]` and `block_tables[:n * width]`
 read-only, `outputs[:n]` writable), so a batch reaches a GPU without conversion. The checks
 and their order are the spec's (`RequestScheduler.execute_decode_round`); the slots change only
@@ -22,7 +26,7 @@ import numpy.typing as npt
 from kvsched.impl.abi import ItemArray, OutputArray, TableArray
 from kvsched.impl.jit import jit
 from kvsched.impl.slots import DECODE, SlotArrays
-from kvsched.spec.batch import U32_MAX, RaggedBatchReceipt
+from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
 from kvsched.spec.errors import (
     BackendFailed,
     BackendLaunchCount,
@@ -33,6 +37,11 @@ from kvsched.spec.errors import (
     OutputBufferTooSmall,
     OutputIdentityMismatch,
 )
+from kvsched.spec.scheduler import unprepared_write
+
+MISSING_TOKEN = 0  # lower_round's codes: a DECODE slot with no seeded token
+UNWRITABLE = 1  # a DECODE slot whose write target is unmapped or shared
+NO_PAGE = -1
 
 
 @jit
@@ -43,22 +52,40 @@ def lower_round(
     token_counts: Any,
     token_ready: Any,
     tables: Any,
+    refs: Any,  # [pages] uint32, the bound pool's reference counts
+    page_size: int,  # 0: none bound
     items: Any,
     block_tables: Any,
     outputs: Any,
     round_slots: Any,
-) -> tuple[int, int]:
-    """Lower the DECODE slots in slot order: (-1, count), or (first slot with no input token, 0)
-    having written nothing. Sets `outputs[:count]` to the spec's `UNANSWERED` (request 0, slot
-    2**32 - 1, token 0); records the slots in `round_slots`."""
+) -> tuple[int, int, int, int]:
+    """Lower the DECODE slots in slot order: (-1, count, 0, 0); or, having written nothing,
+    (MISSING_TOKEN, the first slot with no input token, 0, 0), else (UNWRITABLE, the first slot
+    whose write target is unmapped or shared, its page or NO_PAGE, the page's count). Sets
+    `outputs[:count]` to the spec's `UNANSWERED` (request 0, slot 2**32 - 1, token 0); records
+    the slots in `round_slots`."""
     width = tables.shape[1]
     count = 0
     for slot in range(states.shape[0]):
         if states[slot] == DECODE:
             if not token_ready[slot]:
-                return slot, 0
+                return MISSING_TOKEN, slot, 0, 0
             round_slots[count] = slot
             count += 1
+    for index in range(count):
+        slot = round_slots[index]
+        if page_size == 0:
+            for entry in range(width):
+                page = tables[slot, entry]
+                if page != INVALID_BLOCK and refs[page] != 1:
+                    return UNWRITABLE, slot, int(page), int(refs[page])
+            continue
+        logical = token_counts[slot] // page_size
+        if logical >= width or tables[slot, logical] == INVALID_BLOCK:
+            return UNWRITABLE, slot, NO_PAGE, 0
+        page = tables[slot, logical]
+        if refs[page] != 1:
+            return UNWRITABLE, slot, int(page), int(refs[page])
     for index in range(count):
         slot = round_slots[index]
         item = items[index]
@@ -76,7 +103,7 @@ def lower_round(
         output["request_id"] = 0
         output["slot"] = U32_MAX  # no scheduler has this slot: an unwritten output never matches
         output["next_token_id"] = 0
-    return -1, count
+    return -1, count, 0, 0
 
 
 @jit
@@ -142,12 +169,16 @@ def execute_round(
     slots: SlotArrays,
     decoding: int,
     round_slots: npt.NDArray[np.int64],
+    refs: npt.NDArray[np.uint32] | None,
+    page_size: int,
     backend: Any,
     items: ItemArray,
     block_tables: TableArray,
     outputs: OutputArray,
 ) -> RaggedBatchReceipt:
-    """Run one round over the slots (`decoding` of them in DECODE) with the given scratch."""
+    """Run one round over the slots (`decoding` of them in DECODE) with the given scratch, the
+    bound pool's reference counts (None: no pool bound, so no request was ever admitted) and
+    page size (0: none bound)."""
     width = slots.tables.shape[1]
     if items.shape[0] < decoding:
         raise ItemBufferTooSmall(f"item buffer holds {items.shape[0]}, {decoding} requests decode")
@@ -157,21 +188,31 @@ def execute_round(
         raise BlockTableBufferTooSmall(
             f"block-table buffer holds {block_tables.shape[0]}, {decoding} tables need {decoding * width}"
         )
-    missing, count = lower_round(
+    if decoding == 0:
+        return RaggedBatchReceipt()
+    assert refs is not None, "requests decode, yet no call bound a pool"
+    code, found, page, holders = lower_round(
         slots.states,
         slots.request_ids,
         slots.next_tokens,
         slots.token_counts,
         slots.token_ready,
         slots.tables,
+        refs,
+        page_size,
         items,
         block_tables,
         outputs,
         round_slots,
     )
-    if missing >= 0:
-        request_id = int(slots.request_ids[missing])
-        raise MissingInputToken(f"request {request_id} in slot {missing} has no seeded input token")
+    if code == MISSING_TOKEN:
+        request_id = int(slots.request_ids[found])
+        raise MissingInputToken(f"request {request_id} in slot {found} has no seeded input token")
+    if code == UNWRITABLE:
+        target = None if page == NO_PAGE else page
+        request_id, token_count = int(slots.request_ids[found]), int(slots.token_counts[found])
+        raise unprepared_write(request_id, found, token_count, page_size or None, target, holders, width)
+    count = found
     assert count == decoding, "the DECODE count drifted from the slot states"
     if count == 0:
         return RaggedBatchReceipt()

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from kvsched.impl.jit import jit
 from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_sequence
 from kvsched.impl.table import SequenceBlockTable, TableRow, get_row, install_row_prefix
+from kvsched.spec.binding import Binding
 from kvsched.spec.domain import is_int
 from kvsched.spec.errors import InvalidArgument, KvschedError, PageCapacity, RegistryFull
 from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, StoreEntry, StoreState, initial_store
@@ -51,11 +52,15 @@ class PrefixKvStore:
         "_page_capacity",
         "_page_counts",
         "_pages",
+        "_pool",
         "_token_counts",
     )
 
-    def __init__(self, entries: int, pages: int) -> None:
+    def __init__(self, entries: int, pages: int, *, pool: BlockPool | None = None) -> None:
         initial_store(entries, pages)  # the spec's checks, order and messages
+        self._pool = Binding(BlockPool, "prefix store")
+        if pool is not None:
+            self._pool.bind(self._pool.check("pool", pool))
         self._identities: list[PrefixIdentity | None] = [None] * entries
         self._index: dict[PrefixIdentity, int] = {}
         self._empty: list[int] = list(range(entries))  # ascending: already a heap
@@ -96,6 +101,45 @@ class PrefixKvStore:
         pages = self._pages[entry, : self._page_counts[entry]].tolist()
         return PrefixPageSet(identity, tuple(pages), int(self._token_counts[entry]))
 
+    def check_pool(self, pool: object) -> BlockPool:
+        """`pool`, if it is a `BlockPool` this store may work with; else `InvalidArgument`
+        (`kvsched.spec.binding`)."""
+        bound = self._pool.bound
+        return bound if pool is bound and bound is not None else self._pool.check("pool", pool)
+
+    def bind_pool(self, pool: BlockPool) -> None:
+        """Bind `pool` (one `check_pool` admitted) after a call with it succeeded."""
+        self._pool.bind(pool)
+
+    def publish(self, page_set: PrefixPageSet, pool: BlockPool) -> None:
+        """Retain the pages, then make the set visible, then release any replaced set."""
+        pool = self.check_pool(pool)
+        self._publish(page_set, pool)
+        self.bind_pool(pool)
+
+    def attach(self, identity: PrefixIdentity, table: SequenceBlockTable, pool: BlockPool) -> int | None:
+        """Install the prefix into `table` (all or nothing); its token count, or None on a miss."""
+        pool = self.check_pool(pool)
+        if not isinstance(table, SequenceBlockTable):
+            raise InvalidArgument(f"table must be a SequenceBlockTable, not {type(table).__name__}")
+        tokens = attach_row(self, identity, get_row(table), pool)
+        self.bind_pool(pool)
+        return tokens
+
+    def remove(self, identity: PrefixIdentity, pool: BlockPool) -> bool:
+        """Remove the entry, releasing its page references; False when absent."""
+        pool = self.check_pool(pool)
+        removed = self._remove(identity, pool)
+        self.bind_pool(pool)
+        return removed
+
+    def reclaim(self, pool: BlockPool, pages: int) -> int:
+        """Evict idle entries LRU-first until `pages` pages are free; the pages freed."""
+        pool = self.check_pool(pool)
+        freed = self._reclaim(pool, pages)
+        self.bind_pool(pool)
+        return freed
+
     def get(self, identity: PrefixIdentity) -> PrefixPageSet | None:
         """The page set published under `identity`, if any (does not count as a use)."""
         if not isinstance(identity, PrefixIdentity):
@@ -103,8 +147,7 @@ class PrefixKvStore:
         entry = self._index.get(identity)
         return None if entry is None else self._page_set(entry)
 
-    def publish(self, page_set: PrefixPageSet, pool: BlockPool) -> None:
-        """Retain the pages, then make the set visible, then release any replaced set."""
+    def _publish(self, page_set: PrefixPageSet, pool: BlockPool) -> None:
         if not isinstance(page_set, PrefixPageSet):
             raise InvalidArgument("publish takes a PrefixPageSet")
         count = len(page_set.pages)
@@ -143,12 +186,7 @@ class PrefixKvStore:
         self._last_used[entry] = self._clock
         self._clock += 1
 
-    def attach(self, identity: PrefixIdentity, table: SequenceBlockTable, pool: BlockPool) -> int | None:
-        """Install the prefix into `table` (all or nothing); its token count, or None on a miss."""
-        return attach_row(self, identity, get_row(table), pool)
-
-    def remove(self, identity: PrefixIdentity, pool: BlockPool) -> bool:
-        """Remove the entry, releasing its page references; False when absent."""
+    def _remove(self, identity: PrefixIdentity, pool: BlockPool) -> bool:
         if not isinstance(identity, PrefixIdentity):
             raise InvalidArgument("remove takes a PrefixIdentity")
         entry = self._index.get(identity)
@@ -168,7 +206,7 @@ class PrefixKvStore:
         self._last_used[entry] = 0
         heapq.heappush(self._empty, entry)
 
-    def reclaim(self, pool: BlockPool, pages: int) -> int:
+    def _reclaim(self, pool: BlockPool, pages: int) -> int:
         """Evict idle entries, least recently used first, until `pages` pages are free.
 
         Stops early when no idle entry is left; returns how many pages became free.

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from kvsched.impl.abi import ArrayDecodeBackend, empty_items, empty_outputs
 from kvsched.impl.lowering import execute_round, require_disjoint, require_scratch
-from kvsched.impl.pool import BlockPool
+from kvsched.impl.pool import BlockPool, get_arrays
 from kvsched.impl.prefix import PrefixKvStore, attach_row
 from kvsched.impl.slots import (
     DECODE,
@@ -37,11 +37,12 @@ from kvsched.impl.slots import (
 from kvsched.impl.table import fork_row, release_row, require_logical_page, to_spec_table
 from kvsched.impl.writes import WritePlan, ensure_writable_batch, new_write_buffers, prepare_decode_round
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
+from kvsched.spec.binding import Binding
 from kvsched.spec.domain import require_u32, require_u64
 from kvsched.spec.errors import DuplicateRequest, Full, InvalidArgument, InvalidState, OutputTooSmall, UnknownRequest
 from kvsched.spec.pool import Copy, CopyOnWrite
 from kvsched.spec.prefix import PrefixIdentity
-from kvsched.spec.scheduler import Admission, RequestView, SchedulerState, initial_scheduler
+from kvsched.spec.scheduler import Admission, RequestView, SchedulerState, initial_scheduler, require_page_size
 from kvsched.spec.table import Table
 
 
@@ -60,6 +61,8 @@ class RequestScheduler:
     Ordering promises (the spec's): admission checks duplicates before capacity and takes the
     lowest empty slot; views and round items are in slot order; a prefix hit admits into DECODE.
     Not thread-safe; a backend must not call back into the scheduler during a round.
+    Bound to one pool and one prefix store (`kvsched.spec.binding`); rounds find write targets with
+    the page size fixed at construction, as the spec's.
     """
 
     __slots__ = (
@@ -67,16 +70,40 @@ class RequestScheduler:
         "_empty",
         "_items",
         "_outputs",
+        "_page_size",
+        "_pool",
         "_round_slots",
         "_slot_of",
         "_slots",
+        "_store",
         "_tables",
         "_writes",
     )
 
-    def __init__(self, requests: int, logical_pages: int) -> None:
+    def __init__(
+        self,
+        requests: int,
+        logical_pages: int,
+        *,
+        pool: BlockPool | None = None,
+        prefixes: PrefixKvStore | None = None,
+        page_size: int | None = None,
+    ) -> None:
         initial_scheduler(requests, 1)  # the spec's checks and messages, in its order
         initial_scheduler(1, logical_pages)
+        self._pool = Binding(BlockPool, "scheduler")
+        self._store = Binding(PrefixKvStore, "scheduler")
+        bound_pool = None if pool is None else self._pool.check("pool", pool)
+        bound_store = None if prefixes is None else self._store.check("prefixes", prefixes)
+        self._page_size = None if page_size is None else require_page_size(page_size)
+        if bound_store is not None and bound_pool is not None:
+            bound_store.check_pool(bound_pool)
+        if bound_pool is not None:
+            self._pool.bind(bound_pool)
+        if bound_store is not None:
+            self._store.bind(bound_store)
+            if bound_pool is not None:
+                bound_store.bind_pool(bound_pool)
         self._slots = new_slot_arrays(requests, logical_pages)
         self._slot_of: dict[int, int] = {}
         self._empty: list[int] = list(range(requests))  # ascending: already a heap
@@ -110,6 +137,12 @@ class RequestScheduler:
         """How many requests are live."""
         return len(self._slot_of)
 
+    def check_pool(self, pool: object) -> BlockPool:
+        """`pool`, if this scheduler may work with it (the bound one: one identity test); else
+        `InvalidArgument`."""
+        bound = self._pool.bound
+        return bound if pool is bound and bound is not None else self._pool.check("pool", pool)
+
     def _require_request(self, request_id: int) -> int:
         # Only valid u64 ids are keys, so a hit needs no domain check; a miss gets the spec's.
         slot = self._slot_of.get(request_id) if type(request_id) is int else None
@@ -136,6 +169,9 @@ class RequestScheduler:
         self, request_id: int, identity: PrefixIdentity | None, prefixes: PrefixKvStore, pool: BlockPool
     ) -> Admission:
         """Admit a request into the lowest empty slot, attaching its prefix pages when published."""
+        if prefixes is not self._store.bound:
+            prefixes = self._store.check("prefixes", prefixes)
+        pool = prefixes.check_pool(self.check_pool(pool))
         require_u64("request_id", request_id)
         if identity is not None and not isinstance(identity, PrefixIdentity):
             raise InvalidArgument("identity must be a PrefixIdentity or None")
@@ -147,19 +183,24 @@ class RequestScheduler:
         self._occupy(slot, request_id, DECODE if prefix_tokens else PREFILL)
         self._slots.token_counts[slot] = prefix_tokens
         self._slots.prefix_tokens[slot] = prefix_tokens
+        self._pool.bound, self._store.bound = pool, prefixes
+        prefixes.bind_pool(pool)
         return Admission(slot, prefix_tokens != 0, prefix_tokens)
 
     def fork(self, parent_id: int, child_id: int, pool: BlockPool) -> int:
         """Admit `child_id` sharing every page of `parent_id` (copy-on-write on first write)."""
+        pool = self.check_pool(pool)
         parent = self._require_request(parent_id)
         child = self._require_free_slot(require_u64("child_id", child_id))
         fork_row(self._slots.tables[parent], self._slots.tables[child], pool)
         copy_slot(self._slots, parent, child)
         self._occupy(child, child_id, int(self._slots.states[parent]))
+        self._pool.bound = pool
         return child
 
     def ensure_writable(self, request_id: int, logical_page: int, pool: BlockPool) -> CopyOnWrite:
         """Make a logical page writable; a `Copy` tells the backend to copy the KV page first."""
+        pool = self.check_pool(pool)
         slot = self._require_request(request_id)
         tables = self._slots.tables
         if type(logical_page) is not int or not 0 <= logical_page < tables.shape[1]:
@@ -167,6 +208,7 @@ class RequestScheduler:
         entry = int(tables[slot, logical_page])
         action = pool.writable(None if entry == INVALID_BLOCK else entry)
         tables[slot, logical_page] = action.destination if isinstance(action, Copy) else action.page
+        self._pool.bound = pool
         return action
 
     def ensure_writable_batch(
@@ -180,7 +222,10 @@ class RequestScheduler:
         Equivalent to the single calls in sequence (see `kvsched.impl.writes`); on the first
         failing call nothing changes and that call's error is raised.
         """
-        return ensure_writable_batch(self._slots, self._slot_of, request_ids, logical_pages, pool)
+        pool = self.check_pool(pool)
+        plan = ensure_writable_batch(self._slots, self._slot_of, request_ids, logical_pages, pool)
+        self._pool.bound = pool
+        return plan
 
     def prepare_decode_round(self, pool: BlockPool, page_size: int) -> WritePlan:
         """Make every DECODE request's next token page writable, in slot order, all or nothing.
@@ -189,7 +234,10 @@ class RequestScheduler:
         logical page `token_count // page_size`. One kernel call; the plan's arrays are this
         scheduler's buffers, valid until the next `prepare_decode_round`.
         """
-        return prepare_decode_round(self._slots, pool, page_size, self._writes)
+        pool = self.check_pool(pool)
+        plan = prepare_decode_round(self._slots, pool, page_size, self._writes)
+        self._pool.bound = pool
+        return plan
 
     def mark_prefill_complete(self, request_id: int) -> None:
         """Move a PREFILL request to DECODE."""
@@ -267,16 +315,20 @@ class RequestScheduler:
             buffers = {"item_scratch": items, "block_table_scratch": tables, "output_scratch": outputs}
             supplied = tuple(name for name, buffer in zip(buffers, given, strict=True) if buffer is not None)
             require_disjoint(buffers, supplied, (*self._slots, self._round_slots, *self._writes))
-        return execute_round(self._slots, self._decoding, self._round_slots, backend, items, tables, outputs)
+        refs = None if self._pool.bound is None else get_arrays(self._pool.bound).refs
+        rounds = (self._decoding, self._round_slots, refs, self._page_size or 0)
+        return execute_round(self._slots, *rounds, backend, items, tables, outputs)
 
     def finish(self, request_id: int, pool: BlockPool) -> None:
         """Release the request's pages and empty its slot; cancellation is identical."""
+        pool = self.check_pool(pool)
         slot = self._require_request(request_id)
         release_row(self._slots.tables[slot], pool)
         self._decoding -= int(self._slots.states[slot]) == DECODE
         clear_slot(self._slots, slot)
         del self._slot_of[request_id]
         heapq.heappush(self._empty, slot)
+        self._pool.bound = pool
 
     def __repr__(self) -> str:
         live = len(self._slot_of)

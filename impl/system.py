@@ -77,7 +77,12 @@ def make_impl_system(
     store_entries: int,
     store_pages: int,
     max_references: int = U32_MAX,
+    *,
+    page_size: int | None = None,
 ) -> ImplSystem:
-    """A fresh impl system; the arguments are the spec constructors' (same checks and errors)."""
+    """A fresh impl system, its scheduler and store bound to its pool; the arguments are the spec
+    constructors' (same checks and errors)."""
     pool = BlockPool(physical_pages, max_references=max_references)
-    return ImplSystem(pool, PrefixKvStore(store_entries, store_pages), RequestScheduler(requests, logical_pages))
+    store = PrefixKvStore(store_entries, store_pages, pool=pool)
+    scheduler = RequestScheduler(requests, logical_pages, pool=pool, prefixes=store, page_size=page_size)
+    return ImplSystem(pool, store, scheduler)

@@ -29,10 +29,10 @@ from kvsched.impl.jit import jit
 from kvsched.impl.page_kernels import ALLOCATED, COPY, EXISTING, collect_copies, ensure_rows, undo_rows
 from kvsched.impl.pool import BlockPool, get_arrays
 from kvsched.impl.slots import DECODE, SlotArrays
-from kvsched.spec.batch import U32_MAX
-from kvsched.spec.domain import is_int, require_u64
+from kvsched.spec.domain import require_u64
 from kvsched.spec.errors import InvalidArgument, KvschedError, UnknownRequest
 from kvsched.spec.pool import Allocated, Copy, CopyOnWrite, Existing
+from kvsched.spec.scheduler import require_page_size
 
 __all__ = ["ALLOCATED", "COPY", "EXISTING", "WriteBuffers", "WritePlan", "new_write_buffers"]
 
@@ -141,9 +141,7 @@ def prepare_round(
 
 def prepare_decode_round(slots: SlotArrays, pool: BlockPool, page_size: object, buffers: WriteBuffers) -> WritePlan:
     """Make every DECODE request's next token page (`token_count // page_size`) writable."""
-    if not is_int(page_size) or not 1 <= page_size <= U32_MAX:  # type: ignore[operator]
-        raise InvalidArgument(f"page_size must be an int in 1..2**32-1, not {page_size!r}")
-    assert isinstance(page_size, int)
+    page_size = require_page_size(page_size)
     refs, free, top, _ = get_arrays(pool)
     code, _, detail, count, copies = prepare_round(
         slots.states, slots.token_counts, slots.tables, page_size, refs, free, top, *buffers

@@ -22,9 +22,11 @@ from kvsched.proofs.transitions import Encoding
 from kvsched.proofs.universe import UNBOUNDED, Bounded, describe
 
 SMALL = Bounded()
-# z3's resource units per `check`: deterministic, unlike its wall-clock `timeout`, so a verdict never
-# depends on how loaded the machine is. The largest goal of the default proofs takes about 14,000.
-RESOURCE_LIMIT = 5_000_000
+# z3's resource units per `check`: counted, unlike its wall-clock `timeout`, so a verdict never
+# depends on how loaded the machine is. The largest goal of the default proofs takes about 14,000,
+# the hardest refutation of a broken encoding about 3 million (it varies with what the process's z3
+# context saw before, so the limit leaves a wide margin).
+RESOURCE_LIMIT = 50_000_000
 """Small enough for z3 to build counterexamples in about a second."""
 
 

@@ -13,8 +13,8 @@ simply `Exhausted`); the intermediate classes let a caller catch a whole family.
     ├── RegistryError    EmptyPageSet, PageCapacity, RegistryFull
     ├── SchedulerError   DuplicateRequest, Full, UnknownRequest, OutputTooSmall, InvalidState
     ├── DecodeRoundError ItemBufferTooSmall, BlockTableBufferTooSmall, OutputBufferTooSmall,
-    │                    MissingInputToken, BackendFailed, BackendLaunchCount,
-    │                    OutputIdentityMismatch
+    │                    MissingInputToken, UnpreparedWrite, BackendFailed,
+    │                    BackendLaunchCount, OutputIdentityMismatch
     └── RaggedBackendError  BackendOutputTooSmall, BackendRejected   (raised by backends)
 """
 
@@ -127,6 +127,29 @@ class OutputBufferTooSmall(DecodeRoundError):
 
 class MissingInputToken(DecodeRoundError):
     """A decoding request has no seeded input token."""
+
+
+class UnpreparedWrite(DecodeRoundError):
+    """A decoding request's write target (the page holding position `token_count`) is unmapped or
+    held by another owner too; `prepare_decode_round` makes it writable. Carries which request,
+    where it would write, and who holds the page, so an engine can act on it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request_id: int,
+        slot: int,
+        logical_page: int | None = None,
+        page: int | None = None,
+        holders: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.slot = slot
+        self.logical_page = logical_page  # None when no page size is bound
+        self.page = page  # None when the logical page is unmapped
+        self.holders = holders  # the page's reference count
 
 
 class BackendFailed(DecodeRoundError):

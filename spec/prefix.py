@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from kvsched.spec import pool as pool_ops
 from kvsched.spec.batch import U32_MAX
+from kvsched.spec.binding import Binding
 from kvsched.spec.domain import is_int, require_size, require_u64
 from kvsched.spec.errors import EmptyPageSet, InvalidArgument, PageCapacity, RegistryFull
 from kvsched.spec.pool import BlockPool, PoolState
@@ -238,10 +239,22 @@ def reclaim(state: StoreState, pool: PoolState, pages: int) -> tuple[StoreState,
 
 
 class PrefixKvStore:
-    """Fixed-capacity prefix store with explicit physical-page ownership."""
+    """Fixed-capacity prefix store with explicit physical-page ownership, bound to one pool
+    (`kvsched.spec.binding`): the one it is constructed with, or the first a call succeeds with."""
 
-    def __init__(self, entries: int, pages: int) -> None:
+    def __init__(self, entries: int, pages: int, *, pool: BlockPool | None = None) -> None:
         self._state = initial_store(entries, pages)
+        self._pool = Binding(BlockPool, "prefix store")
+        if pool is not None:
+            self._pool.bind(self._pool.check("pool", pool))
+
+    def check_pool(self, pool: object) -> BlockPool:
+        """`pool`, if it is a `BlockPool` this store may work with; else `InvalidArgument`."""
+        return self._pool.check("pool", pool)
+
+    def bind_pool(self, pool: BlockPool) -> None:
+        """Bind `pool` (one `check_pool` admitted) after a call with it succeeded."""
+        self._pool.bind(pool)
 
     @property
     def state(self) -> StoreState:
@@ -260,24 +273,34 @@ class PrefixKvStore:
 
     def publish(self, page_set: PrefixPageSet, pool: BlockPool) -> None:
         """Retain the pages, then make the set visible, then release any replaced set."""
+        pool = self.check_pool(pool)
         self._state, pool_state = publish(self._state, pool.state, page_set)
         pool.commit(pool_state)
+        self.bind_pool(pool)
 
     def attach(self, identity: PrefixIdentity, table: SequenceBlockTable, pool: BlockPool) -> int | None:
         """Install the prefix into `table` (all or nothing); its token count, or None on a miss."""
+        pool = self.check_pool(pool)
+        if not isinstance(table, SequenceBlockTable):
+            raise InvalidArgument(f"table must be a SequenceBlockTable, not {type(table).__name__}")
         self._state, entries, pool_state, tokens = attach(self._state, table.state, pool.state, identity)
         table.commit(entries)
         pool.commit(pool_state)
+        self.bind_pool(pool)
         return tokens
 
     def remove(self, identity: PrefixIdentity, pool: BlockPool) -> bool:
         """Remove the entry, releasing its page references; False when absent."""
+        pool = self.check_pool(pool)
         self._state, pool_state, removed = remove(self._state, pool.state, identity)
         pool.commit(pool_state)
+        self.bind_pool(pool)
         return removed
 
     def reclaim(self, pool: BlockPool, pages: int) -> int:
         """Evict idle entries LRU-first until `pages` pages are free; the pages freed."""
+        pool = self.check_pool(pool)
         self._state, pool_state, freed = reclaim(self._state, pool.state, pages)
         pool.commit(pool_state)
+        self.bind_pool(pool)
         return freed

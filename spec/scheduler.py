@@ -26,6 +26,12 @@ Decisions where the original is lax:
   round, nor as an answer for request 0 in slot 0. A backend must not call back into the scheduler during a round.
 - The batched forms `ensure_writable_batch` and `prepare_decode_round` (an engine's hot path) are
   defined as the single calls in sequence, all or nothing.
+- A decode round writes each request's token at position `token_count`, into logical page
+  `token_count // page_size`: the round refuses (`UnpreparedWrite`, before the backend is called)
+  unless that page is mapped and held by the request alone, so a round can never write a page
+  another owner reads. The page size is the scheduler's own (a constructor argument, fixed);
+  without one, every page of the request's table must be held by it alone. The pool is the
+  bound one (`kvsched.spec.binding`).
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ from kvsched.spec.batch import (
     RaggedBatchReceipt,
     RaggedDecodeBackend,
 )
-from kvsched.spec.domain import is_int, require_size, require_u32, require_u64
+from kvsched.spec.binding import Binding
+from kvsched.spec.domain import require_size, require_u32, require_u64
 from kvsched.spec.errors import (
     BackendFailed,
     BackendLaunchCount,
@@ -58,8 +65,9 @@ from kvsched.spec.errors import (
     OutputIdentityMismatch,
     OutputTooSmall,
     UnknownRequest,
+    UnpreparedWrite,
 )
-from kvsched.spec.pool import BlockPool, CopyOnWrite, PoolState
+from kvsched.spec.pool import BlockPool, CopyOnWrite, PoolState, get_ref_count
 from kvsched.spec.prefix import PrefixIdentity, PrefixKvStore, StoreState
 from kvsched.spec.prefix import attach as attach_prefix
 from kvsched.spec.table import Table
@@ -234,13 +242,19 @@ def ensure_writable_batch(
     return state, pool, tuple(actions)
 
 
+def require_page_size(page_size: object) -> int:
+    """`page_size` if it is an int in 1..2**32-1, else `InvalidArgument`."""
+    if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= U32_MAX:
+        raise InvalidArgument(f"page_size must be an int in 1..2**32-1, not {page_size!r}")
+    return page_size
+
+
 def prepare_decode_round(
     state: SchedulerState, pool: PoolState, page_size: int
 ) -> tuple[SchedulerState, PoolState, tuple[CopyOnWrite, ...]]:
     """Make every DECODE request's next token page (`token_count // page_size`) writable, in slot
     order, all or nothing: what an engine does before each decode round."""
-    if not is_int(page_size) or not 1 <= page_size <= U32_MAX:
-        raise InvalidArgument(f"page_size must be an int in 1..2**32-1, not {page_size!r}")
+    require_page_size(page_size)
     decoding = [state.slots[index] for index in get_decoding_slots(state)]
     ids = [slot.request_id for slot in decoding]
     return ensure_writable_batch(state, pool, ids, [slot.token_count // page_size for slot in decoding])
@@ -291,11 +305,69 @@ def get_decoding_slots(state: SchedulerState) -> tuple[int, ...]:
     return tuple(index for index, slot in enumerate(state.slots) if slot.state is RequestState.DECODE)
 
 
-def lower_item(state: SchedulerState, index: int, offset: int) -> RaggedBatchItem:
-    """The ABI item for the DECODE slot `index` whose table starts at `offset`."""
+def unprepared_write(
+    request_id: int, slot: int, token_count: int, page_size: int | None, page: int | None, holders: int, width: int
+) -> UnpreparedWrite:
+    """The refusal of a round whose request in `slot` cannot write at `token_count`: into `page`
+    (None: unmapped), which `holders` owners hold; with no page size, `page` is a shared page of
+    its table, any of which could be the target."""
+    where = f"request {request_id} in slot {slot}"
+    if page_size is None:
+        return UnpreparedWrite(
+            f"{where} shares page {page} with another owner ({holders} hold it), and the scheduler has no "
+            f"page size to tell its write target from its shared pages: construct it with page_size",
+            request_id=request_id,
+            slot=slot,
+            page=page,
+            holders=holders,
+        )
+    logical = token_count // page_size
+    if logical >= width:
+        what = f"logical page {logical}, past its table of {width}"
+    elif page is None:
+        what = f"logical page {logical}, which is unmapped"
+    else:
+        what = f"page {page} (logical page {logical}), which {holders} owners hold"
+    return UnpreparedWrite(
+        f"{where} writes position {token_count} into {what}: prepare_decode_round makes it writable",
+        request_id=request_id,
+        slot=slot,
+        logical_page=logical,
+        page=page,
+        holders=holders,
+    )
+
+
+def require_write_target(state: SchedulerState, pool: PoolState, page_size: int | None, index: int) -> None:
+    """The DECODE slot `index` writes its next token's KV at position `token_count`: the page
+    holding it must be mapped and held by this request alone, or the write would land in a page
+    another owner reads. With no page size to find that page, every page of its table must be."""
+    slot = state.slots[index]
+    width = len(slot.table)
+    if page_size is None:
+        for page in table_ops.get_mapped_pages(slot.table):
+            holders = get_ref_count(pool, page) or 0
+            if holders != 1:
+                raise unprepared_write(slot.request_id, index, slot.token_count, None, page, holders, width)
+        return
+    logical = slot.token_count // page_size
+    target = slot.table[logical] if logical < width else None
+    holders = 0 if target is None else get_ref_count(pool, target) or 0
+    if target is None or holders != 1:
+        raise unprepared_write(slot.request_id, index, slot.token_count, page_size, target, holders, width)
+
+
+def require_input_token(state: SchedulerState, index: int) -> None:
+    """The DECODE slot `index` has a seeded token to consume."""
     slot = state.slots[index]
     if not slot.token_ready:
         raise MissingInputToken(f"request {slot.request_id} in slot {index} has no seeded input token")
+
+
+def lower_item(state: SchedulerState, index: int, offset: int) -> RaggedBatchItem:
+    """The ABI item for the DECODE slot `index` whose table starts at `offset`."""
+    require_input_token(state, index)
+    slot = state.slots[index]
     return RaggedBatchItem(slot.request_id, index, slot.next_token_id, slot.token_count, offset, len(slot.table))
 
 
@@ -348,10 +420,42 @@ def apply_outputs(state: SchedulerState, outputs: list[RaggedBatchOutput]) -> Sc
 
 
 class RequestScheduler:
-    """Fixed-capacity request scheduler; `requests` is the hard concurrent request bound."""
+    """Fixed-capacity request scheduler; `requests` is the hard concurrent request bound. Bound
+    to one pool and one prefix store (`kvsched.spec.binding`): those it is constructed with, or
+    the first a call succeeds with. Its rounds find each write target with `page_size`, fixed at
+    construction (without one, a decoding request's pages must all be its own)."""
 
-    def __init__(self, requests: int, logical_pages: int) -> None:
+    def __init__(
+        self,
+        requests: int,
+        logical_pages: int,
+        *,
+        pool: BlockPool | None = None,
+        prefixes: PrefixKvStore | None = None,
+        page_size: int | None = None,
+    ) -> None:
         self._state = initial_scheduler(requests, logical_pages)
+        self._pool = Binding(BlockPool, "scheduler")
+        self._store = Binding(PrefixKvStore, "scheduler")
+        bound_pool = None if pool is None else self._pool.check("pool", pool)
+        bound_store = None if prefixes is None else self._store.check("prefixes", prefixes)
+        self._page_size = None if page_size is None else require_page_size(page_size)
+        if bound_store is not None and bound_pool is not None:
+            bound_store.check_pool(bound_pool)
+        self._bind(bound_pool, bound_store)
+
+    def check_pool(self, pool: object) -> BlockPool:
+        """`pool`, if this scheduler may work with it; else `InvalidArgument`."""
+        return self._pool.check("pool", pool)
+
+    def _bind(self, pool: BlockPool | None, store: PrefixKvStore | None = None) -> None:
+        """Record the bindings of a call that succeeded."""
+        if pool is not None:
+            self._pool.bind(pool)
+        if store is not None:
+            self._store.bind(store)
+            if pool is not None:
+                store.bind_pool(pool)
 
     @property
     def state(self) -> SchedulerState:
@@ -380,37 +484,48 @@ class RequestScheduler:
         self, request_id: int, identity: PrefixIdentity | None, prefixes: PrefixKvStore, pool: BlockPool
     ) -> Admission:
         """Admit a request and atomically attach its prefix pages when published."""
+        prefixes = self._store.check("prefixes", prefixes)
+        pool = prefixes.check_pool(self._pool.check("pool", pool))
         self._state, pool_state, store_state, admission = admit(
             self._state, pool.state, prefixes.state, request_id, identity
         )
         pool.commit(pool_state)
         prefixes.commit(store_state)
+        self._bind(pool, prefixes)
         return admission
 
     def fork(self, parent_id: int, child_id: int, pool: BlockPool) -> int:
         """Admit `child_id` sharing every page of `parent_id` (copy-on-write on first write)."""
+        pool = self._pool.check("pool", pool)
         self._state, pool_state, slot = fork(self._state, pool.state, parent_id, child_id)
         pool.commit(pool_state)
+        self._bind(pool)
         return slot
 
     def ensure_writable(self, request_id: int, logical_page: int, pool: BlockPool) -> CopyOnWrite:
         """Make a logical page writable; a `Copy` tells the backend to copy the KV page first."""
+        pool = self._pool.check("pool", pool)
         self._state, pool_state, action = ensure_writable(self._state, pool.state, request_id, logical_page)
         pool.commit(pool_state)
+        self._bind(pool)
         return action
 
     def ensure_writable_batch(
         self, request_ids: Sequence[int], logical_pages: Sequence[int], pool: BlockPool
     ) -> tuple[CopyOnWrite, ...]:
         """`ensure_writable` for every pair in order, all or nothing; each step's action."""
+        pool = self._pool.check("pool", pool)
         self._state, pool_state, actions = ensure_writable_batch(self._state, pool.state, request_ids, logical_pages)
         pool.commit(pool_state)
+        self._bind(pool)
         return actions
 
     def prepare_decode_round(self, pool: BlockPool, page_size: int) -> tuple[CopyOnWrite, ...]:
         """Make room for every decoding request's next token, in slot order, all or nothing."""
+        pool = self._pool.check("pool", pool)
         self._state, pool_state, actions = prepare_decode_round(self._state, pool.state, page_size)
         pool.commit(pool_state)
+        self._bind(pool)
         return actions
 
     def mark_prefill_complete(self, request_id: int) -> None:
@@ -454,6 +569,7 @@ class RequestScheduler:
         """
         require_separate_buffers(item_scratch, block_table_scratch, output_scratch)
         decoding = get_decoding_slots(self._state)
+        bound = self._pool.bound
         count, width = len(decoding), self.logical_pages
         if len(item_scratch) < count:
             raise ItemBufferTooSmall(f"item buffer holds {len(item_scratch)}, {count} requests decode")
@@ -463,6 +579,11 @@ class RequestScheduler:
             raise BlockTableBufferTooSmall(
                 f"block-table buffer holds {len(block_table_scratch)}, {count} tables need {count * width}"
             )
+        for index in decoding:
+            require_input_token(self._state, index)
+        if bound is not None:  # no pool bound: no request was ever admitted, none decodes
+            for index in decoding:
+                require_write_target(self._state, bound.state, self._page_size, index)
         for position, index in enumerate(decoding):
             item_scratch[position] = lower_item(self._state, index, position * width)
             block_table_scratch[position * width : (position + 1) * width] = table_ops.to_abi(
@@ -487,5 +608,7 @@ class RequestScheduler:
 
     def finish(self, request_id: int, pool: BlockPool) -> None:
         """Release the request's pages and empty its slot; cancellation is identical."""
+        pool = self._pool.check("pool", pool)
         self._state, pool_state = finish(self._state, pool.state, request_id)
         pool.commit(pool_state)
+        self._bind(pool)

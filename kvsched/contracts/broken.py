@@ -155,8 +155,8 @@ class RetainFreePool(BlockPool):
 class StopsShortStore(PrefixKvStore):
     """`reclaim` that stops one page short of its target."""
 
-    reclaim = patch_source(
-        PrefixKvStore.reclaim,
+    _reclaim = patch_source(
+        PrefixKvStore._reclaim,
         (("while pool.free_count() < pages:", "while pool.free_count() < pages - 1:"),),
         "reclaim stops one page short",
     )
@@ -228,8 +228,10 @@ def system_with(
 
     def factory(config: SystemConfig) -> SystemUnderTest:
         pool = pool_class(config.physical_pages, max_references=config.max_references)
-        store = store_class(config.store_entries, config.store_pages)
-        scheduler = scheduler_class(config.requests, config.logical_pages)
+        store = store_class(config.store_entries, config.store_pages, pool=pool)
+        scheduler = scheduler_class(
+            config.requests, config.logical_pages, pool=pool, prefixes=store, page_size=config.page_size
+        )
         return ImplAdapter(ImplSystem(pool, store, scheduler))
 
     return factory

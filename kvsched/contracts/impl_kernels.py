@@ -248,20 +248,23 @@ def kernel_lower_round(
     for record in items + outputs:
         record.update(dict.fromkeys(record, 5))  # stale values the round must overwrite
     block_tables = Row([5] * 6)
-    missing, count = LOWER_ROUND(
+    exclusive = Row([1] * PAGES)  # every page held once, no page size: no write target refused
+    code, count, _, _ = LOWER_ROUND(
         Row([s0, s1, s2]),
         Row([10, 11, 12]),
         Row([20, 21, 22]),
         Row([30, 31, 32]),
         Row([ready0, ready1, ready2]),
         tables,
+        exclusive,
+        0,
         items,
         block_tables,
         outputs,
         Row([0, 0, 0]),
     )
-    if missing >= 0:
-        return missing, tables
+    if code >= 0:
+        return count, tables  # the first slot with no input token
     rows = tuple(
         tuple(items[i][f] for f in ITEM_FIELDS) + tuple(block_tables[i * 2 : i * 2 + 2]) + tuple(outputs[i].values())
         for i in range(count)

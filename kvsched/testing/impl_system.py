@@ -40,5 +40,6 @@ def impl_system(config: SystemConfig) -> SystemUnderTest:
         config.store_entries,
         config.store_pages,
         config.max_references,
+        page_size=config.page_size,
     )
     return ImplAdapter(system)

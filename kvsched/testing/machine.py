@@ -360,6 +360,54 @@ class KvschedMachine(RuleBasedStateMachine):
                 self.ghost.histories[request_id] = history[:position] + (token,)
 
     @precondition(lambda self: self.has_live_request())
+    @rule(fault=st.sampled_from(["none", "none", "corrupt_identity"]))
+    def decode_without_making_room(self, fault: str) -> None:
+        """A round the caller did not prepare: it must refuse, or write only pages its requests
+        hold alone (the page holding each one's position `token_count`)."""
+        pool, _, scheduler = self.sut.snapshot()
+        targets = {
+            slot.request_id: slot.table[slot.token_count // self.config.page_size]
+            for slot in scheduler.slots
+            if slot.state is RequestState.DECODE and slot.token_count // self.config.page_size < len(slot.table)
+        }
+        decoding = sum(1 for slot in scheduler.slots if slot.state is RequestState.DECODE)
+        seen: dict[str, Any] = {}
+
+        def run(system: SystemUnderTest, role: str) -> Any:
+            backend = HarnessBackend(fault, self.config.page_size, self.ghost if role == "sut" else None)
+            receipt = system.scheduler.execute_decode_round(
+                backend, *system.scratch(decoding, decoding * self.config.logical_pages, decoding)
+            )
+            seen[role] = backend.seen
+            return receipt
+
+        _, error = self._step(f"execute_decode_round(HarnessBackend({fault!r})) without make-room", run)
+        if error is None and seen.get("sut") is not None:
+            for request_id, _, token, position, *_ in seen["sut"][0]:
+                page = targets.get(request_id)
+                assert page is not None and pool.refs[page] == 1, (
+                    f"a round wrote request {request_id}'s token into page {page}, which it does not hold alone"
+                )
+                history = self.ghost.histories.get(request_id, ())
+                self.ghost.histories[request_id] = history[:position] + (token,)
+
+    @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS, call=st.sampled_from(["finish", "ensure_writable"]))
+    def use_another_pool(self, pick: int, call: str) -> None:
+        """Hand the scheduler a pool it is not bound to: it must refuse and change nothing."""
+        request_id = self._request(pick)
+
+        def run(system: SystemUnderTest, _: str) -> Any:
+            other = type(system.pool)(self.config.physical_pages, max_references=self.config.max_references)
+            for _page in range(self.config.physical_pages):
+                other.allocate()  # every page held there too, so a release in it would succeed
+            if call == "finish":
+                return system.scheduler.finish(request_id, other)
+            return system.scheduler.ensure_writable(request_id, 0, other)
+
+        self._step(f"scheduler.{call}({request_id}, <another pool>)", run)
+
+    @precondition(lambda self: self.has_live_request())
     @rule(pick=PICKS)
     def finish(self, pick: int) -> None:
         request_id = self._request(pick)

@@ -98,8 +98,10 @@ def mutant_system(mutant: Mutant | None) -> SystemFactory:
 
     def build(config: SystemConfig) -> SystemUnderTest:
         pool = classes["pool"](config.physical_pages, max_references=config.max_references)
-        store = classes["store"](config.store_entries, config.store_pages)
-        scheduler = classes["scheduler"](config.requests, config.logical_pages)
+        store = classes["store"](config.store_entries, config.store_pages, pool=pool)
+        scheduler = classes["scheduler"](
+            config.requests, config.logical_pages, pool=pool, prefixes=store, page_size=config.page_size
+        )
         return ReusedScratchAdapter(ImplSystem(pool, store, scheduler))
 
     return build

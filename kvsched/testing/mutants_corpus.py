@@ -162,21 +162,21 @@ MUTANTS: tuple[Mutant, ...] = (
     _mutant(
         "reclaim evicts the most recently used",
         "store",
-        "reclaim",
+        "_reclaim",
         find_idle_lru,
         ("last_used[entry] >= last_used[best]", "last_used[entry] <= last_used[best]"),
     ),
     _mutant(
         "reclaim evicts entries still in use",
         "store",
-        "reclaim",
+        "_reclaim",
         find_idle_lru,
         ("refs[page] != store_refs[page]", "refs[page] < store_refs[page]"),
     ),
     _mutant(
         "publish releases the old set before retaining the new",
         "store",
-        "publish",
+        "_publish",
         None,
         ("    retain_sequence(pool, page_set.pages)\n", ""),
         (
@@ -191,7 +191,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _mutant(
         "remove keeps the entry's page references",
         "store",
-        "remove",
+        "_remove",
         None,
         ("    release_array(pool, self._pages[entry, : self._page_counts[entry]])\n", ""),
     ),

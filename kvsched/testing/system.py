@@ -57,10 +57,20 @@ SystemFactory = Callable[[SystemConfig], SystemUnderTest]
 class SpecSystem:
     """The reference implementation: `kvsched.spec` itself."""
 
-    def __init__(self, config: SystemConfig) -> None:
-        self.pool = BlockPool(config.physical_pages, max_references=config.max_references)
-        self.store = PrefixKvStore(config.store_entries, config.store_pages)
-        self.scheduler = RequestScheduler(config.requests, config.logical_pages)
+    def __init__(
+        self,
+        config: SystemConfig,
+        *,
+        pool: type[BlockPool] = BlockPool,
+        store: type[PrefixKvStore] = PrefixKvStore,
+        scheduler: type[RequestScheduler] = RequestScheduler,
+    ) -> None:
+        """Build the three of these classes (subclasses for broken variants), bound together."""
+        self.pool = pool(config.physical_pages, max_references=config.max_references)
+        self.store = store(config.store_entries, config.store_pages, pool=self.pool)
+        self.scheduler = scheduler(
+            config.requests, config.logical_pages, pool=self.pool, prefixes=self.store, page_size=config.page_size
+        )
 
     def snapshot(self) -> Snapshot:
         return self.pool.state, self.store.state, self.scheduler.state

@@ -26,6 +26,7 @@ from kvsched.spec import scheduler as sched_ops
 from kvsched.spec.pool import PoolState
 from kvsched.spec.scheduler import Admission, SchedulerState, Slot
 from kvsched.spec.table import to_abi
+from kvsched.testing.mutants_patch import swap
 from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, SystemUnderTest
 
 
@@ -99,6 +100,7 @@ class LeakOnFinishScheduler(RequestScheduler):
     """`finish` that forgets to release the request's first page."""
 
     def finish(self, request_id: int, pool: BlockPool) -> None:
+        pool = self.check_pool(pool)
         table = self.page_table(request_id)
         for page in table[1:]:
             if page is not None:
@@ -110,14 +112,24 @@ class LeakOnFinishScheduler(RequestScheduler):
         self.commit(SchedulerState(slots))
 
 
+class UncheckedRoundScheduler(RequestScheduler):
+    """A decode round that never checks its write targets (it writes into shared pages)."""
+
+    execute_decode_round = swap(RequestScheduler.execute_decode_round, sched_ops.require_write_target, lambda *_: None)
+
+
+class AnyPoolScheduler(RequestScheduler):
+    """`finish` that releases the request's pages in whatever pool it is handed."""
+
+    def finish(self, request_id: int, pool: BlockPool) -> None:
+        state, pool_state = sched_ops.finish(self.state, pool.state, request_id)
+        pool.commit(pool_state)
+        self.commit(state)
+
+
 def _with(scheduler: type[RequestScheduler] | None = None, pool: type[BlockPool] | None = None) -> SystemFactory:
     def build(config: SystemConfig) -> SystemUnderTest:
-        system = SpecSystem(config)
-        if scheduler is not None:
-            system.scheduler = scheduler(config.requests, config.logical_pages)
-        if pool is not None:
-            system.pool = pool(config.physical_pages, max_references=config.max_references)
-        return system
+        return SpecSystem(config, scheduler=scheduler or RequestScheduler, pool=pool or BlockPool)
 
     return build
 
@@ -127,4 +139,6 @@ VARIANTS: dict[str, SystemFactory] = {
     "outputs applied before the identity check": _with(scheduler=MutateBeforeCheckScheduler),
     "pages reused first-in-first-out": _with(pool=FifoPool),
     "finish leaks one page": _with(scheduler=LeakOnFinishScheduler),
+    "a round that writes shared pages": _with(scheduler=UncheckedRoundScheduler),
+    "finish in another pool": _with(scheduler=AnyPoolScheduler),
 }

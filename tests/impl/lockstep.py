@@ -382,7 +382,7 @@ class Lockstep(RuleBasedStateMachine):
 
     @rule(page_size=st.integers(0, 5) | st.sampled_from([16, 32, 64]))
     def prepare_decode_round(self, page_size: int) -> None:
-        expected = outcome(lambda: reference.prepare_decode_round(self.spec.scheduler, self.spec.pool, page_size))
+        expected = outcome(lambda: self.spec.scheduler.prepare_decode_round(self.spec.pool, page_size))
         actual = outcome(lambda: self.impl.scheduler.prepare_decode_round(self.impl.pool, page_size))
         self.compare_plans(expected, actual)
 

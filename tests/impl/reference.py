@@ -10,11 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvsched import spec
-from kvsched.spec.batch import U32_MAX
-from kvsched.spec.domain import is_int
 from kvsched.spec.errors import InvalidArgument, KvschedError
 from kvsched.spec.pool import CopyOnWrite
-from kvsched.spec.scheduler import RequestState
 
 
 def ensure_writable_batch(
@@ -36,16 +33,3 @@ def ensure_writable_batch(
         pool.commit(before[1])
         raise
     return tuple(actions)
-
-
-def prepare_decode_round(
-    scheduler: spec.RequestScheduler, pool: spec.BlockPool, page_size: object
-) -> tuple[CopyOnWrite, ...]:
-    """Make room for every DECODE request's next token: its page `token_count // page_size`."""
-    if not is_int(page_size) or not 1 <= page_size <= U32_MAX:  # type: ignore[operator]
-        raise InvalidArgument(f"page_size must be an int in 1..2**32-1, not {page_size!r}")
-    assert isinstance(page_size, int)
-    decoding = [slot for slot in scheduler.state.slots if slot.state is RequestState.DECODE]
-    return ensure_writable_batch(
-        scheduler, pool, [slot.request_id for slot in decoding], [slot.token_count // page_size for slot in decoding]
-    )

@@ -58,12 +58,14 @@ def make_spec_system(
     store_entries: int,
     store_pages: int,
     max_references: int = spec.batch.U32_MAX,
+    *,
+    page_size: int | None = None,
 ) -> SpecSystem:
-    """The spec twin of `make_impl_system`."""
+    """The spec twin of `make_impl_system` (bound together the same way)."""
     pool = spec.BlockPool(physical_pages, max_references=max_references)
-    return SpecSystem(
-        pool, spec.PrefixKvStore(store_entries, store_pages), spec.RequestScheduler(requests, logical_pages)
-    )
+    store = spec.PrefixKvStore(store_entries, store_pages, pool=pool)
+    scheduler = spec.RequestScheduler(requests, logical_pages, pool=pool, prefixes=store, page_size=page_size)
+    return SpecSystem(pool, store, scheduler)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvsched import impl
+from kvsched import impl, spec
 from kvsched.impl.abi import ITEM_DTYPE, OUTPUT_DTYPE, empty_items, empty_outputs, table_array
 from kvsched.impl.pool import get_arrays
 from kvsched.impl.prefix import get_indexes as get_store_indexes
@@ -43,14 +43,14 @@ def test_a_failing_round_preparation_ignores_the_previous_rounds_steps() -> None
     for system in (expected, actual):
         _two_decoding(system)
     first = actual.scheduler.prepare_decode_round(actual.pool, 16)  # both allocate: the buffer's last step too
-    assert first.actions() == reference.prepare_decode_round(expected.scheduler, expected.pool, 16)
+    assert first.actions() == expected.scheduler.prepare_decode_round(expected.pool, 16)
     assert first.kinds.tolist() == [impl.ALLOCATED, impl.ALLOCATED]
     for system in (expected, actual):
         system.scheduler.record_token(1)
         system.scheduler.record_token(1)  # request 1 now writes logical page 2: outside its table
     before = actual.snapshot()
     assert before == expected.snapshot()
-    spec_failure = outcome(lambda: reference.prepare_decode_round(expected.scheduler, expected.pool, 1))
+    spec_failure = outcome(lambda: expected.scheduler.prepare_decode_round(expected.pool, 1))
     impl_failure = outcome(lambda: actual.scheduler.prepare_decode_round(actual.pool, 1))
     assert spec_failure.error is OutOfRange
     assert (impl_failure.error, impl_failure.message) == (spec_failure.error, spec_failure.message)
@@ -216,7 +216,7 @@ def test_the_largest_page_size_is_accepted() -> None:
     for system in (expected, actual):
         _two_decoding(system)
     largest = 2**32 - 1
-    actions = reference.prepare_decode_round(expected.scheduler, expected.pool, largest)
+    actions = expected.scheduler.prepare_decode_round(expected.pool, largest)
     assert actual.scheduler.prepare_decode_round(actual.pool, largest).actions() == actions
     assert actual.snapshot() == expected.snapshot()
 
@@ -236,18 +236,26 @@ def _outside_the_pool(system: Any) -> Any:
 
 @pytest.mark.parametrize("call", ["prepare_decode_round", "ensure_writable_batch"])
 def test_writing_a_page_outside_the_pool_is_refused_and_undone(call: str) -> None:
-    """A scheduler whose table maps a page outside the pool it is handed (another pool) gets the
-    spec's `InvalidBlock`, the page one past the end included, and earlier steps are undone.
-    (Kills `page_kernels.ensure_rows` bounding `current > size`, and without its out-of-pool
-    status or `break`.)"""
+    """A table that maps a page outside the pool its kernel is handed (another pool) gets the
+    spec's `InvalidBlock`, the page one past the end included, and earlier steps are undone. The
+    scheduler refuses another pool before any kernel runs, so the kernels' own check is reached
+    through the module functions, as a defence in depth. (Kills `page_kernels.ensure_rows`
+    bounding `current > size`, and without its out-of-pool status or `break`.)"""
     expected, actual = make_spec_system(2, 2, 8, 1, 1), impl.make_impl_system(2, 2, 8, 1, 1)
     spec_pool, impl_pool = _outside_the_pool(expected), _outside_the_pool(actual)
+    bound = outcome(lambda: actual.scheduler.prepare_decode_round(impl_pool, 16))
+    assert bound.error is InvalidArgument and "than the one this scheduler is bound to" in bound.message
+    state, slots = expected.scheduler.state, get_slots(actual.scheduler)
+    buffers = impl.writes.new_write_buffers(2)
     if call == "prepare_decode_round":
-        spec_call = outcome(lambda: reference.prepare_decode_round(expected.scheduler, spec_pool, 16))
-        impl_call = outcome(lambda: actual.scheduler.prepare_decode_round(impl_pool, 16).actions())
+        spec_call = outcome(lambda: spec.scheduler.prepare_decode_round(state, spec_pool.state, 16)[2])
+        impl_call = outcome(lambda: impl.writes.prepare_decode_round(slots, impl_pool, 16, buffers).actions())
     else:  # request 2's allocation comes first and is undone
-        spec_call = outcome(lambda: reference.ensure_writable_batch(expected.scheduler, spec_pool, [2, 1], [0, 0]))
-        impl_call = outcome(lambda: actual.scheduler.ensure_writable_batch([2, 1], [0, 0], impl_pool).actions())
+        slot_of = get_indexes(actual.scheduler)[0]
+        spec_call = outcome(lambda: spec.scheduler.ensure_writable_batch(state, spec_pool.state, [2, 1], [0, 0])[2])
+        impl_call = outcome(
+            lambda: impl.writes.ensure_writable_batch(slots, slot_of, [2, 1], [0, 0], impl_pool).actions()
+        )
     assert spec_call.message == "page 3 is out of range for a pool of 3 pages"
     assert impl_call == spec_call
     assert (impl_pool.to_spec(), actual.scheduler.to_spec()) == (spec_pool.state, expected.scheduler.state)
@@ -440,15 +448,23 @@ def _fork_into_a_smaller_pool(system: Any) -> tuple[object, ...]:
     other = type(pool)(3)
     other.allocate()
     other.allocate()
-    result = outcome(lambda: scheduler.fork(1, 2, other))
-    return result, other.state, scheduler.state
+    refused = outcome(lambda: scheduler.fork(1, 2, other))  # the scheduler is bound to `pool`
+    assert refused.error is InvalidArgument and "than the one this scheduler is bound to" in refused.message
+    if isinstance(scheduler, impl.RequestScheduler):  # the kernel's own check, reached directly
+        tables = get_slots(scheduler).tables
+        result = outcome(lambda: impl.table.fork_row(tables[0], tables[1], other))
+        return result, other.state, tuple(tables[1].tolist())
+    parent, child = (slot.table for slot in scheduler.state.slots[:2])
+    result = outcome(lambda: other.commit(spec.table.fork(parent, child, other.state)[1]))
+    return result, other.state, spec.table.to_abi(child)
 
 
 def test_a_fork_retaining_a_page_outside_the_pool_is_refused_and_undone() -> None:
-    """Forking a request whose table maps a page outside the pool handed in (another pool)
-    raises the spec's `InvalidBlock`, the page one past the end included, and undoes the earlier
-    retains. (Kills `page_kernels.retain_pages` bounding the pool with `page > size`, and its undo
-    stepping by 2 or testing `skip_invalid or` / `page != INVALID`.)"""
+    """Forking a request whose table maps a page outside the pool handed in (another pool: the
+    scheduler refuses it, so the kernel is called directly) raises the spec's `InvalidBlock`,
+    the page one past the end included, and undoes the earlier retains. (Kills
+    `page_kernels.retain_pages` bounding the pool with `page > size`, and its undo stepping by 2
+    or testing `skip_invalid or` / `page != INVALID`.)"""
     expected = _fork_into_a_smaller_pool(make_spec_system(2, 3, 8, 1, 1))
     assert isinstance(expected[0], Outcome)
     assert expected[0].message == "page 3 is out of range for a pool of 3 pages"

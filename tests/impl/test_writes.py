@@ -37,7 +37,7 @@ def test_prepare_decode_round_copies_once_then_finds_the_page_exclusive() -> Non
     _forked_pair(expected)
     _forked_pair(actual)
     plan = actual.scheduler.prepare_decode_round(actual.pool, 16)
-    assert reference.prepare_decode_round(expected.scheduler, expected.pool, 16) == (Copy(0, 1), Existing(0))
+    assert expected.scheduler.prepare_decode_round(expected.pool, 16) == (Copy(0, 1), Existing(0))
     assert plan.actions() == (Copy(0, 1), Existing(0))
     assert plan.slots.tolist() == [0, 1] and plan.logical_pages.tolist() == [0, 0]
     assert plan.kinds.tolist() == [COPY, EXISTING]

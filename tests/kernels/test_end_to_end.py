@@ -37,7 +37,7 @@ class Serving:
         self.weights = weights
         self.pool = flavour.BlockPool(PHYSICAL_PAGES)
         self.store = flavour.PrefixKvStore(2, LOGICAL_PAGES)
-        self.sched = flavour.RequestScheduler(REQUESTS, LOGICAL_PAGES)
+        self.sched = flavour.RequestScheduler(REQUESTS, LOGICAL_PAGES, page_size=PAGE_SIZE)
         self.sequences: dict[int, list[int]] = {}  # request id -> tokens so far (last not yet in KV)
         self.copies = 0
         if flavour is spec:

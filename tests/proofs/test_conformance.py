@@ -55,7 +55,11 @@ SCENARIO = [
     Operation("admit", (1, None)),
     Operation("mark_prefill_complete", (1,)),
     Operation("prepare_decode_round", (2,)),
+    Operation("seed_decode_token", (1, 0)),
+    Operation("decode", ("none", "")),  # request 0 still shares its page: refused
     Operation("finish", (0,)),
+    Operation("prepare_decode_round", (2,)),  # a page is free now
+    Operation("decode", ("none", "")),  # request 1 writes its own page: the round commits
     Operation("reclaim", (3,)),  # evicts the now idle entry
     Operation("ext_allocate"),
     Operation("publish", (0, (2,), 1)),

@@ -51,21 +51,22 @@ def _unloadable(factory: Callable[[SystemConfig], SystemUnderTest]) -> Subject:
             inner = factory(config)
             self.pool, self.store, self.scheduler = inner.pool, inner.store, inner.scheduler
             self.snapshot, self.scratch = inner.snapshot, inner.scratch
-            self.pool = _Wrapped(inner.pool)
+            self.scheduler = _Wrapped(inner.scheduler)
 
     return Subject("opaque spec", Opaque, "", "")
 
 
 class _Wrapped:
-    """A spec pool that is not a `BlockPool`, so the explorer has to replay to reach a state."""
+    """A spec scheduler that is not a `RequestScheduler`, so the explorer has to replay to reach a
+    state (the pool and store stay what the scheduler is bound to)."""
 
-    def __init__(self, pool: BlockPool) -> None:
-        self._pool = pool
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
 
     def __getattr__(self, name: str) -> object:
-        if name == "_pool":  # not yet set (a copy under construction)
+        if name == "_inner":  # not yet set (a copy under construction)
             raise AttributeError(name)
-        return getattr(self._pool, name)
+        return getattr(self._inner, name)
 
 
 def test_replaying_reaches_the_same_states_as_loading() -> None:
@@ -134,9 +135,7 @@ class _StickyStore(PrefixKvStore):
 
 def _with_store(store: type[PrefixKvStore]) -> Subject:
     def build(config: SystemConfig) -> SystemUnderTest:
-        system = SpecSystem(config)
-        system.store = store(config.store_entries, config.store_pages)
-        return system
+        return SpecSystem(config, store=store)
 
     return Subject("sticky store", build, "", "")
 
@@ -167,9 +166,7 @@ class _NoCopyScheduler(RequestScheduler):
 
 def test_a_shared_write_is_caught() -> None:
     def build(config: SystemConfig) -> SystemUnderTest:
-        system = SpecSystem(config)
-        system.scheduler = _NoCopyScheduler(config.requests, config.logical_pages)
-        return system
+        return SpecSystem(config, scheduler=_NoCopyScheduler)
 
     subject = Subject("no copy", build, "", "")
     explorer = Explorer(SMALL, subject)
@@ -206,7 +203,12 @@ def _rename_ids(state: SystemState, ids: dict[int, int]) -> SystemState:
     return replace(state, scheduler=SchedulerState(slots))
 
 
-@pytest.mark.parametrize("name", sorted(VARIANTS))
+# The explorer's operations act on one system's state; a second pool is an object outside that
+# state space, so this variant is the stateful machine's to catch (`use_another_pool`).
+OUTSIDE_THE_ALPHABET = {"finish in another pool"}
+
+
+@pytest.mark.parametrize("name", sorted(set(VARIANTS) - OUTSIDE_THE_ALPHABET))
 def test_every_variant_of_the_harness_is_caught_in_lockstep(name: str) -> None:
     explorer = Explorer(SMALL, variant(name), SPEC)
     violation = explorer.run(max_states=LIMIT).violation

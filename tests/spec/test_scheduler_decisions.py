@@ -24,7 +24,8 @@ from kvsched.spec import (
     RequestView,
     UnknownRequest,
 )
-from kvsched.spec.errors import DuplicateRequest, Full
+from kvsched.spec.errors import DuplicateRequest, Full, UnpreparedWrite
+from kvsched.spec.pool import Copy
 from tests.helpers import OneLaunchBackend, scratch, whole_state
 
 
@@ -52,9 +53,17 @@ def test_prefix_hit_admits_into_decode_without_a_token() -> None:
     with pytest.raises(MissingInputToken, match="request 5 in slot 0"):
         scheduler.execute_decode_round(OneLaunchBackend(), *scratch(2, 4, 2))
     scheduler.seed_decode_token(5, 40)
+    before = (pool.state, store.state, scheduler.state)
+    with pytest.raises(UnpreparedWrite, match="request 5 in slot 0 shares page 0 with another owner") as caught:
+        scheduler.execute_decode_round(OneLaunchBackend(), *scratch(2, 4, 2))  # its write would land in page 0
+    assert (caught.value.request_id, caught.value.slot, caught.value.page, caught.value.holders) == (5, 0, 0, 3)
+    assert (pool.state, store.state, scheduler.state) == before
+    (action,) = scheduler.prepare_decode_round(pool, 4)
+    assert isinstance(action, Copy) and action.source == page
     items, tables, outputs = scratch(2, 4, 2)
     scheduler.execute_decode_round(OneLaunchBackend(), items, tables, outputs)
     assert items[0].position == 3  # the first decoded token sits right after the prefix
+    assert tables[0] == action.destination  # written into the request's own copy
 
 
 def test_record_token_and_decode_round_count_different_tokens() -> None:
