@@ -37,7 +37,7 @@ from kvsched.impl.slots import (
 from kvsched.impl.table import fork_row, release_row, require_logical_page, to_spec_table
 from kvsched.impl.writes import WritePlan, ensure_writable_batch, new_write_buffers, prepare_decode_round
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
-from kvsched.spec.binding import Binding
+from kvsched.spec.binding import Binding, bind_together
 from kvsched.spec.domain import require_u32, require_u64
 from kvsched.spec.errors import DuplicateRequest, Full, InvalidArgument, InvalidState, OutputTooSmall, UnknownRequest
 from kvsched.spec.pool import Copy, CopyOnWrite
@@ -93,17 +93,8 @@ class RequestScheduler:
         initial_scheduler(1, logical_pages)
         self._pool = Binding(BlockPool, "scheduler")
         self._store = Binding(PrefixKvStore, "scheduler")
-        bound_pool = None if pool is None else self._pool.check("pool", pool)
-        bound_store = None if prefixes is None else self._store.check("prefixes", prefixes)
         self._page_size = None if page_size is None else require_page_size(page_size)
-        if bound_store is not None and bound_pool is not None:
-            bound_store.check_pool(bound_pool)
-        if bound_pool is not None:
-            self._pool.bind(bound_pool)
-        if bound_store is not None:
-            self._store.bind(bound_store)
-            if bound_pool is not None:
-                bound_store.bind_pool(bound_pool)
+        bind_together(self._pool, self._store, pool, prefixes)
         self._slots = new_slot_arrays(requests, logical_pages)
         self._slot_of: dict[int, int] = {}
         self._empty: list[int] = list(range(requests))  # ascending: already a heap

@@ -12,7 +12,7 @@ its bindings included.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from kvsched.spec.errors import InvalidArgument
 
@@ -41,3 +41,18 @@ class Binding(Generic[T]):
     def bind(self, value: T) -> None:
         """Bind `value` (a no-op once bound: `check` admitted only the bound one)."""
         self.bound = value
+
+
+def bind_together(pools: Binding[Any], stores: Binding[Any], pool: object, store: object) -> None:
+    """A scheduler's construction: check the pool and store it is given (either may be None) and
+    that the store may work with that pool, then bind all three together."""
+    bound_pool = None if pool is None else pools.check("pool", pool)
+    bound_store = None if store is None else stores.check("prefixes", store)
+    if bound_store is not None and bound_pool is not None:
+        bound_store.check_pool(bound_pool)
+    if bound_pool is not None:
+        pools.bind(bound_pool)
+    if bound_store is not None:
+        stores.bind(bound_store)
+        if bound_pool is not None:
+            bound_store.bind_pool(bound_pool)

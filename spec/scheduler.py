@@ -49,7 +49,7 @@ from kvsched.spec.batch import (
     RaggedBatchReceipt,
     RaggedDecodeBackend,
 )
-from kvsched.spec.binding import Binding
+from kvsched.spec.binding import Binding, bind_together
 from kvsched.spec.domain import require_size, require_u32, require_u64
 from kvsched.spec.errors import (
     BackendFailed,
@@ -437,12 +437,8 @@ class RequestScheduler:
         self._state = initial_scheduler(requests, logical_pages)
         self._pool = Binding(BlockPool, "scheduler")
         self._store = Binding(PrefixKvStore, "scheduler")
-        bound_pool = None if pool is None else self._pool.check("pool", pool)
-        bound_store = None if prefixes is None else self._store.check("prefixes", prefixes)
         self._page_size = None if page_size is None else require_page_size(page_size)
-        if bound_store is not None and bound_pool is not None:
-            bound_store.check_pool(bound_pool)
-        self._bind(bound_pool, bound_store)
+        bind_together(self._pool, self._store, pool, prefixes)
 
     def check_pool(self, pool: object) -> BlockPool:
         """`pool`, if this scheduler may work with it; else `InvalidArgument`."""
