@@ -125,7 +125,7 @@ def _decode_setup(module: Any, requests: int, plan: Plan, timings: Timings) -> t
     prompt_pages = plan.prompt_tokens // PAGE_SIZE
     logical_pages = -(-(plan.prompt_tokens + plan.rounds) // PAGE_SIZE)
     pool = module.BlockPool(requests * logical_pages)
-    store, scheduler = module.PrefixKvStore(1, 1), module.RequestScheduler(requests, logical_pages)
+    store, scheduler = module.PrefixKvStore(1, 1), module.RequestScheduler(requests, logical_pages, page_size=PAGE_SIZE)
     with timings.measure("admit", requests):
         for request in range(requests):
             scheduler.admit_with_prefix(request, None, store, pool)
@@ -196,7 +196,8 @@ def bench_shared_prefix(plan: Plan) -> dict[str, Timings]:
         timings = results[name]
         _log(f"shared prefix {name}: {requests} requests attach {plan.prefix_tokens} tokens")
         pool = module.BlockPool(prefix_pages + 2 * requests)
-        store, scheduler = module.PrefixKvStore(1, prefix_pages), module.RequestScheduler(requests, prefix_pages + 1)
+        store = module.PrefixKvStore(1, prefix_pages)
+        scheduler = module.RequestScheduler(requests, prefix_pages + 1, page_size=PAGE_SIZE)
         pages = tuple(pool.allocate() for _ in range(prefix_pages))
         store.publish(spec.PrefixPageSet(identity, pages, plan.prefix_tokens), pool)
         for page in pages:
