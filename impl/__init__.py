@@ -12,7 +12,7 @@ from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.impl.system import ImplSystem, make_impl_system
 from kvsched.impl.table import SequenceBlockTable
-from kvsched.impl.writes import ALLOCATED, COPY, EXISTING, WritePlan
+from kvsched.impl.writes import ALLOCATED, COPY, EXISTING, ArrayWritePlan, WritePlan
 from kvsched.spec.batch import INVALID_BLOCK, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.errors import *  # noqa: F403  (the same closed error hierarchy as the spec)
 from kvsched.spec.errors import KvschedError
@@ -31,6 +31,7 @@ __all__ = [
     "Admission",
     "Allocated",
     "ArrayDecodeBackend",
+    "ArrayWritePlan",
     "BlockPool",
     "Copy",
     "CopyOnWrite",

@@ -10,14 +10,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from kvsched.spec.errors import (
-    DoubleRelease,
-    Exhausted,
-    InvalidBlock,
-    KvschedError,
-    OutOfRange,
-    ReferenceOverflow,
-)
+from kvsched.spec import refusals
+from kvsched.spec.errors import KvschedError
 
 OK: Final = 0
 EXHAUSTED: Final = 1  # the free stack is empty
@@ -32,17 +26,17 @@ OUT_OF_TABLE: Final = 7  # detail: a logical page outside the table
 def get_error(code: int, detail: int, *, physical_pages: int, logical_pages: int = 0, page: int = 0) -> KvschedError:
     """The spec's exception for a kernel status (`page` names the page of an `OVERFLOW`)."""
     if code == EXHAUSTED:
-        return Exhausted(f"no free page: all {physical_pages} pages are held")
+        return refusals.no_free_page(physical_pages)
     if code == OUT_OF_POOL:
-        return InvalidBlock(f"page {detail} is out of range for a pool of {physical_pages} pages")
+        return refusals.page_out_of_range(detail, physical_pages)
     if code == FREE_RETAIN:
-        return InvalidBlock(f"page {detail} is free: only a held page can be retained")
+        return refusals.retain_free_page(detail)
     if code == FREE_WRITE:
-        return InvalidBlock(f"page {detail} is free: a table cannot write a page it does not hold")
+        return refusals.write_free_page(detail)
     if code == OVERFLOW:
-        return ReferenceOverflow(f"page {page} already has {detail} references, the maximum")
+        return refusals.reference_overflow(page, detail)
     if code == DOUBLE_RELEASE:
-        return DoubleRelease(f"page {detail} is already free")
+        return refusals.double_release(detail)
     if code == OUT_OF_TABLE:
-        return OutOfRange(f"logical page {detail} is outside a table of {logical_pages} pages")
+        return refusals.logical_page_out_of_range(detail, logical_pages)
     raise AssertionError(f"unknown kernel status {code}")

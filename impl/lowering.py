@@ -26,18 +26,11 @@ import numpy.typing as npt
 from kvsched.impl.abi import ItemArray, OutputArray, TableArray
 from kvsched.impl.jit import jit
 from kvsched.impl.slots import DECODE, SlotArrays
+from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
 from kvsched.spec.errors import (
-    BackendFailed,
-    BackendLaunchCount,
-    BlockTableBufferTooSmall,
     InvalidArgument,
-    ItemBufferTooSmall,
-    MissingInputToken,
-    OutputBufferTooSmall,
-    OutputIdentityMismatch,
 )
-from kvsched.spec.scheduler import unprepared_write
 
 MISSING_TOKEN = 0  # lower_round's codes: a DECODE slot with no seeded token
 UNWRITABLE = 1  # a DECODE slot whose write target is unmapped or shared
@@ -181,13 +174,11 @@ def execute_round(
     page size (0: none bound)."""
     width = slots.tables.shape[1]
     if items.shape[0] < decoding:
-        raise ItemBufferTooSmall(f"item buffer holds {items.shape[0]}, {decoding} requests decode")
+        raise refusals.items_too_small(items.shape[0], decoding)
     if outputs.shape[0] < decoding:
-        raise OutputBufferTooSmall(f"output buffer holds {outputs.shape[0]}, {decoding} requests decode")
+        raise refusals.outputs_too_small(outputs.shape[0], decoding)
     if block_tables.shape[0] < decoding * width:
-        raise BlockTableBufferTooSmall(
-            f"block-table buffer holds {block_tables.shape[0]}, {decoding} tables need {decoding * width}"
-        )
+        raise refusals.tables_too_small(block_tables.shape[0], decoding, decoding * width)
     if decoding == 0:
         return RaggedBatchReceipt()
     assert refs is not None, "requests decode, yet no call bound a pool"
@@ -206,12 +197,11 @@ def execute_round(
         round_slots,
     )
     if code == MISSING_TOKEN:
-        request_id = int(slots.request_ids[found])
-        raise MissingInputToken(f"request {request_id} in slot {found} has no seeded input token")
+        raise refusals.missing_input_token(int(slots.request_ids[found]), found)
     if code == UNWRITABLE:
         target = None if page == NO_PAGE else page
         request_id, token_count = int(slots.request_ids[found]), int(slots.token_counts[found])
-        raise unprepared_write(request_id, found, token_count, page_size or None, target, holders, width)
+        raise refusals.unprepared_write(request_id, found, token_count, page_size or None, target, holders, width)
     count = found
     assert count == decoding, "the DECODE count drifted from the slot states"
     if count == 0:
@@ -220,20 +210,18 @@ def execute_round(
     try:
         receipt = backend.execute_ragged(_read_only(items[:count]), _read_only(block_tables[: count * width]), out)
     except Exception as error:
-        raise BackendFailed(f"backend raised {type(error).__name__}: {error}") from error
+        raise refusals.backend_raised(error) from error
     if not isinstance(receipt, RaggedBatchReceipt):
-        raise BackendFailed(f"backend returned {type(receipt).__name__}, not a RaggedBatchReceipt")
+        raise refusals.not_a_receipt(receipt)
     if receipt.batch_size != count:
-        raise OutputIdentityMismatch(f"backend answered {receipt.batch_size} items of {count}")
+        raise refusals.answered_count(receipt.batch_size, count)
     if receipt.backend_launches != 1:
-        raise BackendLaunchCount(f"backend reported {receipt.backend_launches} launches, not 1")
+        raise refusals.launch_count(receipt.backend_launches)
     bad = apply_round(
         out, round_slots, count, slots.request_ids, slots.next_tokens, slots.token_counts, slots.token_ready
     )
     if bad >= 0:
         slot = int(round_slots[bad])
-        raise OutputIdentityMismatch(
-            f"output {bad} answers request {int(out[bad]['request_id'])} slot {int(out[bad]['slot'])}, "
-            f"expected request {int(slots.request_ids[slot])} slot {slot}"
-        )
+        answered = (int(out[bad]["request_id"]), int(out[bad]["slot"]))
+        raise refusals.wrong_answer(bad, answered, (int(slots.request_ids[slot]), slot))
     return receipt

@@ -23,15 +23,11 @@ import numpy.typing as npt
 
 from kvsched.impl import faults
 from kvsched.impl.page_kernels import release_pages, retain_pages
+from kvsched.spec import refusals
 from kvsched.spec.batch import U32_MAX
-from kvsched.spec.domain import is_int, require_size
+from kvsched.spec.domain import as_int, require_int, require_size
 from kvsched.spec.errors import (
-    DoubleRelease,
-    Exhausted,
-    InvalidArgument,
-    InvalidBlock,
     KvschedError,
-    ReferenceOverflow,
 )
 from kvsched.spec.pool import MAX_PAGES, Allocated, Copy, CopyOnWrite, Existing, PoolState
 
@@ -60,8 +56,8 @@ class BlockPool:
     __slots__ = ("_free", "_max_references", "_refs", "_top")
 
     def __init__(self, physical_pages: int, *, max_references: int = U32_MAX) -> None:
-        require_size("physical_pages", physical_pages, 0, MAX_PAGES)
-        require_size("max_references", max_references, 1, U32_MAX)
+        physical_pages = require_size("physical_pages", physical_pages, 0, MAX_PAGES)
+        max_references = require_size("max_references", max_references, 1, U32_MAX)
         stack_type = np.int32 if physical_pages <= INT32_PAGES else np.int64
         self._refs = np.zeros(physical_pages, dtype=np.uint32)
         self._free = cast(npt.NDArray[np.signedinteger[Any]], np.arange(physical_pages - 1, -1, -1, dtype=stack_type))
@@ -91,18 +87,16 @@ class BlockPool:
     def _require_page(self, page: object) -> int:
         if type(page) is int and 0 <= page < self._refs.shape[0]:
             return page
-        if not is_int(page):
-            raise InvalidArgument(f"page id must be an int, got {type(page).__name__}")
-        assert isinstance(page, int)
+        page = require_int("page id", page)
         if not 0 <= page < self._refs.shape[0]:
-            raise InvalidBlock(f"page {page} is out of range for a pool of {self._refs.shape[0]} pages")
+            raise refusals.page_out_of_range(page, self._refs.shape[0])
         return page
 
     def allocate(self) -> int:
         """Allocate the top free page with one reference."""
         top = int(self._top[0])
         if top == 0:
-            raise Exhausted(f"no free page: all {self._refs.shape[0]} pages are held")
+            raise refusals.no_free_page(self._refs.shape[0])
         page = int(self._free[top - 1])
         self._top[0] = top - 1
         self._refs[page] = 1
@@ -113,9 +107,9 @@ class BlockPool:
         page = self._require_page(page)
         count = int(self._refs[page])
         if count == 0:
-            raise InvalidBlock(f"page {page} is free: only a held page can be retained")
+            raise refusals.retain_free_page(page)
         if count >= self._max_references:
-            raise ReferenceOverflow(f"page {page} already has {count} references, the maximum")
+            raise refusals.reference_overflow(page, count)
         self._refs[page] = count + 1
 
     def release(self, page: int) -> None:
@@ -123,7 +117,7 @@ class BlockPool:
         page = self._require_page(page)
         count = int(self._refs[page])
         if count == 0:
-            raise DoubleRelease(f"page {page} is already free")
+            raise refusals.double_release(page)
         self._refs[page] = count - 1
         if count == 1:
             top = int(self._top[0])
@@ -132,9 +126,10 @@ class BlockPool:
 
     def ref_count(self, page: int) -> int | None:
         """The page's reference count (0 when free), or None when out of range."""
-        if not is_int(page) or not 0 <= page < self._refs.shape[0]:
+        index = as_int(page)
+        if index is None or not 0 <= index < self._refs.shape[0]:
             return None
-        return int(self._refs[page])
+        return int(self._refs[index])
 
     def free_count(self) -> int:
         """The number of free pages."""
@@ -149,7 +144,7 @@ class BlockPool:
         if count == 1:
             return Existing(page)
         if count == 0:
-            raise InvalidBlock(f"page {page} is free: a table cannot write a page it does not hold")
+            raise refusals.write_free_page(page)
         destination = self.allocate()
         self._refs[page] = count - 1  # count > 1: the source stays held
         return Copy(page, destination)
@@ -193,16 +188,14 @@ def retain_sequence(pool: BlockPool, pages: Sequence[object]) -> None:
     ids = np.empty(len(pages), dtype=np.int64)
     count = 0
     for page in pages:
-        if not is_int(page):
+        index = as_int(page)
+        if index is None:
             break
-        assert isinstance(page, int)
-        ids[count] = page if 0 <= page < pool.physical_pages else -1
+        ids[count] = index if 0 <= index < pool.physical_pages else -1
         count += 1
     code, at, detail = retain_pages(pool._refs, ids, count, pool._max_references, False)
     if code != faults.OK:
-        page = pages[at]
-        assert isinstance(page, int)
-        raise _fault(pool, code, detail, page)
+        raise _fault(pool, code, detail, require_int("page id", pages[at]))
     if count < len(pages):
         release_pages(pool._refs, pool._free, pool._top, ids, count, False)  # undo: never reaches zero
-        raise InvalidArgument(f"page id must be an int, got {type(pages[count]).__name__}")
+        require_int("page id", pages[count])  # raises the spec's error

@@ -26,9 +26,15 @@ from kvsched.impl.jit import jit
 from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_sequence
 from kvsched.impl.table import SequenceBlockTable, TableRow, get_row, install_row_prefix
 from kvsched.spec.binding import Binding
-from kvsched.spec.domain import is_int
 from kvsched.spec.errors import InvalidArgument, KvschedError, PageCapacity, RegistryFull
-from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, StoreEntry, StoreState, initial_store
+from kvsched.spec.prefix import (
+    PrefixIdentity,
+    PrefixPageSet,
+    StoreEntry,
+    StoreState,
+    initial_store,
+    require_reclaim_target,
+)
 
 
 class PrefixKvStore:
@@ -211,8 +217,7 @@ class PrefixKvStore:
 
         Stops early when no idle entry is left; returns how many pages became free.
         """
-        if not is_int(pages) or pages < 0:
-            raise InvalidArgument(f"reclaim target must be a non-negative int, not {pages!r}")
+        pages = require_reclaim_target(pages)
         before = pool.free_count()
         if before >= pages:
             return 0

@@ -35,11 +35,12 @@ from kvsched.impl.slots import (
     to_spec_slots,
 )
 from kvsched.impl.table import fork_row, release_row, require_logical_page, to_spec_table
-from kvsched.impl.writes import WritePlan, ensure_writable_batch, new_write_buffers, prepare_decode_round
+from kvsched.impl.writes import ArrayWritePlan, ensure_writable_batch, new_write_buffers, prepare_decode_round
+from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
 from kvsched.spec.binding import Binding, bind_together
 from kvsched.spec.domain import require_u32, require_u64
-from kvsched.spec.errors import DuplicateRequest, Full, InvalidArgument, InvalidState, OutputTooSmall, UnknownRequest
+from kvsched.spec.errors import Exhausted, InvalidArgument
 from kvsched.spec.pool import Copy, CopyOnWrite
 from kvsched.spec.prefix import PrefixIdentity
 from kvsched.spec.scheduler import Admission, RequestView, SchedulerState, initial_scheduler, require_page_size
@@ -135,18 +136,21 @@ class RequestScheduler:
         return bound if pool is bound and bound is not None else self._pool.check("pool", pool)
 
     def _require_request(self, request_id: int) -> int:
-        # Only valid u64 ids are keys, so a hit needs no domain check; a miss gets the spec's.
+        # Only valid u64 ids are keys, so a plain int's hit needs no domain check; any other
+        # integer is looked up as the int it denotes, and a miss gets the spec's error.
         slot = self._slot_of.get(request_id) if type(request_id) is int else None
         if slot is None:
-            require_u64("request_id", request_id)
-            raise UnknownRequest(f"request {request_id} is not live")
+            request_id = require_u64("request_id", request_id)
+            slot = self._slot_of.get(request_id)
+            if slot is None:
+                raise refusals.unknown_request(request_id)
         return slot
 
     def _require_free_slot(self, request_id: int) -> int:
         if request_id in self._slot_of:
-            raise DuplicateRequest(f"request {request_id} is already live")
+            raise refusals.duplicate_request(request_id)
         if not self._empty:
-            raise Full(f"all {self.requests} request slots are occupied; request {request_id} refused")
+            raise refusals.scheduler_full(request_id, self.requests)
         return self._empty[0]
 
     def _occupy(self, slot: int, request_id: int, state: int) -> None:
@@ -163,7 +167,7 @@ class RequestScheduler:
         if prefixes is not self._store.bound:
             prefixes = self._store.check("prefixes", prefixes)
         pool = prefixes.check_pool(self.check_pool(pool))
-        require_u64("request_id", request_id)
+        request_id = require_u64("request_id", request_id)
         if identity is not None and not isinstance(identity, PrefixIdentity):
             raise InvalidArgument("identity must be a PrefixIdentity or None")
         slot = self._require_free_slot(request_id)
@@ -182,7 +186,8 @@ class RequestScheduler:
         """Admit `child_id` sharing every page of `parent_id` (copy-on-write on first write)."""
         pool = self.check_pool(pool)
         parent = self._require_request(parent_id)
-        child = self._require_free_slot(require_u64("child_id", child_id))
+        child_id = require_u64("child_id", child_id)
+        child = self._require_free_slot(child_id)
         fork_row(self._slots.tables[parent], self._slots.tables[child], pool)
         copy_slot(self._slots, parent, child)
         self._occupy(child, child_id, int(self._slots.states[parent]))
@@ -195,9 +200,16 @@ class RequestScheduler:
         slot = self._require_request(request_id)
         tables = self._slots.tables
         if type(logical_page) is not int or not 0 <= logical_page < tables.shape[1]:
-            require_logical_page(tables[slot], logical_page)  # raises the spec's error
+            logical_page = require_logical_page(tables[slot], logical_page)  # or the spec's error
         entry = int(tables[slot, logical_page])
-        action = pool.writable(None if entry == INVALID_BLOCK else entry)
+        try:
+            action = pool.writable(None if entry == INVALID_BLOCK else entry)
+        except Exhausted:
+            request_id = int(self._slots.request_ids[slot])
+            pages = pool.physical_pages
+            raise refusals.no_page_for(
+                request_id, slot, logical_page, needed=1, free=0, pages=pages, batch=False
+            ) from None
         tables[slot, logical_page] = action.destination if isinstance(action, Copy) else action.page
         self._pool.bound = pool
         return action
@@ -207,7 +219,7 @@ class RequestScheduler:
         request_ids: Sequence[int] | npt.NDArray[np.integer],
         logical_pages: Sequence[int] | npt.NDArray[np.integer],
         pool: BlockPool,
-    ) -> WritePlan:
+    ) -> ArrayWritePlan:
         """`ensure_writable` for every (request, logical page) pair in order, all or nothing.
 
         Equivalent to the single calls in sequence (see `kvsched.impl.writes`); on the first
@@ -218,7 +230,7 @@ class RequestScheduler:
         self._pool.bound = pool
         return plan
 
-    def prepare_decode_round(self, pool: BlockPool, page_size: int) -> WritePlan:
+    def prepare_decode_round(self, pool: BlockPool, page_size: int) -> ArrayWritePlan:
         """Make every DECODE request's next token page writable, in slot order, all or nothing.
 
         The request in slot `s` writes its next token at position `token_count`, so its page is
@@ -235,7 +247,7 @@ class RequestScheduler:
         slot = self._require_request(request_id)
         state = int(self._slots.states[slot])
         if state != PREFILL:
-            raise InvalidState(f"request {request_id} is in {REQUEST_STATES[state].value}, not prefill")
+            raise refusals.not_prefilling(int(self._slots.request_ids[slot]), slot, REQUEST_STATES[state].value)
         self._slots.states[slot] = DECODE
         self._decoding += 1
 
@@ -263,7 +275,7 @@ class RequestScheduler:
         """Write every live request into `out` in slot order; how many were written."""
         live = len(self._slot_of)
         if len(out) < live:
-            raise OutputTooSmall(f"view buffer holds {len(out)}, {live} requests are live")
+            raise refusals.views_too_small(len(out), live)
         slots = self._slots
         for index, slot in enumerate(sorted(self._slot_of.values())):
             out[index] = RequestView(

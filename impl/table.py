@@ -19,9 +19,10 @@ import numpy.typing as npt
 
 from kvsched.impl.page_kernels import clear_row, is_clear
 from kvsched.impl.pool import BlockPool, release_array, retain_array, retain_sequence
+from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX
-from kvsched.spec.domain import is_int, require_size
-from kvsched.spec.errors import InvalidArgument, OutOfRange, TargetNotEmpty
+from kvsched.spec.domain import as_int, require_int, require_size
+from kvsched.spec.errors import InvalidArgument
 from kvsched.spec.pool import Copy, CopyOnWrite
 from kvsched.spec.table import Table, repeats_a_page
 
@@ -35,11 +36,9 @@ def to_spec_table(row: TableRow) -> Table:
 
 def require_logical_page(row: TableRow, logical_page: object) -> int:
     """`logical_page` as an index into `row`, or the spec's error."""
-    if not is_int(logical_page):
-        raise InvalidArgument(f"logical page must be an int, got {type(logical_page).__name__}")
-    assert isinstance(logical_page, int)
+    logical_page = require_int("logical page", logical_page)
     if not 0 <= logical_page < row.shape[0]:
-        raise OutOfRange(f"logical page {logical_page} is outside a table of {row.shape[0]} pages")
+        raise refusals.logical_page_out_of_range(logical_page, row.shape[0])
     return logical_page
 
 
@@ -56,9 +55,9 @@ def install_row_prefix(row: TableRow, pool: BlockPool, pages: npt.NDArray[np.uin
     """Map `pages` (distinct page ids) as the row's first entries, retaining each: all or nothing."""
     count = pages.shape[0]
     if count > row.shape[0]:
-        raise OutOfRange(f"a prefix of {count} pages does not fit a table of {row.shape[0]}")
+        raise refusals.prefix_too_long(count, row.shape[0])
     if not is_clear(row):
-        raise TargetNotEmpty("a shared prefix can only be installed into an empty table")
+        raise refusals.prefix_target_not_empty()
     retain_array(pool, pages)
     row[:count] = pages
 
@@ -66,9 +65,9 @@ def install_row_prefix(row: TableRow, pool: BlockPool, pages: npt.NDArray[np.uin
 def fork_row(source: TableRow, target: TableRow, pool: BlockPool) -> None:
     """Share every page of `source` with the empty `target` (one more reference each)."""
     if source.shape[0] != target.shape[0]:
-        raise OutOfRange(f"cannot fork a table of {source.shape[0]} pages into one of {target.shape[0]}")
+        raise refusals.fork_width_mismatch(source.shape[0], target.shape[0])
     if not is_clear(target):
-        raise TargetNotEmpty("the fork target already maps pages")
+        raise refusals.fork_target_not_empty()
     retain_array(pool, source, skip_invalid=True)
     target[:] = source
 
@@ -90,7 +89,7 @@ class SequenceBlockTable:
     __slots__ = ("_row",)
 
     def __init__(self, logical_pages: int) -> None:
-        require_size("logical_pages", logical_pages, 1, U32_MAX)
+        logical_pages = require_size("logical_pages", logical_pages, 1, U32_MAX)
         self._row: TableRow = np.full(logical_pages, INVALID_BLOCK, dtype=np.uint32)
 
     @property
@@ -113,9 +112,10 @@ class SequenceBlockTable:
 
     def get(self, logical_page: int) -> int | None:
         """The physical page behind `logical_page`, or None when unmapped or out of range."""
-        if not is_int(logical_page) or not 0 <= logical_page < self._row.shape[0]:
+        index = as_int(logical_page)
+        if index is None or not 0 <= index < self._row.shape[0]:
             return None
-        entry = int(self._row[logical_page])
+        entry = int(self._row[index])
         return None if entry == INVALID_BLOCK else entry
 
     def ensure_writable(self, logical_page: int, pool: BlockPool) -> CopyOnWrite:
@@ -124,19 +124,21 @@ class SequenceBlockTable:
 
     def fork_into(self, target: SequenceBlockTable, pool: BlockPool) -> None:
         """Share every mapped page with the empty `target`."""
+        if not isinstance(target, SequenceBlockTable):
+            raise InvalidArgument(f"fork target must be a SequenceBlockTable, not {type(target).__name__}")
         fork_row(self._row, target._row, pool)
 
     def install_shared_prefix(self, pages: Sequence[int], pool: BlockPool) -> None:
         """Map `pages` as this empty table's first logical pages, retaining each: all or nothing."""
         pages = tuple(pages)
         if len(pages) > self._row.shape[0]:
-            raise OutOfRange(f"a prefix of {len(pages)} pages does not fit a table of {self._row.shape[0]}")
+            raise refusals.prefix_too_long(len(pages), self._row.shape[0])
         if not is_clear(self._row):
-            raise TargetNotEmpty("a shared prefix can only be installed into an empty table")
+            raise refusals.prefix_target_not_empty()
         if repeats_a_page(pages):
             raise InvalidArgument(f"prefix pages {pages} repeat a page: one page cannot hold two positions")
         retain_sequence(pool, pages)
-        self._row[: len(pages)] = pages
+        self._row[: len(pages)] = [require_int("page id", page) for page in pages]
 
     def release_all(self, pool: BlockPool) -> None:
         """Release every mapped page and clear the table."""

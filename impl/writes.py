@@ -18,7 +18,6 @@ into (source, destination) arrays a batched page-copy kernel takes as they are.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,12 +28,15 @@ from kvsched.impl.jit import jit
 from kvsched.impl.page_kernels import ALLOCATED, COPY, EXISTING, collect_copies, ensure_rows, undo_rows
 from kvsched.impl.pool import BlockPool, get_arrays
 from kvsched.impl.slots import DECODE, SlotArrays
-from kvsched.spec.domain import require_u64
-from kvsched.spec.errors import InvalidArgument, KvschedError, UnknownRequest
+from kvsched.spec import refusals
+from kvsched.spec.batch import INVALID_BLOCK
+from kvsched.spec.domain import require_int, require_u64
+from kvsched.spec.errors import InvalidArgument, KvschedError
+from kvsched.spec.plan import WritePlan, pages_needed
 from kvsched.spec.pool import Allocated, Copy, CopyOnWrite, Existing
 from kvsched.spec.scheduler import require_page_size
 
-__all__ = ["ALLOCATED", "COPY", "EXISTING", "WriteBuffers", "WritePlan", "new_write_buffers"]
+__all__ = ["ALLOCATED", "COPY", "EXISTING", "ArrayWritePlan", "WriteBuffers", "WritePlan", "new_write_buffers"]
 
 
 class WriteBuffers(NamedTuple):
@@ -62,27 +64,31 @@ def new_write_buffers(capacity: int) -> WriteBuffers:
     )
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class WritePlan:
-    """What a batched ensure_writable did, one entry per step, in step order.
+class ArrayWritePlan(WritePlan):
+    """The spec's `WritePlan`, its steps kept in arrays, in step order.
 
     The arrays are views of the buffers they were computed in: a plan from
     `prepare_decode_round` is valid until the scheduler's next `prepare_decode_round`.
     """
 
-    slots: npt.NDArray[np.int64]  # [steps] the request slot written
-    logical_pages: npt.NDArray[np.int64]  # [steps] its logical page
-    kinds: npt.NDArray[np.uint8]  # [steps] EXISTING, ALLOCATED or COPY
-    pages: npt.NDArray[np.uint32]  # [steps] the physical page the write goes to
-    sources: npt.NDArray[np.uint32]  # [steps] a COPY's source page, INVALID_BLOCK otherwise
-    copy_sources: npt.NDArray[np.uint32]  # [copies] copy these pages ...
-    copy_destinations: npt.NDArray[np.uint32]  # [copies] ... into these, before writing
+    __slots__ = ("copy_destinations", "copy_sources", "kinds", "logical_pages", "pages", "slots", "sources")
+
+    def __init__(self, buffers: WriteBuffers, count: int, copies: int) -> None:
+        self.slots = buffers.slots[:count]  # [steps] the request slot written
+        self.logical_pages = buffers.logical_pages[:count]  # [steps] its logical page
+        self.kinds = buffers.kinds[:count]  # [steps] EXISTING, ALLOCATED or COPY
+        self.pages = buffers.pages[:count]  # [steps] the physical page the write goes to
+        self.sources = buffers.sources[:count]  # [steps] a COPY's source page, INVALID_BLOCK otherwise
+        self.copy_sources = buffers.copy_sources[:copies]  # [copies] copy these pages ...
+        self.copy_destinations = buffers.copy_destinations[:copies]  # [copies] ... into these, first
 
     def __len__(self) -> int:
         return int(self.kinds.shape[0])
 
+    def targets(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self.slots.tolist(), self.logical_pages.tolist(), strict=True))
+
     def actions(self) -> tuple[CopyOnWrite, ...]:
-        """Each step as the spec's `CopyOnWrite` value (what the single calls would return)."""
         actions: list[CopyOnWrite] = []
         for kind, page, source in zip(self.kinds.tolist(), self.pages.tolist(), self.sources.tolist(), strict=True):
             if kind == EXISTING:
@@ -94,15 +100,26 @@ class WritePlan:
         return tuple(actions)
 
 
-def _plan(buffers: WriteBuffers, count: int, copies: int) -> WritePlan:
-    return WritePlan(
-        buffers.slots[:count],
-        buffers.logical_pages[:count],
-        buffers.kinds[:count],
-        buffers.pages[:count],
-        buffers.sources[:count],
-        buffers.copy_sources[:copies],
-        buffers.copy_destinations[:copies],
+def _exhausted(slots: SlotArrays, pool: BlockPool, buffers: WriteBuffers, count: int, at: int) -> KvschedError:
+    """The spec's refusal of a batch whose step `at` found no free page: the new pages its
+    valid steps (those before the first logical page outside the table) need."""
+    width = slots.tables.shape[1]
+    refs = get_arrays(pool).refs
+    steps: list[tuple[tuple[int, int], int | None]] = []
+    for slot, logical in zip(buffers.slots[:count].tolist(), buffers.logical_pages[:count].tolist(), strict=True):
+        if not 0 <= logical < width:
+            break
+        entry = int(slots.tables[slot, logical])
+        steps.append(((slot, logical), None if entry == INVALID_BLOCK else entry))
+    slot, logical = int(buffers.slots[at]), int(buffers.logical_pages[at])
+    return refusals.no_page_for(
+        int(slots.request_ids[slot]),
+        slot,
+        logical,
+        needed=pages_needed(steps, lambda page: int(refs[page])),
+        free=pool.free_count(),
+        pages=pool.physical_pages,
+        batch=True,
     )
 
 
@@ -124,8 +141,9 @@ def prepare_round(
     copy_destinations: Any,
 ) -> tuple[int, int, int, int, int]:
     """Select the DECODE slots and make each one's next token page writable:
-    (code, step, detail, steps, copies). The buffers are `WriteBuffers`' fields, passed one by
-    one: numba types a tuple of arrays on every call, which costs more than the round."""
+    (code, step, detail, steps, copies), no copies on a failure. The buffers are `WriteBuffers`'
+    fields, passed one by one: numba types a tuple of arrays on every call, which costs more than
+    the round."""
     count = 0
     for slot in range(states.shape[0]):
         if states[slot] == DECODE:
@@ -134,21 +152,25 @@ def prepare_round(
             count += 1
     code, at, detail = ensure_rows(tables, slots, logical_pages, count, refs, free, top, kinds, pages, sources)
     if code != faults.OK:
-        return code, at, detail, 0, 0
+        return code, at, detail, count, 0  # count: the steps, for the refusal's figures
     copies = collect_copies(kinds, pages, sources, count, copy_sources, copy_destinations)
     return code, at, detail, count, copies
 
 
-def prepare_decode_round(slots: SlotArrays, pool: BlockPool, page_size: object, buffers: WriteBuffers) -> WritePlan:
+def prepare_decode_round(
+    slots: SlotArrays, pool: BlockPool, page_size: object, buffers: WriteBuffers
+) -> ArrayWritePlan:
     """Make every DECODE request's next token page (`token_count // page_size`) writable."""
     page_size = require_page_size(page_size)
     refs, free, top, _ = get_arrays(pool)
-    code, _, detail, count, copies = prepare_round(
+    code, at, detail, count, copies = prepare_round(
         slots.states, slots.token_counts, slots.tables, page_size, refs, free, top, *buffers
     )
+    if code == faults.EXHAUSTED:
+        raise _exhausted(slots, pool, buffers, count, at)
     if code != faults.OK:
         raise faults.get_error(code, detail, physical_pages=pool.physical_pages, logical_pages=slots.tables.shape[1])
-    return _plan(buffers, count, copies)
+    return ArrayWritePlan(buffers, count, copies)
 
 
 def _as_list(values: Sequence[object] | npt.NDArray[np.integer]) -> list[object]:
@@ -164,7 +186,7 @@ def ensure_writable_batch(
     request_ids: Sequence[int] | npt.NDArray[np.integer],
     logical_pages: Sequence[int] | npt.NDArray[np.integer],
     pool: BlockPool,
-) -> WritePlan:
+) -> ArrayWritePlan:
     """`ensure_writable(request_ids[i], logical_pages[i])` for every i, in order, all or nothing.
 
     Integer numpy arrays are taken as their Python values. The plan's arrays are new (O(n)).
@@ -178,29 +200,29 @@ def ensure_writable_batch(
     count = 0
     for request_id, logical_page in zip(ids, targets, strict=True):
         try:
-            slot = slot_of.get(require_u64("request_id", request_id))
+            number = require_u64("request_id", request_id)
+            slot = slot_of.get(number)
+            if slot is None:
+                raise refusals.unknown_request(number)
+            logical = require_int("logical page", logical_page)
         except KvschedError as error:
             failure = error
             break
-        if slot is None:
-            failure = UnknownRequest(f"request {request_id} is not live")
-            break
-        if not isinstance(logical_page, int) or isinstance(logical_page, bool):
-            failure = InvalidArgument(f"logical page must be an int, got {type(logical_page).__name__}")
-            break
         buffers.slots[count] = slot
-        buffers.logical_pages[count] = logical_page if 0 <= logical_page < width else -1
+        buffers.logical_pages[count] = logical if 0 <= logical < width else -1
         count += 1
     refs, free, top, _ = get_arrays(pool)
     code, at, detail = ensure_rows(
         slots.tables, buffers.slots, buffers.logical_pages, count, refs, free, top, *buffers[2:5]
     )
     if code == faults.OUT_OF_TABLE:
-        detail = targets[at]  # type: ignore[assignment]  # the input, which may not fit int64
+        detail = require_int("logical page", targets[at])  # the input, which may not fit int64
+    if code == faults.EXHAUSTED:
+        raise _exhausted(slots, pool, buffers, count, at)
     if code != faults.OK:
         raise faults.get_error(code, detail, physical_pages=pool.physical_pages, logical_pages=width)
     if failure is not None:
         undo_rows(slots.tables, buffers.slots, buffers.logical_pages, count, refs, top, *buffers[2:5])
         raise failure
     copies = collect_copies(buffers.kinds, buffers.pages, buffers.sources, count, *buffers[5:])
-    return _plan(buffers, count, copies)
+    return ArrayWritePlan(buffers, count, copies)

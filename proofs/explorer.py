@@ -30,6 +30,7 @@ from kvsched.spec.invariants import (
     post_failure_changes_nothing,
     post_written_page_exclusive,
 )
+from kvsched.spec.plan import WritePlan
 from kvsched.spec.prefix import PrefixIdentity
 from kvsched.spec.scheduler import is_live
 from kvsched.spec.system import SystemState
@@ -77,8 +78,8 @@ class Exploration:
 
 def normalize(value: Any) -> Any:
     """A comparable form of a result: dataclasses by name and fields, numbers as ints."""
-    if callable(getattr(value, "actions", None)):  # impl's WritePlan: the spec's action tuple
-        return normalize(value.actions())
+    if isinstance(value, WritePlan):  # spec's or impl's: by its steps
+        return ("WritePlan", normalize(value.targets()), normalize(value.actions()))
     if is_dataclass(value) and not isinstance(value, type):
         return (type(value).__name__, *(normalize(getattr(value, f.name)) for f in fields(value)))
     if isinstance(value, list | tuple):

@@ -24,6 +24,7 @@ from kvsched.spec.batching import (
 from kvsched.spec.errors import *  # noqa: F403  (the closed error hierarchy is part of the API)
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.paged_config import DEFAULT_BLOCK_SIZE, PagedKvConfig, fill_identity_block_table
+from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import Allocated, BlockPool, Copy, CopyOnWrite, Existing, PoolState
 from kvsched.spec.prefix import (
     PrefixIdentity,
@@ -80,6 +81,7 @@ __all__ = [
     "SequenceBlockTable",
     "SequenceManager",
     "StoreState",
+    "WritePlan",
     "derive_prefix_identity",
     "fill_identity_block_table",
 ]

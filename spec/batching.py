@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from kvsched.spec.domain import is_int, require_u64
+from kvsched.spec.domain import as_int, require_u64
 from kvsched.spec.errors import InvalidConfig
 
 CHUNK_SIZE_LIMIT = 512  # ADR-048 R3 of the original: a longer chunk risked the device timeout
@@ -36,8 +36,10 @@ class BatchConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_seq_len", "chunk_size", "prefill_reserve_pages"):
-            if not is_int(getattr(self, name)):
-                raise InvalidConfig(f"{name} must be an int")
+            value = as_int(getattr(self, name))
+            if value is None:
+                raise InvalidConfig(f"{name} must be an integer")
+            object.__setattr__(self, name, value)
         if self.max_batch_size <= 0:
             raise InvalidConfig("max_batch_size must be > 0")
         if self.max_seq_len <= 0:
@@ -60,7 +62,7 @@ class SeqId:
     value: int
 
     def __post_init__(self) -> None:
-        require_u64("SeqId", self.value)
+        object.__setattr__(self, "value", require_u64("SeqId", self.value))
 
     def __str__(self) -> str:
         return f"seq:{self.value}"

@@ -22,7 +22,42 @@ from __future__ import annotations
 
 
 class KvschedError(Exception):
-    """Base of every error kvsched raises."""
+    """Base of every error kvsched raises.
+
+    Besides its message, an error carries what an engine acts on, as typed attributes, each
+    None where it does not apply: `request_id` and `slot` (the request the call was for),
+    `logical_page` and `page` (where in its table, which physical page), `holders` (that page's
+    reference count), `needed` and `free` (the new pages the call needed, and the pages free
+    now, after the rollback). `kvsched.spec.refusals` builds every error with them.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        request_id: int | None = None,
+        slot: int | None = None,
+        logical_page: int | None = None,
+        page: int | None = None,
+        holders: int | None = None,
+        needed: int | None = None,
+        free: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.slot = slot
+        self.logical_page = logical_page
+        self.page = page
+        self.holders = holders
+        self.needed = needed
+        self.free = free
+
+    def details(self) -> dict[str, int | None]:
+        """The typed attributes, by name (what a lockstep comparison checks besides the type)."""
+        return {name: getattr(self, name) for name in DETAILS}
+
+
+DETAILS = ("request_id", "slot", "logical_page", "page", "holders", "needed", "free")
 
 
 class InvalidArgument(KvschedError, ValueError):
@@ -131,25 +166,9 @@ class MissingInputToken(DecodeRoundError):
 
 class UnpreparedWrite(DecodeRoundError):
     """A decoding request's write target (the page holding position `token_count`) is unmapped or
-    held by another owner too; `prepare_decode_round` makes it writable. Carries which request,
-    where it would write, and who holds the page, so an engine can act on it."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        request_id: int,
-        slot: int,
-        logical_page: int | None = None,
-        page: int | None = None,
-        holders: int = 0,
-    ) -> None:
-        super().__init__(message)
-        self.request_id = request_id
-        self.slot = slot
-        self.logical_page = logical_page  # None when no page size is bound
-        self.page = page  # None when the logical page is unmapped
-        self.holders = holders  # the page's reference count
+    held by another owner too; `prepare_decode_round` makes it writable. Carries the request,
+    its slot, the logical page (None without a page size), the page (None when unmapped) and
+    its holders."""
 
 
 class BackendFailed(DecodeRoundError):

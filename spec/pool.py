@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kvsched.spec import refusals
 from kvsched.spec.batch import U32_MAX
-from kvsched.spec.domain import is_int, require_size
-from kvsched.spec.errors import DoubleRelease, Exhausted, InvalidArgument, InvalidBlock, ReferenceOverflow
+from kvsched.spec.domain import as_int, require_int, require_size
 
 MAX_PAGES = U32_MAX  # page ids are u32 and INVALID_BLOCK (2**32 - 1) is reserved
 
@@ -59,24 +59,23 @@ CopyOnWrite = Existing | Allocated | Copy
 
 def initial_pool(physical_pages: int, max_references: int = U32_MAX) -> PoolState:
     """A pool whose stack hands out page 0 first."""
-    require_size("physical_pages", physical_pages, 0, MAX_PAGES)
-    require_size("max_references", max_references, 1, U32_MAX)
+    physical_pages = require_size("physical_pages", physical_pages, 0, MAX_PAGES)
+    max_references = require_size("max_references", max_references, 1, U32_MAX)
     return PoolState((0,) * physical_pages, tuple(reversed(range(physical_pages))), max_references)
 
 
 def get_ref_count(state: PoolState, page: int) -> int | None:
     """The page's reference count, or None when the id is out of range."""
-    if not is_int(page) or not 0 <= page < len(state.refs):
+    index = as_int(page)
+    if index is None or not 0 <= index < len(state.refs):
         return None
-    return state.refs[page]
+    return state.refs[index]
 
 
 def _require_page(state: PoolState, page: object) -> int:
-    if not is_int(page):
-        raise InvalidArgument(f"page id must be an int, got {type(page).__name__}")
-    assert isinstance(page, int)
+    page = require_int("page id", page)
     if not 0 <= page < len(state.refs):
-        raise InvalidBlock(f"page {page} is out of range for a pool of {len(state.refs)} pages")
+        raise refusals.page_out_of_range(page, len(state.refs))
     return page
 
 
@@ -92,7 +91,7 @@ def can_allocate(state: PoolState) -> bool:
 def allocate(state: PoolState) -> tuple[PoolState, int]:
     """Pop the top of the free stack and give it one reference."""
     if not can_allocate(state):
-        raise Exhausted(f"no free page: all {len(state.refs)} pages are held")
+        raise refusals.no_free_page(len(state.refs))
     page = state.free[-1]
     return replace(state, refs=_with_ref(state, page, 1), free=state.free[:-1]), page
 
@@ -102,9 +101,9 @@ def retain(state: PoolState, page: int) -> PoolState:
     page = _require_page(state, page)
     count = state.refs[page]
     if count == 0:
-        raise InvalidBlock(f"page {page} is free: only a held page can be retained")
+        raise refusals.retain_free_page(page)
     if count >= state.max_references:
-        raise ReferenceOverflow(f"page {page} already has {count} references, the maximum")
+        raise refusals.reference_overflow(page, count)
     return replace(state, refs=_with_ref(state, page, count + 1))
 
 
@@ -113,7 +112,7 @@ def release(state: PoolState, page: int) -> PoolState:
     page = _require_page(state, page)
     count = state.refs[page]
     if count == 0:
-        raise DoubleRelease(f"page {page} is already free")
+        raise refusals.double_release(page)
     free = state.free + (page,) if count == 1 else state.free
     return replace(state, refs=_with_ref(state, page, count - 1), free=free)
 
@@ -132,7 +131,7 @@ def writable(state: PoolState, current: int | None) -> tuple[PoolState, CopyOnWr
     if count == 1:
         return state, Existing(page)
     if count == 0:
-        raise InvalidBlock(f"page {page} is free: a table cannot write a page it does not hold")
+        raise refusals.write_free_page(page)
     state, destination = allocate(state)
     return release(state, page), Copy(page, destination)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from kvsched.spec import pool as pool_ops
 from kvsched.spec.batch import U32_MAX
 from kvsched.spec.binding import Binding
-from kvsched.spec.domain import is_int, require_size, require_u64
+from kvsched.spec.domain import as_int, require_size, require_u64
 from kvsched.spec.errors import EmptyPageSet, InvalidArgument, PageCapacity, RegistryFull
 from kvsched.spec.pool import BlockPool, PoolState
 from kvsched.spec.table import SequenceBlockTable, Table, install_shared_prefix
@@ -40,8 +40,8 @@ class PrefixIdentity:
     def __post_init__(self) -> None:
         if not isinstance(self.words, tuple) or len(self.words) != 4:
             raise InvalidArgument("a prefix identity is a tuple of four 64-bit words")
-        for word in self.words:
-            require_u64("identity word", word)
+        words = tuple(require_u64("identity word", word) for word in self.words)
+        object.__setattr__(self, "words", words)  # plain ints, whatever integers were given
 
 
 def compute_mix(value: int) -> int:
@@ -52,6 +52,16 @@ def compute_mix(value: int) -> int:
     value ^= value >> 27
     value = (value * 0x94D049BB133111EB) & MASK64
     return value ^ (value >> 31)
+
+
+def _sequence(name: str, values: object) -> tuple[object, ...]:
+    """`values` as a tuple, if it is a finite iterable other than a string; else `InvalidArgument`."""
+    if isinstance(values, (str, bytes)):
+        raise InvalidArgument(f"{name} must be a sequence, not {type(values).__name__}")
+    try:
+        return tuple(values)  # type: ignore[arg-type]
+    except TypeError:
+        raise InvalidArgument(f"{name} must be a sequence, not {type(values).__name__}") from None
 
 
 def derive_prefix_identity(
@@ -75,10 +85,11 @@ def derive_prefix_identity(
         compute_mix(require_u64("identity input", value) ^ seed ^ salt)
         for value, seed in zip(inputs, _SEEDS, strict=True)
     ]
-    for index, fact in enumerate(facts):
-        if len(fact) != 6:
-            raise InvalidArgument(f"fact {index} has {len(fact)} lanes, not 6")
-        for lane, value in enumerate(fact):
+    for index, fact in enumerate(_sequence("facts", facts)):
+        lanes = _sequence(f"fact {index}", fact)
+        if len(lanes) != 6:
+            raise InvalidArgument(f"fact {index} has {len(lanes)} lanes, not 6")
+        for lane, value in enumerate(lanes):
             target = (index + lane) & 3
             words[target] = compute_mix(words[target] ^ require_u64("fact lane", value) ^ (index << 32) ^ lane)
     return PrefixIdentity((words[0], words[1], words[2], words[3]))
@@ -95,16 +106,20 @@ class PrefixPageSet:
     def __post_init__(self) -> None:
         if not isinstance(self.identity, PrefixIdentity):
             raise InvalidArgument("a page set needs a PrefixIdentity")
-        if not isinstance(self.pages, tuple) or not all(is_int(page) for page in self.pages):
-            raise InvalidArgument("a page set's pages are a tuple of ints")
+        pages = tuple(as_int(page) for page in self.pages) if isinstance(self.pages, tuple) else (None,)
+        if any(page is None for page in pages):
+            raise InvalidArgument("a page set's pages are a tuple of integers")
+        object.__setattr__(self, "pages", pages)
         if not self.pages:
             raise EmptyPageSet("a prefix page set needs at least one page")
         if len(set(self.pages)) != len(self.pages):
             raise InvalidArgument(f"pages {self.pages} repeat a page: one page cannot hold two positions")
         if len(self.pages) > MAX_SET_PAGES:
             raise PageCapacity(f"{len(self.pages)} pages exceed the {MAX_SET_PAGES}-page limit")
-        if not is_int(self.token_count) or not 1 <= self.token_count <= U32_MAX:
+        token_count = as_int(self.token_count)
+        if token_count is None or not 1 <= token_count <= U32_MAX:
             raise EmptyPageSet(f"a prefix must hold 1..2**32-1 tokens, not {self.token_count!r}")
+        object.__setattr__(self, "token_count", token_count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +142,8 @@ class StoreState:
 
 def initial_store(entries: int, pages: int) -> StoreState:
     """An empty store of `entries` slots, each holding at most `pages` pages."""
-    require_size("entries", entries, 0, MAX_ENTRIES)
-    require_size("pages", pages, 1, MAX_SET_PAGES)
+    entries = require_size("entries", entries, 0, MAX_ENTRIES)
+    pages = require_size("pages", pages, 1, MAX_SET_PAGES)
     return StoreState((None,) * entries, pages)
 
 
@@ -215,14 +230,21 @@ def is_idle(state: StoreState, pool: PoolState, entry: StoreEntry) -> bool:
     return in_range and all(pool.refs[page] == get_store_references(state, page) for page in pages)
 
 
+def require_reclaim_target(pages: object) -> int:
+    """`pages` as a non-negative int, else `InvalidArgument`."""
+    target = as_int(pages)
+    if target is None or target < 0:
+        raise InvalidArgument(f"reclaim target must be a non-negative integer, not {pages!r}")
+    return target
+
+
 def reclaim(state: StoreState, pool: PoolState, pages: int) -> tuple[StoreState, PoolState, int]:
     """Evict idle entries, least recently used first, until `pages` pages are free.
 
     Stops early when no idle entry is left (a partial reclaim is still useful under pressure);
     returns how many pages became free.
     """
-    if not is_int(pages) or pages < 0:
-        raise InvalidArgument(f"reclaim target must be a non-negative int, not {pages!r}")
+    pages = require_reclaim_target(pages)
     before = len(pool.free)
     while len(pool.free) < pages:
         idle = [

@@ -40,6 +40,7 @@ from collections.abc import MutableSequence, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from kvsched.spec import refusals
 from kvsched.spec import table as table_ops
 from kvsched.spec.batch import (
     U32_MAX,
@@ -50,23 +51,9 @@ from kvsched.spec.batch import (
     RaggedDecodeBackend,
 )
 from kvsched.spec.binding import Binding, bind_together
-from kvsched.spec.domain import require_size, require_u32, require_u64
-from kvsched.spec.errors import (
-    BackendFailed,
-    BackendLaunchCount,
-    BlockTableBufferTooSmall,
-    DuplicateRequest,
-    Full,
-    InvalidArgument,
-    InvalidState,
-    ItemBufferTooSmall,
-    MissingInputToken,
-    OutputBufferTooSmall,
-    OutputIdentityMismatch,
-    OutputTooSmall,
-    UnknownRequest,
-    UnpreparedWrite,
-)
+from kvsched.spec.domain import as_int, require_int, require_size, require_u32, require_u64
+from kvsched.spec.errors import Exhausted, InvalidArgument, OutputIdentityMismatch
+from kvsched.spec.plan import WritePlan, pages_needed
 from kvsched.spec.pool import BlockPool, CopyOnWrite, PoolState, get_ref_count
 from kvsched.spec.prefix import PrefixIdentity, PrefixKvStore, StoreState
 from kvsched.spec.prefix import attach as attach_prefix
@@ -128,7 +115,7 @@ class RequestView:
 
 def initial_scheduler(requests: int, logical_pages: int) -> SchedulerState:
     """`requests` empty slots, each with an empty table of `logical_pages` entries."""
-    require_size("requests", requests, 1, MAX_REQUESTS)
+    requests = require_size("requests", requests, 1, MAX_REQUESTS)
     return SchedulerState((Slot(table_ops.empty_table(logical_pages)),) * requests)
 
 
@@ -156,18 +143,19 @@ def find_empty_slot(state: SchedulerState) -> int | None:
 
 
 def _require_request(state: SchedulerState, request_id: int) -> int:
-    index = find_request(state, require_u64("request_id", request_id))
+    request_id = require_u64("request_id", request_id)
+    index = find_request(state, request_id)
     if index is None:
-        raise UnknownRequest(f"request {request_id} is not live")
+        raise refusals.unknown_request(request_id)
     return index
 
 
 def _require_free_slot(state: SchedulerState, request_id: int) -> int:
     if find_request(state, request_id) is not None:
-        raise DuplicateRequest(f"request {request_id} is already live")
+        raise refusals.duplicate_request(request_id)
     index = find_empty_slot(state)
     if index is None:
-        raise Full(f"all {len(state.slots)} request slots are occupied; request {request_id} refused")
+        raise refusals.scheduler_full(request_id, len(state.slots))
     return index
 
 
@@ -188,7 +176,7 @@ def admit(
     identity: PrefixIdentity | None,
 ) -> tuple[SchedulerState, PoolState, StoreState, Admission]:
     """Admit into the lowest empty slot, attaching the prefix `identity` names when published."""
-    require_u64("request_id", request_id)
+    request_id = require_u64("request_id", request_id)
     if identity is not None and not isinstance(identity, PrefixIdentity):
         raise InvalidArgument("identity must be a PrefixIdentity or None")
     index = _require_free_slot(state, request_id)
@@ -208,53 +196,112 @@ def fork(
 ) -> tuple[SchedulerState, PoolState, int]:
     """Admit `child_id` as a copy of `parent_id` sharing all its pages; the child's slot."""
     parent_index = _require_request(state, parent_id)
-    child_index = _require_free_slot(state, require_u64("child_id", child_id))
+    child_id = require_u64("child_id", child_id)
+    child_index = _require_free_slot(state, child_id)
     parent = state.slots[parent_index]
     table, pool = table_ops.fork(parent.table, state.slots[child_index].table, pool)
     child = replace(parent, table=table, request_id=child_id)
     return _with_slot(state, child_index, child), pool, child_index
 
 
+def _write_step(
+    state: SchedulerState, pool: PoolState, request_id: int, logical_page: int
+) -> tuple[SchedulerState, PoolState, tuple[int, int], CopyOnWrite]:
+    """`ensure_writable`, also returning the step's target (slot, logical page); an exhausted
+    pool is named with the request."""
+    index = _require_request(state, request_id)
+    slot = state.slots[index]
+    try:
+        table, pool, action = table_ops.ensure_writable(slot.table, pool, logical_page)
+    except Exhausted:
+        logical = require_int("logical page", logical_page)
+        raise refusals.no_page_for(
+            slot.request_id, index, logical, needed=1, free=len(pool.free), pages=len(pool.refs), batch=False
+        ) from None
+    target = (index, require_int("logical page", logical_page))
+    return _with_slot(state, index, replace(slot, table=table)), pool, target, action
+
+
 def ensure_writable(
     state: SchedulerState, pool: PoolState, request_id: int, logical_page: int
 ) -> tuple[SchedulerState, PoolState, CopyOnWrite]:
     """Make one of the request's logical pages exclusively its own."""
-    index = _require_request(state, request_id)
-    slot = state.slots[index]
-    table, pool, action = table_ops.ensure_writable(slot.table, pool, logical_page)
-    return _with_slot(state, index, replace(slot, table=table)), pool, action
+    state, pool, _, action = _write_step(state, pool, request_id, logical_page)
+    return state, pool, action
+
+
+def valid_steps(state: SchedulerState, ids: Sequence[object], pages: Sequence[object]) -> list[tuple[int, int]]:
+    """The targets (slot, logical page) of the batch's steps before its first invalid one (an id
+    not live, a logical page that is not an integer in its table)."""
+    steps: list[tuple[int, int]] = []
+    for request_id, logical_page in zip(ids, pages, strict=True):
+        number, logical = as_int(request_id), as_int(logical_page)
+        index = None if number is None else find_request(state, number)
+        if index is None or logical is None or not 0 <= logical < len(state.slots[index].table):
+            break
+        steps.append((index, logical))
+    return steps
+
+
+def batch_exhausted(
+    state: SchedulerState, pool: PoolState, steps: Sequence[tuple[int, int]], failed: tuple[int, int]
+) -> Exhausted:
+    """The refusal of a batch whose step `failed` found no free page in `pool`: it names that
+    request and how many new pages the batch's valid `steps` need."""
+    mapped = [(target, state.slots[target[0]].table[target[1]]) for target in steps]
+    needed = pages_needed(mapped, lambda page: pool.refs[page])
+    index, logical = failed
+    return refusals.no_page_for(
+        state.slots[index].request_id,
+        index,
+        logical,
+        needed=needed,
+        free=len(pool.free),
+        pages=len(pool.refs),
+        batch=True,
+    )
 
 
 def ensure_writable_batch(
     state: SchedulerState, pool: PoolState, request_ids: Sequence[int], logical_pages: Sequence[int]
-) -> tuple[SchedulerState, PoolState, tuple[CopyOnWrite, ...]]:
+) -> tuple[SchedulerState, PoolState, WritePlan]:
     """`ensure_writable` for each (request, logical page) pair in order, all or nothing.
 
-    Each step sees the effects of the earlier ones; the first failing step's error is raised.
+    Each step sees the effects of the earlier ones; the first failing step's error is raised (an
+    exhausted pool names the request and the new pages the whole batch needs).
     """
     ids, pages = list(request_ids), list(logical_pages)
     if len(ids) != len(pages):
         raise InvalidArgument(f"{len(ids)} request ids but {len(pages)} logical pages")
+    before, pool_before = state, pool
+    targets: list[tuple[int, int]] = []
     actions: list[CopyOnWrite] = []
     for request_id, logical_page in zip(ids, pages, strict=True):
-        state, pool, action = ensure_writable(state, pool, request_id, logical_page)
+        try:
+            state, pool, target, action = _write_step(state, pool, request_id, logical_page)
+        except Exhausted as error:
+            assert error.slot is not None and error.logical_page is not None
+            failed = (error.slot, error.logical_page)
+            raise batch_exhausted(before, pool_before, valid_steps(before, ids, pages), failed) from None
+        targets.append(target)
         actions.append(action)
-    return state, pool, tuple(actions)
+    return state, pool, WritePlan(targets, actions)
 
 
 def require_page_size(page_size: object) -> int:
-    """`page_size` if it is an int in 1..2**32-1, else `InvalidArgument`."""
-    if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= U32_MAX:
-        raise InvalidArgument(f"page_size must be an int in 1..2**32-1, not {page_size!r}")
-    return page_size
+    """`page_size` as an int in 1..2**32-1, else `InvalidArgument`."""
+    size = as_int(page_size)
+    if size is None or not 1 <= size <= U32_MAX:
+        raise InvalidArgument(f"page_size must be an integer in 1..2**32-1, not {page_size!r}")
+    return size
 
 
 def prepare_decode_round(
     state: SchedulerState, pool: PoolState, page_size: int
-) -> tuple[SchedulerState, PoolState, tuple[CopyOnWrite, ...]]:
+) -> tuple[SchedulerState, PoolState, WritePlan]:
     """Make every DECODE request's next token page (`token_count // page_size`) writable, in slot
     order, all or nothing: what an engine does before each decode round."""
-    require_page_size(page_size)
+    page_size = require_page_size(page_size)
     decoding = [state.slots[index] for index in get_decoding_slots(state)]
     ids = [slot.request_id for slot in decoding]
     return ensure_writable_batch(state, pool, ids, [slot.token_count // page_size for slot in decoding])
@@ -265,7 +312,7 @@ def mark_prefill_complete(state: SchedulerState, request_id: int) -> SchedulerSt
     index = _require_request(state, request_id)
     slot = state.slots[index]
     if slot.state is not RequestState.PREFILL:
-        raise InvalidState(f"request {request_id} is in {slot.state.value}, not prefill")
+        raise refusals.not_prefilling(slot.request_id, index, slot.state.value)
     return _with_slot(state, index, replace(slot, state=RequestState.DECODE))
 
 
@@ -305,39 +352,6 @@ def get_decoding_slots(state: SchedulerState) -> tuple[int, ...]:
     return tuple(index for index, slot in enumerate(state.slots) if slot.state is RequestState.DECODE)
 
 
-def unprepared_write(
-    request_id: int, slot: int, token_count: int, page_size: int | None, page: int | None, holders: int, width: int
-) -> UnpreparedWrite:
-    """The refusal of a round whose request in `slot` cannot write at `token_count`: into `page`
-    (None: unmapped), which `holders` owners hold; with no page size, `page` is a shared page of
-    its table, any of which could be the target."""
-    where = f"request {request_id} in slot {slot}"
-    if page_size is None:
-        return UnpreparedWrite(
-            f"{where} shares page {page} with another owner ({holders} hold it), and the scheduler has no "
-            f"page size to tell its write target from its shared pages: construct it with page_size",
-            request_id=request_id,
-            slot=slot,
-            page=page,
-            holders=holders,
-        )
-    logical = token_count // page_size
-    if logical >= width:
-        what = f"logical page {logical}, past its table of {width}"
-    elif page is None:
-        what = f"logical page {logical}, which is unmapped"
-    else:
-        what = f"page {page} (logical page {logical}), which {holders} owners hold"
-    return UnpreparedWrite(
-        f"{where} writes position {token_count} into {what}: prepare_decode_round makes it writable",
-        request_id=request_id,
-        slot=slot,
-        logical_page=logical,
-        page=page,
-        holders=holders,
-    )
-
-
 def require_write_target(state: SchedulerState, pool: PoolState, page_size: int | None, index: int) -> None:
     """The DECODE slot `index` writes its next token's KV at position `token_count`: the page
     holding it must be mapped and held by this request alone, or the write would land in a page
@@ -348,20 +362,20 @@ def require_write_target(state: SchedulerState, pool: PoolState, page_size: int 
         for page in table_ops.get_mapped_pages(slot.table):
             holders = get_ref_count(pool, page) or 0
             if holders != 1:
-                raise unprepared_write(slot.request_id, index, slot.token_count, None, page, holders, width)
+                raise refusals.unprepared_write(slot.request_id, index, slot.token_count, None, page, holders, width)
         return
     logical = slot.token_count // page_size
     target = slot.table[logical] if logical < width else None
     holders = 0 if target is None else get_ref_count(pool, target) or 0
     if target is None or holders != 1:
-        raise unprepared_write(slot.request_id, index, slot.token_count, page_size, target, holders, width)
+        raise refusals.unprepared_write(slot.request_id, index, slot.token_count, page_size, target, holders, width)
 
 
 def require_input_token(state: SchedulerState, index: int) -> None:
     """The DECODE slot `index` has a seeded token to consume."""
     slot = state.slots[index]
     if not slot.token_ready:
-        raise MissingInputToken(f"request {slot.request_id} in slot {index} has no seeded input token")
+        raise refusals.missing_input_token(slot.request_id, index)
 
 
 def lower_item(state: SchedulerState, index: int, offset: int) -> RaggedBatchItem:
@@ -376,27 +390,28 @@ def check_outputs(
 ) -> RaggedBatchReceipt:
     """The receipt, if the outputs answer exactly these items in order; else raise."""
     if not isinstance(receipt, RaggedBatchReceipt):
-        raise BackendFailed(f"backend returned {type(receipt).__name__}, not a RaggedBatchReceipt")
+        raise refusals.not_a_receipt(receipt)
     if receipt.batch_size != len(items):
-        raise OutputIdentityMismatch(f"backend answered {receipt.batch_size} items of {len(items)}")
+        raise refusals.answered_count(receipt.batch_size, len(items))
     if receipt.backend_launches != 1:
-        raise BackendLaunchCount(f"backend reported {receipt.backend_launches} launches, not 1")
+        raise refusals.launch_count(receipt.backend_launches)
     for position, (item, output) in enumerate(zip(items, outputs, strict=True)):
         if not isinstance(output, RaggedBatchOutput):
             raise OutputIdentityMismatch(f"output {position} is {type(output).__name__}, not a RaggedBatchOutput")
         if output.request_id != item.request_id or output.slot != item.slot:
-            raise OutputIdentityMismatch(
-                f"output {position} answers request {output.request_id} slot {output.slot}, "
-                f"expected request {item.request_id} slot {item.slot}"
-            )
+            raise refusals.wrong_answer(position, (output.request_id, output.slot), (item.request_id, item.slot))
         if not 0 <= output.next_token_id <= U32_MAX:
             raise OutputIdentityMismatch(f"output {position} token {output.next_token_id} is not a u32")
     return receipt
 
 
-def require_separate_buffers(*buffers: object) -> None:
-    """Refuse one buffer passed as two of a round's (the outputs would overwrite the items)."""
+def require_round_buffers(*buffers: object) -> None:
+    """The round's three buffers are lists (mutable sequences), each its own: one list passed as
+    two would let the outputs overwrite the items."""
     names = ("item_scratch", "block_table_scratch", "output_scratch")
+    for name, buffer in zip(names, buffers, strict=True):
+        if not isinstance(buffer, MutableSequence):
+            raise InvalidArgument(f"{name} must be a mutable sequence (a list), not {type(buffer).__name__}")
     for index, buffer in enumerate(buffers):
         for other in range(index + 1, len(buffers)):
             if buffers[other] is buffer:
@@ -508,21 +523,21 @@ class RequestScheduler:
 
     def ensure_writable_batch(
         self, request_ids: Sequence[int], logical_pages: Sequence[int], pool: BlockPool
-    ) -> tuple[CopyOnWrite, ...]:
-        """`ensure_writable` for every pair in order, all or nothing; each step's action."""
+    ) -> WritePlan:
+        """`ensure_writable` for every pair in order, all or nothing; the steps' plan."""
         pool = self._pool.check("pool", pool)
-        self._state, pool_state, actions = ensure_writable_batch(self._state, pool.state, request_ids, logical_pages)
+        self._state, pool_state, plan = ensure_writable_batch(self._state, pool.state, request_ids, logical_pages)
         pool.commit(pool_state)
         self._bind(pool)
-        return actions
+        return plan
 
-    def prepare_decode_round(self, pool: BlockPool, page_size: int) -> tuple[CopyOnWrite, ...]:
+    def prepare_decode_round(self, pool: BlockPool, page_size: int) -> WritePlan:
         """Make room for every decoding request's next token, in slot order, all or nothing."""
         pool = self._pool.check("pool", pool)
-        self._state, pool_state, actions = prepare_decode_round(self._state, pool.state, page_size)
+        self._state, pool_state, plan = prepare_decode_round(self._state, pool.state, page_size)
         pool.commit(pool_state)
         self._bind(pool)
-        return actions
+        return plan
 
     def mark_prefill_complete(self, request_id: int) -> None:
         """Move a PREFILL request to DECODE."""
@@ -545,7 +560,7 @@ class RequestScheduler:
         """Write every live request into `out` in slot order; how many were written."""
         views = get_views(self._state)
         if len(out) < len(views):
-            raise OutputTooSmall(f"view buffer holds {len(out)}, {len(views)} requests are live")
+            raise refusals.views_too_small(len(out), len(views))
         for index, view in enumerate(views):
             out[index] = view
         return len(views)
@@ -563,18 +578,16 @@ class RequestScheduler:
         `block_table_scratch` and each item carries its offset. The outputs are checked as a
         complete batch before any request changes; an empty round calls no backend.
         """
-        require_separate_buffers(item_scratch, block_table_scratch, output_scratch)
+        require_round_buffers(item_scratch, block_table_scratch, output_scratch)
         decoding = get_decoding_slots(self._state)
         bound = self._pool.bound
         count, width = len(decoding), self.logical_pages
         if len(item_scratch) < count:
-            raise ItemBufferTooSmall(f"item buffer holds {len(item_scratch)}, {count} requests decode")
+            raise refusals.items_too_small(len(item_scratch), count)
         if len(output_scratch) < count:
-            raise OutputBufferTooSmall(f"output buffer holds {len(output_scratch)}, {count} requests decode")
+            raise refusals.outputs_too_small(len(output_scratch), count)
         if len(block_table_scratch) < count * width:
-            raise BlockTableBufferTooSmall(
-                f"block-table buffer holds {len(block_table_scratch)}, {count} tables need {count * width}"
-            )
+            raise refusals.tables_too_small(len(block_table_scratch), count, count * width)
         for index in decoding:
             require_input_token(self._state, index)
         if bound is not None:  # no pool bound: no request was ever admitted, none decodes
@@ -592,12 +605,12 @@ class RequestScheduler:
         try:
             receipt = backend.execute_ragged(items, tuple(block_table_scratch[: count * width]), outputs)
         except Exception as error:
-            raise BackendFailed(f"backend raised {type(error).__name__}: {error}") from error
+            raise refusals.backend_raised(error) from error
         finally:
             for position in range(min(count, len(outputs))):
                 output_scratch[position] = outputs[position]
         if len(outputs) != count:
-            raise OutputIdentityMismatch(f"backend resized the output list to {len(outputs)} from {count}")
+            raise refusals.outputs_resized(len(outputs), count)
         receipt = check_outputs(items, receipt, outputs)
         self._state = apply_outputs(self._state, outputs)
         return receipt

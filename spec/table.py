@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvsched.spec import pool as pool_ops
+from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX
-from kvsched.spec.domain import is_int, require_size
-from kvsched.spec.errors import InvalidArgument, OutOfRange, TargetNotEmpty
+from kvsched.spec.domain import as_int, require_int, require_size
+from kvsched.spec.errors import InvalidArgument
 from kvsched.spec.pool import BlockPool, CopyOnWrite, PoolState
 
 Table = tuple[int | None, ...]
@@ -23,8 +24,7 @@ Table = tuple[int | None, ...]
 
 def empty_table(logical_pages: int) -> Table:
     """A table of `logical_pages` unmapped entries."""
-    require_size("logical_pages", logical_pages, 1, U32_MAX)
-    return (None,) * logical_pages
+    return (None,) * require_size("logical_pages", logical_pages, 1, U32_MAX)
 
 
 def is_empty_table(table: Table) -> bool:
@@ -43,11 +43,9 @@ def to_abi(table: Table) -> tuple[int, ...]:
 
 
 def _require_logical_page(table: Table, logical_page: object) -> int:
-    if not is_int(logical_page):
-        raise InvalidArgument(f"logical page must be an int, got {type(logical_page).__name__}")
-    assert isinstance(logical_page, int)
+    logical_page = require_int("logical page", logical_page)
     if not 0 <= logical_page < len(table):
-        raise OutOfRange(f"logical page {logical_page} is outside a table of {len(table)} pages")
+        raise refusals.logical_page_out_of_range(logical_page, len(table))
     return logical_page
 
 
@@ -76,9 +74,9 @@ def release_all(table: Table, pool: PoolState) -> tuple[Table, PoolState]:
 def fork(source: Table, target: Table, pool: PoolState) -> tuple[Table, PoolState]:
     """Share every page of `source` with the empty `target` (one more reference each)."""
     if len(source) != len(target):
-        raise OutOfRange(f"cannot fork a table of {len(source)} pages into one of {len(target)}")
+        raise refusals.fork_width_mismatch(len(source), len(target))
     if not is_empty_table(target):
-        raise TargetNotEmpty("the fork target already maps pages")
+        raise refusals.fork_target_not_empty()
     return source, retain_all(pool, get_mapped_pages(source))
 
 
@@ -100,13 +98,13 @@ def install_shared_prefix(table: Table, pool: PoolState, pages: Sequence[int]) -
     """
     pages = tuple(pages)
     if len(pages) > len(table):
-        raise OutOfRange(f"a prefix of {len(pages)} pages does not fit a table of {len(table)}")
+        raise refusals.prefix_too_long(len(pages), len(table))
     if not is_empty_table(table):
-        raise TargetNotEmpty("a shared prefix can only be installed into an empty table")
+        raise refusals.prefix_target_not_empty()
     if repeats_a_page(pages):
         raise InvalidArgument(f"prefix pages {pages} repeat a page: one page cannot hold two positions")
-    pool = retain_all(pool, pages)
-    return pages + table[len(pages) :], pool
+    pool = retain_all(pool, pages)  # refuses any page that is not an integer
+    return tuple(require_int("page id", page) for page in pages) + table[len(pages) :], pool
 
 
 class SequenceBlockTable:
@@ -132,9 +130,10 @@ class SequenceBlockTable:
 
     def get(self, logical_page: int) -> int | None:
         """The physical page behind `logical_page`, or None when unmapped or out of range."""
-        if not is_int(logical_page) or not 0 <= logical_page < len(self._entries):
+        index = as_int(logical_page)
+        if index is None or not 0 <= index < len(self._entries):
             return None
-        return self._entries[logical_page]
+        return self._entries[index]
 
     def ensure_writable(self, logical_page: int, pool: BlockPool) -> CopyOnWrite:
         """Make `logical_page` exclusively owned; see `ensure_writable`."""

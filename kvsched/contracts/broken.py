@@ -83,13 +83,13 @@ _capacity_before_duplicates = patch_source(
     (
         (
             "    if find_request(state, request_id) is not None:\n"
-            '        raise DuplicateRequest(f"request {request_id} is already live")\n',
+            "        raise refusals.duplicate_request(request_id)\n",
             "",
         ),
         (
             "    return index\n",
             "    if find_request(state, request_id) is not None:\n"
-            '        raise DuplicateRequest("")\n'
+            "        raise refusals.duplicate_request(request_id)\n"
             "    return index\n",
         ),
     ),
@@ -192,7 +192,7 @@ class ZeroLaunchScheduler(RequestScheduler):
 # (Not a check that lets a short buffer through: the kernels would write past its end.)
 _items_short_misnamed = patch_source(
     execute_round,
-    (('raise ItemBufferTooSmall(f"item buffer', 'raise OutputBufferTooSmall(f"item buffer'),),
+    (("raise refusals.items_too_small(", "raise refusals.outputs_too_small("),),
     "a short item buffer raises the output buffer's error",
 )
 

@@ -28,6 +28,7 @@ from kvsched.spec import scheduler as scheduler_ops
 from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.invariants import post_written_page_exclusive
+from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import CopyOnWrite
 from kvsched.spec.scheduler import Admission, RequestState, Slot
 from kvsched.spec.system import SystemState
@@ -167,14 +168,14 @@ def scheduler_ensure_writable(
     return run_step(before, transition)
 
 
-def all_exclusive(step: Step[tuple[CopyOnWrite, ...]], steps: tuple[tuple[int, int], ...]) -> bool:
+def all_exclusive(step: Step[WritePlan], steps: tuple[tuple[int, int], ...]) -> bool:
     """After the batch, every step's logical page is its request's alone."""
     return all(post_written_page_exclusive(step.after, request_id, logical) for request_id, logical in steps)
 
 
 def scheduler_ensure_writable_batch(
     s0: int, i0: int, t00: int, t01: int, s1: int, i1: int, e0: int, e1: int, e2: int, order: int, r: int, logical: int
-) -> Step[tuple[CopyOnWrite, ...]]:
+) -> Step[WritePlan]:
     """A batch of writes (logical pages 0 and `logical` of request `r`, then page 0 of request `i1`)
     runs whole, each write landing on a page its request owns alone, or changes nothing.
 
@@ -185,10 +186,10 @@ def scheduler_ensure_writable_batch(
     """
     before = two_slots(s0, i0, (t00, t01), s1, i1, (t00, -1), (e0, e1, e2), order)
 
-    def transition() -> tuple[SystemState, tuple[CopyOnWrite, ...]]:
+    def transition() -> tuple[SystemState, WritePlan]:
         ids, pages = (r, r, i1), (0, logical, 0)
-        scheduler, pool, actions = scheduler_ops.ensure_writable_batch(before.scheduler, before.pool, ids, pages)
-        return replace(before, scheduler=scheduler, pool=pool), actions
+        scheduler, pool, plan = scheduler_ops.ensure_writable_batch(before.scheduler, before.pool, ids, pages)
+        return replace(before, scheduler=scheduler, pool=pool), plan
 
     return run_step(before, transition)
 

@@ -30,8 +30,6 @@ def _attempt(system: SystemUnderTest, call: Callable[[], object], table: Any = N
         result: object = call()
     except KvschedError as error:
         result = (type(error).__name__, str(error))
-    if isinstance(result, impl.WritePlan):
-        result = result.actions()
     return (result, system.snapshot(), None if table is None else table.entries())
 
 

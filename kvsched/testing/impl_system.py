@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.impl.abi import empty_items, empty_outputs
+from kvsched.impl.abi import OUTPUT_DTYPE, empty_items, empty_outputs
 from kvsched.impl.system import ImplSystem, make_impl_system
 from kvsched.testing.system import Snapshot, SystemConfig, SystemUnderTest
 
@@ -29,6 +29,15 @@ class ImplAdapter:
 
     def scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
         return empty_items(items), np.zeros(tables, dtype=np.uint32), empty_outputs(outputs)
+
+    def overlapping_scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
+        """Round scratch whose block tables and outputs are views of one allocation."""
+        raw = np.zeros(max(tables * 4, outputs * OUTPUT_DTYPE.itemsize), dtype=np.uint8)
+        return (
+            empty_items(items),
+            raw[: tables * 4].view(np.uint32),
+            raw[: outputs * OUTPUT_DTYPE.itemsize].view(OUTPUT_DTYPE),
+        )
 
 
 def impl_system(config: SystemConfig) -> SystemUnderTest:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
@@ -42,9 +43,30 @@ from kvsched.testing.ghost import GhostMemory, History
 from kvsched.testing.system import SystemConfig, SystemFactory, SystemUnderTest, spec_system
 
 NEW_IDS = st.sampled_from([-1, 0, 0, 1, 1, 2, 2, 3, 4, 2**64])
+# How an integer argument is passed: the id rule (`kvsched.spec.domain`) admits any of them.
+FORMS = st.sampled_from(["int", "int", "int", "subclass", "numpy", "numpy unsigned"])
 PICKS = st.integers(0, 9)  # mostly a live request (see `_request`), sometimes a bad id
 IDENTITY_COUNT = 3  # one more than the store's entries, so publishing replaces
 UNKNOWN_IDENTITY = PrefixIdentity((99, 99, 99, 99))
+
+
+class RequestNumber(int):
+    """An int subclass, as an `IntEnum` member is: an id the integer rule admits."""
+
+    def __repr__(self) -> str:
+        return f"RequestNumber({int(self)})"
+
+
+def integer_as(value: int, form: str) -> Any:
+    """`value` passed in `form`: a plain int, an int subclass, or a numpy integer (as read back
+    from an implementation's arrays) where that numpy type can hold it."""
+    if form == "subclass":
+        return RequestNumber(value)
+    if form == "numpy" and -(2**63) <= value < 2**63:
+        return np.int64(value)
+    if form == "numpy unsigned" and 0 <= value < 2**64:
+        return np.uint64(value)
+    return value
 
 
 def prefix_identity(index: int) -> PrefixIdentity:
@@ -140,8 +162,11 @@ class KvschedMachine(RuleBasedStateMachine):
                 f"{description}: system raised {type(error).__name__}, spec raised {type(ref_error).__name__}"
             )
             if error is None:
-                mine, spec = _comparable(result), _comparable(ref_result)
-                assert mine == spec, f"{description}: system returned {mine!r}, spec {spec!r}"
+                assert result == ref_result, f"{description}: system returned {result!r}, spec {ref_result!r}"
+            else:
+                assert ref_error is not None
+                mine, spec = error.details(), ref_error.details()
+                assert mine == spec, f"{description}: {type(error).__name__} tells {mine}, the spec's {spec}"
             assert self.sut.snapshot() == self.ref.snapshot(), f"{description}: states diverge from the spec"
         return outcome
 
@@ -175,33 +200,35 @@ class KvschedMachine(RuleBasedStateMachine):
 
     # -- requests ---------------------------------------------------------------------------
 
-    @rule(request_id=NEW_IDS, prefix=st.integers(-1, IDENTITY_COUNT))
-    def admit(self, request_id: int, prefix: int) -> None:
+    @rule(request_id=NEW_IDS, prefix=st.integers(-1, IDENTITY_COUNT), form=FORMS)
+    def admit(self, request_id: int, prefix: int, form: str = "int") -> None:
         identity = None if prefix < 0 else UNKNOWN_IDENTITY if prefix == IDENTITY_COUNT else prefix_identity(prefix)
+        passed = integer_as(request_id, form)
         result, error = self._step(
-            f"admit_with_prefix({request_id}, {identity!r})",
-            lambda s, _: s.scheduler.admit_with_prefix(request_id, identity, s.store, s.pool),
+            f"admit_with_prefix({passed!r}, {identity!r})",
+            lambda s, _: s.scheduler.admit_with_prefix(passed, identity, s.store, s.pool),
         )
         if error is None:
             self.ghost.histories[request_id] = prefix_history(prefix, result.prefix_tokens) if result.prefix_hit else ()
 
     @precondition(lambda self: self.has_live_request())
-    @rule(pick=PICKS, child=NEW_IDS)
-    def fork(self, pick: int, child: int) -> None:
-        parent = self._request(pick)
-        _, error = self._step(f"fork({parent}, {child})", lambda s, _: s.scheduler.fork(parent, child, s.pool))
+    @rule(pick=PICKS, child=NEW_IDS, form=FORMS)
+    def fork(self, pick: int, child: int, form: str) -> None:
+        parent, passed = integer_as(self._request(pick), form), integer_as(child, form)
+        _, error = self._step(f"fork({parent!r}, {passed!r})", lambda s, _: s.scheduler.fork(parent, passed, s.pool))
         if error is None:
             self.ghost.histories[child] = self.ghost.histories.get(parent, ())
 
     @precondition(lambda self: self.has_live_request())
-    @rule(pick=PICKS, logical_page=st.integers(-1, 3))
-    def ensure_writable(self, pick: int, logical_page: int) -> None:
-        self._ensure_writable(self._request(pick), logical_page)
+    @rule(pick=PICKS, logical_page=st.integers(-1, 3), form=FORMS)
+    def ensure_writable(self, pick: int, logical_page: int, form: str) -> None:
+        self._ensure_writable(self._request(pick), logical_page, form)
 
-    def _ensure_writable(self, request_id: int, logical_page: int) -> BaseException | None:
+    def _ensure_writable(self, request_id: int, logical_page: int, form: str = "int") -> BaseException | None:
+        passed, page = integer_as(request_id, form), integer_as(logical_page, form)
         action, error = self._step(
-            f"ensure_writable({request_id}, {logical_page})",
-            lambda s, _: s.scheduler.ensure_writable(request_id, logical_page, s.pool),
+            f"ensure_writable({passed!r}, {page!r})",
+            lambda s, _: s.scheduler.ensure_writable(passed, page, s.pool),
         )
         if error is None:
             if isinstance(action, Copy):
@@ -213,12 +240,13 @@ class KvschedMachine(RuleBasedStateMachine):
         return error
 
     @precondition(lambda self: self.has_live_request())
-    @rule(picks=st.lists(PICKS, max_size=3), logical_pages=st.lists(st.integers(-1, 3), max_size=3))
-    def ensure_writable_batch(self, picks: list[int], logical_pages: list[int]) -> None:
-        ids = [self._request(pick) for pick in picks]
+    @rule(picks=st.lists(PICKS, max_size=3), logical_pages=st.lists(st.integers(-1, 3), max_size=3), form=FORMS)
+    def ensure_writable_batch(self, picks: list[int], logical_pages: list[int], form: str) -> None:
+        ids = [integer_as(self._request(pick), form) for pick in picks]
+        pages = [integer_as(page, form) for page in logical_pages]
         self._apply_plan(
-            f"ensure_writable_batch({ids}, {logical_pages})",
-            lambda s, _: s.scheduler.ensure_writable_batch(ids, logical_pages, s.pool),
+            f"ensure_writable_batch({ids!r}, {pages!r})",
+            lambda s, _: s.scheduler.ensure_writable_batch(ids, pages, s.pool),
         )
 
     @precondition(lambda self: self.has_live_request())
@@ -241,7 +269,7 @@ class KvschedMachine(RuleBasedStateMachine):
         plan, error = self._step(description, operation)
         if error is not None:
             return None
-        for action in _comparable(plan):
+        for action in plan:
             if isinstance(action, Copy):
                 self.ghost.copy_page(action.source, action.destination)
         return plan
@@ -391,6 +419,23 @@ class KvschedMachine(RuleBasedStateMachine):
                 history = self.ghost.histories.get(request_id, ())
                 self.ghost.histories[request_id] = history[:position] + (token,)
 
+    @precondition(lambda self: self.has_live_request() and hasattr(self.sut, "overlapping_scratch"))
+    @rule()
+    def decode_with_overlapping_scratch(self) -> None:
+        """Round buffers that share memory (one allocation carved into two): the round must refuse
+        them and change nothing, or the backend reads tables the outputs overwrote."""
+        scheduler = self.sut.snapshot()[2]
+        decoding = max(1, sum(1 for slot in scheduler.slots if slot.state is RequestState.DECODE))
+        width = self.config.logical_pages
+
+        def run(system: SystemUnderTest, _: str) -> Any:
+            backend = HarnessBackend("none", self.config.page_size, None)
+            scratch = system.overlapping_scratch(decoding, decoding * width, decoding)  # type: ignore[attr-defined]
+            return system.scheduler.execute_decode_round(backend, *scratch)
+
+        _, error = self._step("execute_decode_round(HarnessBackend('none')) with overlapping scratch", run)
+        assert error is not None, "a round ran on scratch buffers that share memory"
+
     @precondition(lambda self: self.has_live_request())
     @rule(pick=PICKS, call=st.sampled_from(["finish", "ensure_writable"]))
     def use_another_pool(self, pick: int, call: str) -> None:
@@ -408,10 +453,11 @@ class KvschedMachine(RuleBasedStateMachine):
         self._step(f"scheduler.{call}({request_id}, <another pool>)", run)
 
     @precondition(lambda self: self.has_live_request())
-    @rule(pick=PICKS)
-    def finish(self, pick: int) -> None:
+    @rule(pick=PICKS, form=FORMS)
+    def finish(self, pick: int, form: str = "int") -> None:
         request_id = self._request(pick)
-        _, error = self._step(f"finish({request_id})", lambda s, _: s.scheduler.finish(request_id, s.pool))
+        passed = integer_as(request_id, form)
+        _, error = self._step(f"finish({passed!r})", lambda s, _: s.scheduler.finish(passed, s.pool))
         if error is None:
             self.ghost.histories.pop(request_id, None)
 
@@ -535,12 +581,6 @@ def _check_lifo(before: PoolState, after: PoolState, description: str) -> None:
     popped, pushed = before.free[common:], after.free[common:]
     assert all(after.refs[page] > 0 for page in popped), f"{description}: a page left the free stack out of order"
     assert all(before.refs[page] > 0 for page in pushed), f"{description}: a free page was pushed again"
-
-
-def _comparable(result: Any) -> Any:
-    """A result as the spec states it: a batched write plan is compared by its actions."""
-    actions = getattr(result, "actions", None)
-    return actions() if callable(actions) else result
 
 
 def _attempt(operation: Callable[[SystemUnderTest, str], Any], system: SystemUnderTest, role: str) -> Outcome:

@@ -60,13 +60,8 @@ _FIFO = (
     "        self._free[top] = page\n",
     "        self._free[1 : top + 1] = self._free[:top].copy()\n        self._free[0] = page\n",
 )
-_DUPLICATE = (
-    '    if request_id in self._slot_of:\n        raise DuplicateRequest(f"request {request_id} is already live")\n'
-)
-_FULL = (
-    "    if not self._empty:\n"
-    '        raise Full(f"all {self.requests} request slots are occupied; request {request_id} refused")\n'
-)
+_DUPLICATE = "    if request_id in self._slot_of:\n        raise refusals.duplicate_request(request_id)\n"
+_FULL = "    if not self._empty:\n        raise refusals.scheduler_full(request_id, self.requests)\n"
 _ZEROING = (
     "        output = outputs[index]\n"
     '        output["request_id"] = 0\n'
@@ -130,6 +125,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "_require_free_slot",
         None,
         (_DUPLICATE + _FULL, _FULL + _DUPLICATE),
+    ),
+    _mutant(
+        "an integer id that is not a plain int is unknown",
+        "scheduler",
+        "_require_request",
+        None,
+        ("        slot = self._slot_of.get(request_id)\n", "        slot = None\n"),
+    ),
+    _mutant(
+        "a round takes scratch buffers that share memory",
+        "scheduler",
+        "execute_decode_round",
+        None,
+        ("        require_disjoint(buffers, supplied, (*self._slots, self._round_slots, *self._writes))\n", ""),
     ),
     _mutant(
         "admission takes the highest empty slot",

@@ -47,7 +47,10 @@ class SystemUnderTest(Protocol):
         ...
 
     def scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
-        """Decode-round scratch buffers of these lengths, in the form the scheduler takes."""
+        """Decode-round scratch buffers of these lengths, in the form the scheduler takes.
+
+        An adapter may also offer `overlapping_scratch` (same signature): buffers that share
+        memory, which the round must refuse; the machine then drives that refusal too."""
         ...
 
 
@@ -77,6 +80,11 @@ class SpecSystem:
 
     def scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
         return [RaggedBatchItem()] * items, [0] * tables, [RaggedBatchOutput()] * outputs
+
+    def overlapping_scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
+        """Round buffers that share memory: one list as both the block tables and the outputs."""
+        shared: list[Any] = [0] * max(tables, outputs)
+        return [RaggedBatchItem()] * items, shared, shared
 
 
 def spec_system(config: SystemConfig) -> SystemUnderTest:

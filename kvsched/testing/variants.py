@@ -58,6 +58,7 @@ class MutateBeforeCheckScheduler(RequestScheduler):
         block_table_scratch: MutableSequence[int],
         output_scratch: MutableSequence[RaggedBatchOutput],
     ) -> RaggedBatchReceipt:
+        sched_ops.require_round_buffers(item_scratch, block_table_scratch, output_scratch)
         decoding = sched_ops.get_decoding_slots(self.state)
         width = self.logical_pages
         items = tuple(sched_ops.lower_item(self.state, index, n * width) for n, index in enumerate(decoding))
@@ -118,6 +119,12 @@ class UncheckedRoundScheduler(RequestScheduler):
     execute_decode_round = swap(RequestScheduler.execute_decode_round, sched_ops.require_write_target, lambda *_: None)
 
 
+class SharedBuffersScheduler(RequestScheduler):
+    """A decode round that takes one list as two of its buffers (the outputs overwrite the tables)."""
+
+    execute_decode_round = swap(RequestScheduler.execute_decode_round, sched_ops.require_round_buffers, lambda *_: None)
+
+
 class AnyPoolScheduler(RequestScheduler):
     """`finish` that releases the request's pages in whatever pool it is handed."""
 
@@ -141,4 +148,5 @@ VARIANTS: dict[str, SystemFactory] = {
     "finish leaks one page": _with(scheduler=LeakOnFinishScheduler),
     "a round that writes shared pages": _with(scheduler=UncheckedRoundScheduler),
     "finish in another pool": _with(scheduler=AnyPoolScheduler),
+    "a round on buffers that share memory": _with(scheduler=SharedBuffersScheduler),
 }

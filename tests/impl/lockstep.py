@@ -26,7 +26,6 @@ from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput
 from kvsched.spec.invariants import check_invariants
 from kvsched.spec.pool import Allocated, Copy
 from kvsched.spec.scheduler import LIVE, RequestState
-from tests.impl import reference
 from tests.impl.support import FAULTS, FaultBackend, Outcome, SpecSystem, make_spec_system, outcome, records
 
 IDENTITIES = (
@@ -124,7 +123,10 @@ class Lockstep(RuleBasedStateMachine):
         """Apply `call` to both systems; equal outcomes or the test fails."""
         expected, actual = outcome(lambda: call(self.spec)), outcome(lambda: call(self.impl))
         self.record(sys._getframe(1).f_code.co_name, expected)
-        assert (actual.error, actual.message) == (expected.error, expected.message), (expected, actual)
+        assert (actual.error, actual.message, actual.details) == (expected.error, expected.message, expected.details), (
+            expected,
+            actual,
+        )
         if compare_values:
             assert actual.value == expected.value, (expected, actual)
         return expected
@@ -390,18 +392,20 @@ class Lockstep(RuleBasedStateMachine):
     def ensure_writable_batch(self, data: st.DataObject) -> None:
         pairs = data.draw(st.lists(st.tuples(self.live_request_ids(), logical), max_size=5))
         ids, pages = [pair[0] for pair in pairs], [pair[1] for pair in pairs]
-        expected = outcome(lambda: reference.ensure_writable_batch(self.spec.scheduler, self.spec.pool, ids, pages))
+        expected = outcome(lambda: self.spec.scheduler.ensure_writable_batch(ids, pages, self.spec.pool))
         actual = outcome(lambda: self.impl.scheduler.ensure_writable_batch(ids, pages, self.impl.pool))
         self.compare_plans(expected, actual)
 
     def compare_plans(self, expected: Outcome, actual: Outcome) -> None:
         self.record(sys._getframe(1).f_code.co_name, expected)
-        assert (actual.error, actual.message) == (expected.error, expected.message), (expected, actual)
+        assert (actual.error, actual.message, actual.details) == (expected.error, expected.message, expected.details), (
+            expected,
+            actual,
+        )
         if expected.error is None:
             plan: Any = actual.value
-            actions = plan.actions()
-            assert actions == expected.value
-            copies = [(action.source, action.destination) for action in actions if isinstance(action, Copy)]
+            assert plan == expected.value
+            copies = [(copy.source, copy.destination) for copy in plan.copies()]
             assert list(zip(plan.copy_sources.tolist(), plan.copy_destinations.tolist(), strict=True)) == copies
 
     @rule(operation=st.sampled_from(sorted(OUT_OF_DOMAIN)), value=st.sampled_from(BAD_VALUES))

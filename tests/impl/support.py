@@ -70,11 +70,12 @@ def make_spec_system(
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What a call did: its value, or its exception's type and message."""
+    """What a call did: its value, or its exception's type, message and typed details."""
 
     value: object = None
     error: type[BaseException] | None = None
     message: str = ""
+    details: tuple[tuple[str, int | None], ...] = ()
 
 
 def outcome(call: Callable[[], object]) -> Outcome:
@@ -82,7 +83,7 @@ def outcome(call: Callable[[], object]) -> Outcome:
     try:
         return Outcome(call())
     except KvschedError as error:
-        return Outcome(None, type(error), str(error))
+        return Outcome(None, type(error), str(error), tuple(error.details().items()))
 
 
 FAULTS = (

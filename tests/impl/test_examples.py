@@ -300,7 +300,7 @@ def test_empty_round_calls_no_backend(kv: Flavor) -> None:
         (lambda m: m.PrefixKvStore(1, 0), "pages 0 is outside 1..65535"),
         (lambda m: m.RequestScheduler(0, 0), "requests 0 is outside 1..65536"),
         (lambda m: m.RequestScheduler(1, 0), "logical_pages 0 is outside 1..4294967295"),
-        (lambda m: m.RequestScheduler(True, 1), "requests must be an int, got bool"),
+        (lambda m: m.RequestScheduler(True, 1), "requests must be an integer, got bool"),
     ],
 )
 def test_constructors_refuse_impossible_sizes(kv: Flavor, construct: object, message: str) -> None:

@@ -22,7 +22,6 @@ from kvsched.impl.scheduler import get_indexes, get_slots
 from kvsched.impl.table import get_row
 from kvsched.spec import Copy, PrefixIdentity, PrefixPageSet
 from kvsched.spec.errors import InvalidArgument, OutOfRange
-from tests.impl import reference
 from tests.impl.support import FaultBackend, Flavor, Outcome, flavors, make_spec_system, outcome
 
 
@@ -43,7 +42,7 @@ def test_a_failing_round_preparation_ignores_the_previous_rounds_steps() -> None
     for system in (expected, actual):
         _two_decoding(system)
     first = actual.scheduler.prepare_decode_round(actual.pool, 16)  # both allocate: the buffer's last step too
-    assert first.actions() == expected.scheduler.prepare_decode_round(expected.pool, 16)
+    assert first == expected.scheduler.prepare_decode_round(expected.pool, 16)
     assert first.kinds.tolist() == [impl.ALLOCATED, impl.ALLOCATED]
     for system in (expected, actual):
         system.scheduler.record_token(1)
@@ -53,7 +52,11 @@ def test_a_failing_round_preparation_ignores_the_previous_rounds_steps() -> None
     spec_failure = outcome(lambda: expected.scheduler.prepare_decode_round(expected.pool, 1))
     impl_failure = outcome(lambda: actual.scheduler.prepare_decode_round(actual.pool, 1))
     assert spec_failure.error is OutOfRange
-    assert (impl_failure.error, impl_failure.message) == (spec_failure.error, spec_failure.message)
+    assert (impl_failure.error, impl_failure.message, impl_failure.details) == (
+        spec_failure.error,
+        spec_failure.message,
+        spec_failure.details,
+    )
     assert actual.snapshot() == before == expected.snapshot()
     assert actual.check() == ()
 
@@ -199,9 +202,9 @@ def test_a_plan_compacts_every_copy() -> None:
     expected, actual = make_spec_system(2, 3, 6, 1, 1), impl.make_impl_system(2, 3, 6, 1, 1)
     for system in (expected, actual):
         _two_copies(system)
-    actions = reference.ensure_writable_batch(expected.scheduler, expected.pool, [2, 1, 2], [1, 2, 0])
+    actions = expected.scheduler.ensure_writable_batch([2, 1, 2], [1, 2, 0], expected.pool)
     plan = actual.scheduler.ensure_writable_batch([2, 1, 2], [1, 2, 0], actual.pool)
-    assert plan.actions() == actions
+    assert plan == actions
     copies = [action for action in actions if isinstance(action, Copy)]
     assert len(copies) == 2
     assert plan.copy_sources.tolist() == [copy.source for copy in copies]
@@ -217,7 +220,7 @@ def test_the_largest_page_size_is_accepted() -> None:
         _two_decoding(system)
     largest = 2**32 - 1
     actions = expected.scheduler.prepare_decode_round(expected.pool, largest)
-    assert actual.scheduler.prepare_decode_round(actual.pool, largest).actions() == actions
+    assert actual.scheduler.prepare_decode_round(actual.pool, largest) == actions
     assert actual.snapshot() == expected.snapshot()
 
 
@@ -249,13 +252,11 @@ def test_writing_a_page_outside_the_pool_is_refused_and_undone(call: str) -> Non
     buffers = impl.writes.new_write_buffers(2)
     if call == "prepare_decode_round":
         spec_call = outcome(lambda: spec.scheduler.prepare_decode_round(state, spec_pool.state, 16)[2])
-        impl_call = outcome(lambda: impl.writes.prepare_decode_round(slots, impl_pool, 16, buffers).actions())
+        impl_call = outcome(lambda: impl.writes.prepare_decode_round(slots, impl_pool, 16, buffers))
     else:  # request 2's allocation comes first and is undone
         slot_of = get_indexes(actual.scheduler)[0]
         spec_call = outcome(lambda: spec.scheduler.ensure_writable_batch(state, spec_pool.state, [2, 1], [0, 0])[2])
-        impl_call = outcome(
-            lambda: impl.writes.ensure_writable_batch(slots, slot_of, [2, 1], [0, 0], impl_pool).actions()
-        )
+        impl_call = outcome(lambda: impl.writes.ensure_writable_batch(slots, slot_of, [2, 1], [0, 0], impl_pool))
     assert spec_call.message == "page 3 is out of range for a pool of 3 pages"
     assert impl_call == spec_call
     assert (impl_pool.to_spec(), actual.scheduler.to_spec()) == (spec_pool.state, expected.scheduler.state)
@@ -276,8 +277,9 @@ def test_copying_a_page_shared_three_ways_leaves_two_references() -> None:
     expected, actual = make_spec_system(3, 2, 4, 1, 1), impl.make_impl_system(3, 2, 4, 1, 1)
     for system in (expected, actual):
         _three_sharers(system)
-    actions = reference.ensure_writable_batch(expected.scheduler, expected.pool, [2], [0])
-    assert actual.scheduler.ensure_writable_batch([2], [0], actual.pool).actions() == actions == (Copy(0, 1),)
+    actions = expected.scheduler.ensure_writable_batch([2], [0], expected.pool)
+    assert actual.scheduler.ensure_writable_batch([2], [0], actual.pool) == actions
+    assert actions.actions() == (Copy(0, 1),)
     assert actual.snapshot() == expected.snapshot()
     assert actual.pool.ref_count(0) == 2
 
@@ -290,9 +292,11 @@ def test_a_batch_exhausted_after_a_copy_undoes_the_copy() -> None:
     for system in (expected, actual):
         _three_sharers(system)
     before = actual.snapshot()
-    spec_call = outcome(lambda: reference.ensure_writable_batch(expected.scheduler, expected.pool, [2, 3], [0, 0]))
-    impl_call = outcome(lambda: actual.scheduler.ensure_writable_batch([2, 3], [0, 0], actual.pool).actions())
-    assert spec_call.message == "no free page: all 2 pages are held"
+    spec_call = outcome(lambda: expected.scheduler.ensure_writable_batch([2, 3], [0, 0], expected.pool))
+    impl_call = outcome(lambda: actual.scheduler.ensure_writable_batch([2, 3], [0, 0], actual.pool))
+    assert spec_call.message == (
+        "no free page for request 3 in slot 2 (logical page 0): the batch needs 2 new pages, 1 of 2 pages are free"
+    )
     assert impl_call == spec_call
     assert actual.snapshot() == before == expected.snapshot()
 
@@ -495,7 +499,7 @@ def test_a_bool_logical_page_is_refused() -> None:
     does. (Kills `RequestScheduler.ensure_writable` skipping the check for non-`int` types.)"""
     expected = _write_logical(make_spec_system(1, 2, 2, 1, 1), True)
     assert isinstance(expected[0], Outcome)
-    assert expected[0].message == "logical page must be an int, got bool"
+    assert expected[0].message == "logical page must be an integer, got bool"
     assert _write_logical(impl.make_impl_system(1, 2, 2, 1, 1), True) == expected
 
 

@@ -26,7 +26,7 @@ from tests.impl.support import make_spec_system, outcome
 def test_construction_refuses_what_the_spec_refuses(sizes: tuple[int, ...]) -> None:
     expected, actual = outcome(lambda: make_spec_system(*sizes)), outcome(lambda: impl.make_impl_system(*sizes))
     assert expected.error is InvalidConfig
-    assert (actual.error, actual.message) == (expected.error, expected.message)
+    assert (actual.error, actual.message, actual.details) == (expected.error, expected.message, expected.details)
 
 
 def test_standalone_tables_count_as_external_holders() -> None:

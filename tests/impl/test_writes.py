@@ -16,7 +16,6 @@ from kvsched.impl import ALLOCATED, COPY, EXISTING
 from kvsched.spec import Allocated, Copy, Existing
 from kvsched.spec.batch import INVALID_BLOCK
 from kvsched.spec.errors import Exhausted, InvalidArgument, OutOfRange, UnknownRequest
-from tests.impl import reference
 from tests.impl.support import make_spec_system
 
 
@@ -37,8 +36,8 @@ def test_prepare_decode_round_copies_once_then_finds_the_page_exclusive() -> Non
     _forked_pair(expected)
     _forked_pair(actual)
     plan = actual.scheduler.prepare_decode_round(actual.pool, 16)
-    assert expected.scheduler.prepare_decode_round(expected.pool, 16) == (Copy(0, 1), Existing(0))
-    assert plan.actions() == (Copy(0, 1), Existing(0))
+    assert expected.scheduler.prepare_decode_round(expected.pool, 16) == plan
+    assert plan.actions() == (Copy(0, 1), Existing(0)) and plan.targets() == ((0, 0), (1, 0))
     assert plan.slots.tolist() == [0, 1] and plan.logical_pages.tolist() == [0, 0]
     assert plan.kinds.tolist() == [COPY, EXISTING]
     assert plan.pages.tolist() == [1, 0] and plan.sources.tolist() == [0, INVALID_BLOCK]
@@ -53,14 +52,19 @@ def test_prepare_decode_round_is_all_or_nothing() -> None:
     _forked_pair(system)
     system.pool.allocate()  # one free page left: the copy fits, the next allocation does not
     before = system.snapshot([2])
-    with pytest.raises(Exhausted, match="no free page: all 3 pages are held"):
+    with pytest.raises(Exhausted) as refused:
         system.scheduler.prepare_decode_round(system.pool, 2)
+    message = (
+        "no free page for request 2 in slot 1 (logical page 2): the batch needs 2 new pages, 1 of 3 pages are free"
+    )
+    assert str(refused.value) == message
+    assert (refused.value.request_id, refused.value.slot, refused.value.needed, refused.value.free) == (2, 1, 2, 1)
     assert system.snapshot([2]) == before
     with pytest.raises(OutOfRange, match="logical page 4 is outside a table of 4 pages"):
         system.scheduler.prepare_decode_round(system.pool, 1)
     assert system.snapshot([2]) == before
     for bad in (0, -1, 2**32, True, 1.5):
-        with pytest.raises(InvalidArgument, match="page_size must be an int"):
+        with pytest.raises(InvalidArgument, match="page_size must be an integer"):
             system.scheduler.prepare_decode_round(system.pool, bad)  # type: ignore[arg-type]
 
 
@@ -69,9 +73,10 @@ def test_ensure_writable_batch_is_the_single_calls_in_sequence() -> None:
     _forked_pair(expected)
     _forked_pair(actual)
     requests, pages = [2, 2, 1, 1, 2], [0, 1, 0, 3, 1]
-    actions = reference.ensure_writable_batch(expected.scheduler, expected.pool, requests, pages)
+    actions = expected.scheduler.ensure_writable_batch(requests, pages, expected.pool)
     plan = actual.scheduler.ensure_writable_batch(np.array(requests), np.array(pages), actual.pool)
-    assert plan.actions() == actions == (Copy(0, 1), Allocated(2), Existing(0), Allocated(3), Existing(2))
+    assert plan == actions
+    assert plan.actions() == (Copy(0, 1), Allocated(2), Existing(0), Allocated(3), Existing(2))
     assert plan.kinds.tolist() == [COPY, ALLOCATED, EXISTING, ALLOCATED, EXISTING]
     assert actual.snapshot() == expected.snapshot()
 
@@ -82,9 +87,14 @@ def test_ensure_writable_batch_is_the_single_calls_in_sequence() -> None:
         ([1, 7], [1, 0], UnknownRequest, "request 7 is not live"),
         ([1, 1], [1, 4], OutOfRange, "logical page 4 is outside a table of 4 pages"),
         ([1, 1], [1, 2**70], OutOfRange, f"logical page {2**70} is outside a table of 4 pages"),
-        ([1, 1], [1, "2"], InvalidArgument, "logical page must be an int, got str"),
+        ([1, 1], [1, "2"], InvalidArgument, "logical page must be an integer, got str"),
         ([1, -1], [1, 0], InvalidArgument, "request_id -1 is outside 0..2\\*\\*64-1"),
-        ([1, 1, 1, 2], [1, 2, 3, 1], Exhausted, "no free page: all 4 pages are held"),
+        (
+            [1, 1, 1, 2],
+            [1, 2, 3, 1],
+            Exhausted,
+            "request 2 in slot 1 .logical page 1.: the batch needs 4 new pages, 3 of 4",
+        ),
         ([1], [1, 2], InvalidArgument, "1 request ids but 2 logical pages"),
     ],
 )
@@ -96,7 +106,7 @@ def test_a_failing_step_undoes_the_earlier_ones(
     _forked_pair(actual)
     before = actual.snapshot()
     with pytest.raises(error, match=message):
-        reference.ensure_writable_batch(expected.scheduler, expected.pool, requests, pages)
+        expected.scheduler.ensure_writable_batch(requests, pages, expected.pool)
     with pytest.raises(error, match=message):
         actual.scheduler.ensure_writable_batch(requests, pages, actual.pool)
     assert actual.snapshot() == before == expected.snapshot()

@@ -30,6 +30,7 @@ EXPECTED = {
     "pages reused first-in-first-out": "out of order",
     "a round that writes shared pages": "which it does not hold alone",
     "finish in another pool": "inv_refcount_equals_owners",
+    "a round on buffers that share memory": "share memory",
 }
 
 

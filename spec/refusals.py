@@ -1,0 +1,204 @@
+"""Every refusal's message and typed details, written once for spec and impl.
+
+Each function builds the error an operation raises (it does not raise it), so the spec and the
+implementation refuse the same input with the same type, message and details
+(`KvschedError.details`). Messages name the request and state the pool as it is after the
+rollback: the caller reads them after nothing changed.
+"""
+
+from __future__ import annotations
+
+from kvsched.spec.errors import (
+    BackendFailed,
+    BackendLaunchCount,
+    BlockTableBufferTooSmall,
+    DoubleRelease,
+    DuplicateRequest,
+    Exhausted,
+    Full,
+    InvalidBlock,
+    InvalidState,
+    ItemBufferTooSmall,
+    MissingInputToken,
+    OutOfRange,
+    OutputBufferTooSmall,
+    OutputIdentityMismatch,
+    OutputTooSmall,
+    ReferenceOverflow,
+    TargetNotEmpty,
+    UnknownRequest,
+    UnpreparedWrite,
+)
+
+# -- the pool ----------------------------------------------------------------------------------
+
+
+def page_out_of_range(page: int, pages: int) -> InvalidBlock:
+    return InvalidBlock(f"page {page} is out of range for a pool of {pages} pages", page=page)
+
+
+def no_free_page(pages: int) -> Exhausted:
+    return Exhausted(f"no free page: all {pages} pages are held", needed=1, free=0)
+
+
+def retain_free_page(page: int) -> InvalidBlock:
+    return InvalidBlock(f"page {page} is free: only a held page can be retained", page=page, holders=0)
+
+
+def write_free_page(page: int) -> InvalidBlock:
+    return InvalidBlock(f"page {page} is free: a table cannot write a page it does not hold", page=page, holders=0)
+
+
+def reference_overflow(page: int, holders: int) -> ReferenceOverflow:
+    return ReferenceOverflow(f"page {page} already has {holders} references, the maximum", page=page, holders=holders)
+
+
+def double_release(page: int) -> DoubleRelease:
+    return DoubleRelease(f"page {page} is already free", page=page, holders=0)
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+
+def logical_page_out_of_range(logical_page: int, width: int) -> OutOfRange:
+    return OutOfRange(f"logical page {logical_page} is outside a table of {width} pages", logical_page=logical_page)
+
+
+def fork_width_mismatch(source: int, target: int) -> OutOfRange:
+    return OutOfRange(f"cannot fork a table of {source} pages into one of {target}")
+
+
+def fork_target_not_empty() -> TargetNotEmpty:
+    return TargetNotEmpty("the fork target already maps pages")
+
+
+def prefix_too_long(pages: int, width: int) -> OutOfRange:
+    return OutOfRange(f"a prefix of {pages} pages does not fit a table of {width}")
+
+
+def prefix_target_not_empty() -> TargetNotEmpty:
+    return TargetNotEmpty("a shared prefix can only be installed into an empty table")
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+def unknown_request(request_id: int) -> UnknownRequest:
+    return UnknownRequest(f"request {request_id} is not live", request_id=request_id)
+
+
+def duplicate_request(request_id: int) -> DuplicateRequest:
+    return DuplicateRequest(f"request {request_id} is already live", request_id=request_id)
+
+
+def scheduler_full(request_id: int, requests: int) -> Full:
+    return Full(f"all {requests} request slots are occupied; request {request_id} refused", request_id=request_id)
+
+
+def not_prefilling(request_id: int, slot: int, state: str) -> InvalidState:
+    return InvalidState(f"request {request_id} is in {state}, not prefill", request_id=request_id, slot=slot)
+
+
+def views_too_small(length: int, live: int) -> OutputTooSmall:
+    return OutputTooSmall(f"view buffer holds {length}, {live} requests are live")
+
+
+def no_page_for(
+    request_id: int, slot: int, logical_page: int, *, needed: int, free: int, pages: int, batch: bool
+) -> Exhausted:
+    """The request in `slot` found no free page for `logical_page`; the call (one step, or a
+    whole batch) needs `needed` new pages and `free` of the pool's `pages` are free."""
+    call = "the batch needs" if batch else "it needs"
+    return Exhausted(
+        f"no free page for request {request_id} in slot {slot} (logical page {logical_page}): "
+        f"{call} {needed} new page{'s' if needed != 1 else ''}, {free} of {pages} pages are free",
+        request_id=request_id,
+        slot=slot,
+        logical_page=logical_page,
+        needed=needed,
+        free=free,
+    )
+
+
+# -- the decode round --------------------------------------------------------------------------
+
+
+def items_too_small(length: int, decoding: int) -> ItemBufferTooSmall:
+    return ItemBufferTooSmall(f"item buffer holds {length}, {decoding} requests decode")
+
+
+def outputs_too_small(length: int, decoding: int) -> OutputBufferTooSmall:
+    return OutputBufferTooSmall(f"output buffer holds {length}, {decoding} requests decode")
+
+
+def tables_too_small(length: int, decoding: int, needed: int) -> BlockTableBufferTooSmall:
+    return BlockTableBufferTooSmall(f"block-table buffer holds {length}, {decoding} tables need {needed}")
+
+
+def missing_input_token(request_id: int, slot: int) -> MissingInputToken:
+    return MissingInputToken(
+        f"request {request_id} in slot {slot} has no seeded input token", request_id=request_id, slot=slot
+    )
+
+
+def unprepared_write(
+    request_id: int, slot: int, token_count: int, page_size: int | None, page: int | None, holders: int, width: int
+) -> UnpreparedWrite:
+    """The refusal of a round whose request in `slot` cannot write at `token_count`: into `page`
+    (None: unmapped), which `holders` owners hold; with no page size, `page` is a shared page of
+    its table, any of which could be the target."""
+    where = f"request {request_id} in slot {slot}"
+    if page_size is None:
+        return UnpreparedWrite(
+            f"{where} shares page {page} with another owner ({holders} hold it), and the scheduler has no "
+            f"page size to tell its write target from its shared pages: construct it with page_size",
+            request_id=request_id,
+            slot=slot,
+            page=page,
+            holders=holders,
+        )
+    logical = token_count // page_size
+    if logical >= width:
+        what = f"logical page {logical}, past its table of {width}"
+    elif page is None:
+        what = f"logical page {logical}, which is unmapped"
+    else:
+        what = f"page {page} (logical page {logical}), which {holders} owners hold"
+    return UnpreparedWrite(
+        f"{where} writes position {token_count} into {what}: prepare_decode_round makes it writable",
+        request_id=request_id,
+        slot=slot,
+        logical_page=logical,
+        page=page,
+        holders=holders,
+    )
+
+
+def backend_raised(error: BaseException) -> BackendFailed:
+    return BackendFailed(f"backend raised {type(error).__name__}: {error}")
+
+
+def not_a_receipt(receipt: object) -> BackendFailed:
+    return BackendFailed(f"backend returned {type(receipt).__name__}, not a RaggedBatchReceipt")
+
+
+def answered_count(answered: int, items: int) -> OutputIdentityMismatch:
+    return OutputIdentityMismatch(f"backend answered {answered} items of {items}")
+
+
+def launch_count(launches: int) -> BackendLaunchCount:
+    return BackendLaunchCount(f"backend reported {launches} launches, not 1")
+
+
+def outputs_resized(length: int, count: int) -> OutputIdentityMismatch:
+    return OutputIdentityMismatch(f"backend resized the output list to {length} from {count}")
+
+
+def wrong_answer(position: int, answered: tuple[int, int], expected: tuple[int, int]) -> OutputIdentityMismatch:
+    """Output `position` answers (request, slot) `answered` where the item was `expected`."""
+    return OutputIdentityMismatch(
+        f"output {position} answers request {answered[0]} slot {answered[1]}, "
+        f"expected request {expected[0]} slot {expected[1]}",
+        request_id=expected[0],
+        slot=expected[1],
+    )
