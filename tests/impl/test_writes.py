@@ -1,5 +1,5 @@
 """impl's batched copy-on-write (`prepare_decode_round`, `ensure_writable_batch`) against its
-its reference, the spec's batched calls (the single calls in sequence, all or nothing).
+reference, the spec's batched calls (the single calls in sequence, all or nothing).
 
 The lockstep machines compare the two on random states; these pin exact plans and atomicity.
 """
