@@ -6,8 +6,13 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(BIN)/python -m pytest
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint verify demo deep bench gpu-check proofs contracts mutants clean
+.PHONY: help setup test lint verify demo deep bench gpu-check proofs contracts mutants clean
 
+## This list (the default target).
+help:
+	@awk '/^## /{doc = substr($$0, 4)} /^[a-z-]+:/{split($$1, name, ":"); if (doc) printf "  %-10s %s\n", name[1], doc; doc = ""}' $(MAKEFILE_LIST)
+
+## The .venv with the package and its dev extras.
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -22,9 +27,10 @@ test: setup
 
 ## ruff + mypy --strict over every package, tests included.
 lint: setup
-	$(BIN)/ruff check kvsched spec impl kernels proofs tests
-	$(BIN)/ruff format --check kvsched spec impl kernels proofs tests
+	$(BIN)/ruff check kvsched spec impl kernels proofs devtools tests
+	$(BIN)/ruff format --check kvsched spec impl kernels proofs devtools tests
 	$(BIN)/mypy -p kvsched
+	$(BIN)/mypy -p devtools
 	$(BIN)/mypy tests
 
 ## The main job on its built-in default: the model-checking campaigns with a summary table.
@@ -34,24 +40,26 @@ demo: setup
 ## Tests, contracts and proofs: the CI gate.
 verify: test contracts proofs
 
-## The CrossHair gate: every contract and twin pair (2 CPU s per condition, 4 per pair), then the
-## broken corpus, where every target must yield a counterexample within its iteration bound.
+## The CrossHair gate on every contract and twin pair, then on the broken targets (each must fail).
 contracts: setup
 	$(BIN)/python -m kvsched.contracts
 	$(BIN)/python -m kvsched.contracts --broken
 
+## The z3 proofs and the explorer; they record their bounds in proofs/MANIFEST.json (not under CI).
 proofs: setup
-	$(BIN)/kvsched proofs
+	$(BIN)/kvsched proofs $(if $(CI),,--manifest proofs/MANIFEST.json)
 
+## The harness on every impl mutant (project tooling: devtools/, not in the wheel).
 mutants: setup
-	$(BIN)/kvsched mutants
+	$(BIN)/python -m devtools.mutants
 
 ## Deep campaigns and large proof bounds (tens of minutes).
 deep: setup
 	KVSCHED_PROFILE=deep $(PYTEST) -q tests/spec tests/impl
 	$(BIN)/kvsched verify --profile deep --no-proofs
-	$(BIN)/kvsched proofs --deep
+	$(BIN)/kvsched proofs --deep --manifest proofs/MANIFEST.json
 
+## The benchmarks: spec vs impl bookkeeping and the decode kernels, with charts in docs/.
 bench: setup
 	$(BIN)/kvsched bench --plot docs/bench-rounds.svg
 	$(BIN)/kvsched bench decode --plot docs/bench-decode.svg
@@ -60,5 +68,6 @@ bench: setup
 gpu-check: setup
 	bash tests/kernels/gpu_check.sh
 
+## Remove the .venv and every cache.
 clean:
 	rm -rf $(VENV) build *.egg-info .hypothesis .mypy_cache .ruff_cache .pytest_cache

@@ -6,7 +6,7 @@ numba kernels and hand a GPU-ready batch (`ITEM_DTYPE`, uint32 tables, `OUTPUT_D
 backend. Each class's `to_spec()` is its abstraction function (see `kvsched.impl.refinement`).
 """
 
-from kvsched.impl.abi import ITEM_DTYPE, OUTPUT_DTYPE, ArrayDecodeBackend, empty_items, empty_outputs
+from kvsched.abi import ITEM_DTYPE, OUTPUT_DTYPE, ArrayDecodeBackend, empty_items, empty_outputs
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvsched.impl.abi import ItemArray, OutputArray, TableArray
+from kvsched.abi import ItemArray, OutputArray, TableArray
 from kvsched.impl.jit import jit
 from kvsched.impl.slots import DECODE, SlotArrays
 from kvsched.spec import refusals

@@ -20,7 +20,7 @@ from collections.abc import MutableSequence, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from kvsched.impl.abi import ArrayDecodeBackend, empty_items, empty_outputs
+from kvsched.abi import ArrayDecodeBackend, empty_items, empty_outputs
 from kvsched.impl.lowering import execute_round, require_disjoint, require_scratch
 from kvsched.impl.pool import BlockPool, get_arrays
 from kvsched.impl.prefix import PrefixKvStore, attach_row

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvsched.impl.abi import ItemArray, OutputArray, TableArray, empty_items, empty_outputs
+from kvsched.abi import ItemArray, OutputArray, TableArray, empty_items, empty_outputs
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.refinement import abstract_system, check_impl

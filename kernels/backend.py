@@ -9,7 +9,7 @@
     copy_pages(pairs)                         copy-on-write: one launch for every layer's K and V
 
 It serves both scheduler forms: the spec's tuples of records and impl's structured arrays (read
-through `kvsched.impl.abi`). Ownership: the backend owns its caches
+through `kvsched.abi`). Ownership: the backend owns its caches
 (`[layers, pages, page_size, kv_heads, head_dim]`, K and V; on "cuda" they live on the device for
 the backend's lifetime); which request may write which page is the scheduler's business, and the
 backend only refuses what no scheduler may ask: a table entry that is unmapped or outside the
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvsched.impl.abi import item_columns, table_array, write_outputs
+from kvsched.abi import item_columns, table_array, write_outputs
 from kvsched.kernels import ops
 from kvsched.kernels.layout import INVALID_BLOCK, check_reachable_pages
 from kvsched.kernels.model import Transformer

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvsched import plot
 from kvsched.kernels import ops
+from kvsched.report import load_plot
 
 H200_HBM_PEAK_GBPS = 4800.0  # NVIDIA's figure for the H200's HBM3e (4.8 TB/s)
 TWIN_SPEEDUP_TARGET = 1.5  # numba twin vs torch path
@@ -274,15 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(payload + "\n")
     if args.plot:
-        plot.write(bandwidth_chart(report), str(args.plot))
+        load_plot().write(bandwidth_chart(report), str(args.plot))
     return 0
 
 
-def bandwidth_chart(report: Report) -> plot.BarChart:
+def bandwidth_chart(report: Report) -> Any:  # a devtools.plot.BarChart
     """GB/s of K+V read per implementation and cache dtype (log scale), against the copy bandwidth."""
     dtypes = list(dict.fromkeys(row.cache_dtype for row in report.rows))
     names = list(dict.fromkeys(row.implementation for row in report.rows))
     found = {(row.cache_dtype, row.implementation): row.gbps for row in report.rows}
+    plot = load_plot()
     return plot.BarChart(
         title=f"Decode attention, {report.shape['requests']} requests, contexts "
         f"{report.shape['min_context']}-{report.shape['max_context']} (CPU)",

@@ -1,8 +1,10 @@
 """The `kvsched` command.
 
-kvsched verify   the model-checking campaigns (and the proofs), with a summary table
-kvsched proofs   the inductive proofs and the exhaustive explorer
-kvsched bench    spec vs impl bookkeeping; `kvsched bench decode` the decode kernels
+kvsched verify      the model-checking campaigns and the proofs, with a summary table
+                    (needs the `verify` extra; `--no-proofs`: the `testing` extra)
+kvsched proofs      the z3 inductive proofs and the exhaustive explorer (`verify` extra)
+kvsched contracts   the CrossHair gate over every contract and twin pair (`verify` extra)
+kvsched bench       spec vs impl bookkeeping; `kvsched bench decode` the decode kernels
 """
 
 from __future__ import annotations
@@ -13,45 +15,61 @@ import json
 import platform
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from kvsched.report import print_table
-from kvsched.testing.campaign import CampaignResult, run_campaign
-from kvsched.testing.impl_system import impl_system
-from kvsched.testing.system import SystemFactory, spec_system
-from kvsched.testing.variants import VARIANTS
+
+# The optional dependencies, and the extra a command needs for them.
+OPTIONAL = {"hypothesis", "z3", "crosshair"}
+EXTRA_OF = {"proofs": "verify", "contracts": "verify", "verify": "verify", "verify --no-proofs": "testing"}
+
+
+class MissingExtra(Exception):
+    """A command needs a dependency this installation lacks."""
+
+    def __init__(self, command: str, module: str) -> None:
+        extra = EXTRA_OF[command]
+        super().__init__(f"kvsched {command} needs {module}, from the '{extra}' extra: pip install 'kvsched[{extra}]'")
+
+
+def load(module: str, command: str) -> ModuleType:
+    """Import `module` for `command`; a missing optional dependency is a `MissingExtra`."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").split(".")[0]
+        if missing not in OPTIONAL:
+            raise
+        raise MissingExtra(command, missing) from error
+
 
 PROFILES = {"fast": (200, 50), "deep": (5000, 100)}
 
 
-def _optional(module: str, attribute: str) -> Any | None:
-    """An attribute of a component that may not be built into this checkout yet."""
-    try:
-        return getattr(importlib.import_module(module), attribute)
-    except (ImportError, AttributeError):
-        return None
-
-
-Campaign = tuple[str, SystemFactory, SystemFactory | None, str]
+Campaign = tuple[str, Any, Any, str]  # name, factory, reference, the reproduction's setup
 SPEC_SETUP = "from kvsched.testing.system import spec_system"
 IMPL_SETUP = "from kvsched.testing.impl_system import impl_system"
 
 
-def _campaigns(variant: str | None) -> list[Campaign]:
+def _campaigns(variant: str | None, needs: str) -> list[Campaign]:
+    system = load("kvsched.testing.system", needs)
     if variant is not None:
+        variants = load("kvsched.testing.variants", needs).VARIANTS
         setup = f"from kvsched.testing.variants import VARIANTS\nfactory, reference = VARIANTS[{variant!r}], None"
-        return [(f"spec variant: {variant}", VARIANTS[variant], None, setup)]
+        return [(f"spec variant: {variant}", variants[variant], None, setup)]
+    impl_system = load("kvsched.testing.impl_system", needs).impl_system
     return [
         (
             "spec (invariants, atomicity, ghost reads)",
-            spec_system,
+            system.spec_system,
             None,
             f"{SPEC_SETUP}\nfactory, reference = spec_system, None",
         ),
         (
             "impl ⇄ spec lockstep",
             impl_system,
-            spec_system,
+            system.spec_system,
             f"{SPEC_SETUP}\n{IMPL_SETUP}\nfactory, reference = impl_system, spec_system",
         ),
     ]
@@ -62,8 +80,16 @@ def command_verify(args: argparse.Namespace) -> int:
     examples, steps = PROFILES[args.profile]
     examples = args.examples or examples
     steps = args.steps or steps
-    results: list[CampaignResult] = []
-    for name, factory, reference, setup in _campaigns(args.variant):
+    needs = "verify --no-proofs" if args.no_proofs or args.variant is not None else "verify"
+    campaign = load("kvsched.testing.campaign", needs)
+    variants = load("kvsched.testing.variants", needs).VARIANTS
+    if args.variant is not None and args.variant not in variants:
+        print(f"kvsched verify: no variant {args.variant!r}; the variants are: {', '.join(sorted(variants))}")
+        return 2
+    proofs = None if args.no_proofs or args.variant is not None else load("kvsched.proofs.runner", "verify")
+    run_campaign = campaign.run_campaign
+    results: list[Any] = []
+    for name, factory, reference, setup in _campaigns(args.variant, needs):
         results.append(
             run_campaign(name, factory, reference, examples=examples, steps=steps, random_seed=args.seed, setup=setup)
         )
@@ -71,9 +97,8 @@ def command_verify(args: argparse.Namespace) -> int:
         [r.machine, r.examples, r.steps, r.invariant_checks, r.outcome, f"{r.seconds:.1f}s"] for r in results
     ]
     failed = any(result.counterexample for result in results)
-    proof_rows = _optional("kvsched.proofs", "summary_rows")
-    if proof_rows is not None and not args.no_proofs and args.variant is None:
-        for row in proof_rows(deep=args.profile == "deep"):
+    if proofs is not None:
+        for row in proofs.summary_rows(deep=args.profile == "deep"):
             rows.append(list(row))
             failed = failed or row[4] != "pass"
     print(f"kvsched verify on {platform.node() or 'this machine'} (seed {args.seed}, {steps} steps per example)")
@@ -89,31 +114,30 @@ def command_verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _delegate(module: str, argv: list[str]) -> int:
-    main = _optional(module, "main")
-    if main is None:
-        print(f"{module} is not part of this build", file=sys.stderr)
-        return 2
-    result: int = main(argv)
+def _delegate(command: str, module: str, argv: list[str]) -> int:
+    for needed in REQUIRES.get(command, ()):
+        load(needed, command)
+    result: int = load(module, command).main(argv)
     return result
 
 
 BENCH_TARGETS = {"bookkeeping": "kvsched.impl.bench", "decode": "kvsched.kernels.bench"}
-DELEGATED = {"proofs": "kvsched.proofs", "mutants": "kvsched.testing.mutants"}
+DELEGATED = {"proofs": "kvsched.proofs.runner", "contracts": "kvsched.contracts.gate"}
+REQUIRES = {"contracts": ("crosshair",)}  # the gate runs CrossHair in worker processes
 
 
-def _delegated(argv: list[str]) -> tuple[str, list[str]] | None:
-    """The module and arguments of a delegated command (`proofs`, `mutants`, `bench`), untouched:
-    its own parser reads them in their order (`--only inductive`, `--plot PATH`)."""
+def _delegated(argv: list[str]) -> tuple[str, str, list[str]] | None:
+    """The command, module and arguments of a delegated command (`proofs`, `contracts`, `bench`),
+    untouched: its own parser reads them in their order (`--only inductive`, `--plot PATH`)."""
     if not argv:
         return None
     command, rest = argv[0], argv[1:]
     if command in DELEGATED:
-        return DELEGATED[command], rest
+        return command, DELEGATED[command], rest
     if command == "bench":
         if rest and rest[0] in BENCH_TARGETS:
-            return BENCH_TARGETS[rest[0]], rest[1:]
-        return BENCH_TARGETS["bookkeeping"], rest
+            return command, BENCH_TARGETS[rest[0]], rest[1:]
+        return command, BENCH_TARGETS["bookkeeping"], rest
     return None
 
 
@@ -127,25 +151,27 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--profile", choices=sorted(PROFILES), default="fast")
     verify.add_argument("--no-proofs", action="store_true", help="skip the proofs")
     verify.add_argument("--json", help="also write the summary table as JSON here")
-    verify.add_argument(
-        "--variant", choices=sorted(VARIANTS), help="check a deliberately broken spec variant instead (must fail)"
-    )
+    verify.add_argument("--variant", help="check a deliberately broken spec variant instead (must fail)")
     verify.set_defaults(run=command_verify)
     # The delegated commands are listed for --help; main() hands their arguments on untouched.
     commands.add_parser("proofs", help="the z3 proofs and the exhaustive explorer")
     commands.add_parser("bench", help="benchmarks: bookkeeping (default) or `bench decode`")
-    commands.add_parser("mutants", help="run the harness on every broken variant of impl")
+    commands.add_parser("contracts", help="the CrossHair gate: every contract and twin pair")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `kvsched` console command."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    delegated = _delegated(arguments)
-    if delegated is not None:  # options and values go on to the command's own parser, in order
-        return _delegate(*delegated)
-    args = build_parser().parse_args(arguments)
-    result: int = args.run(args)
+    try:
+        delegated = _delegated(arguments)
+        if delegated is not None:  # options and values go on to the command's own parser, in order
+            return _delegate(*delegated)
+        args = build_parser().parse_args(arguments)
+        result: int = args.run(args)
+    except MissingExtra as missing:
+        print(missing, file=sys.stderr)
+        return 2
     return result
 
 

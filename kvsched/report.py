@@ -1,8 +1,11 @@
-"""Plain-text tables for the command-line reports (`kvsched verify`, `kvsched proofs`)."""
+"""Plain-text tables for the command-line reports (`kvsched verify`, `kvsched proofs`), and the
+benches' way to their chart writer."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
+from types import ModuleType
 
 
 def print_table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> None:
@@ -13,3 +16,12 @@ def print_table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> None
         print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)))
         if index == 0:
             print("  ".join("-" * width for width in widths))
+
+
+def load_plot() -> ModuleType:
+    """The benches' chart writer, which lives in a kvsched checkout (`devtools.plot`), not in the
+    installed package; `--plot` outside a checkout is refused with a clear message."""
+    try:
+        return importlib.import_module("devtools.plot")
+    except ModuleNotFoundError as error:
+        raise SystemExit("--plot draws with devtools.plot: run the bench from a kvsched checkout") from error

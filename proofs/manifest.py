@@ -1,4 +1,4 @@
-"""proofs/MANIFEST.json: what each proof run covered, so a reader sees the bounds behind a claim.
+"""MANIFEST.json: what each proof run covered, so a reader sees the bounds behind a claim.
 
 One record per run (the latest run of each name and profile replaces the previous one, and a
 profile run in full replaces all of that profile's records): the bounds, the states and
@@ -19,7 +19,7 @@ from kvsched.proofs.explorer import Exploration
 from kvsched.proofs.inductive import GoalResult, times_by_transition
 from kvsched.proofs.invariant import CONJUNCTS
 
-MANIFEST = Path(__file__).with_name("MANIFEST.json")
+MANIFEST = Path("MANIFEST.json")  # in the current directory; this checkout records to proofs/MANIFEST.json
 
 
 def _stamp() -> dict[str, Any]:
@@ -61,7 +61,7 @@ def proof_record(results: list[GoalResult], seconds: float, profile: str) -> dic
             name: {"goals": goals, "seconds": round(secs, 4), "proved": proved}
             for name, (goals, secs, proved) in table.items()
         },
-        "invariants": [f"{c.name} ({c.carries})" for c in CONJUNCTS],
+        "invariants": [f"{c.name} ({getattr(c.carries, '__name__', c.carries)})" for c in CONJUNCTS],
         "outcome": "pass" if all(r.outcome == "proved" for r in results) else "FAIL",
         "seconds": round(seconds, 2),
         **_stamp(),

@@ -2,7 +2,8 @@
 
 Prints the proof time of every transition and, per exploration, the bounds, states,
 transitions and states per second; a counterexample is printed as a runnable program. Records
-every run in proofs/MANIFEST.json, except under CI=true (CI's checkout stays clean) unless
+every run in MANIFEST.json in the current directory (this checkout: `make proofs` records to
+proofs/MANIFEST.json), except under CI=true (CI's checkout stays clean) unless
 `--manifest PATH` asks for it. Exit status 1 on any failed proof or counterexample.
 `summary_rows(deep)` gives `kvsched verify` one row per proof or exploration.
 """
@@ -180,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--manifest",
         type=Path,
-        help="where to record the runs (default proofs/MANIFEST.json, which CI=true leaves alone unless given)",
+        help="where to record the runs (default ./MANIFEST.json; under CI=true nothing unless given)",
     )
     parser.add_argument("--no-manifest", action="store_true", help="do not record the runs")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -208,7 +209,8 @@ def in_ci() -> bool:
 
 
 def manifest_path(given: Path | None, disabled: bool) -> Path | None:
-    """Where to record the runs: the path given, else the tracked manifest unless under CI."""
+    """Where to record the runs: the path given, else MANIFEST.json in the current directory
+    unless under CI (never inside the installed package)."""
     if disabled:
         return None
     if given is not None:

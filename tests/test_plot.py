@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from kvsched.plot import BarChart, Reference
+from devtools.plot import BarChart, Reference
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -26,7 +26,7 @@ Every bound that decides an outcome is one a loaded machine cannot tighten: Cros
 timeouts are CPU seconds of its process, a process's limit is CPU seconds (RLIMIT_CPU), and the
 wall-clock guards are generous multiples, there only to stop a process that hangs.
 
-`--broken` runs the same gate on `kvsched.contracts.broken`, where every target must yield a
+`--broken` runs the same gate on `devtools.broken_contracts`, where every target must yield a
 counterexample (exit 0 when all do). There each search is bounded by iterations, not seconds
 (`broken.ITERATIONS`): the same paths on every machine, so a counterexample found once is found
 everywhere, and the CPU seconds are only a guard.
@@ -57,7 +57,7 @@ CHECK_MODULES = (
     "kvsched.contracts.impl_kernels",
 )
 TWIN_MODULES = ("kvsched.contracts.twin_kernels", "kvsched.contracts.twin_systems", "kvsched.contracts.twin_tables")
-BROKEN_MODULE = "kvsched.contracts.broken"
+BROKEN_MODULE = "devtools.broken_contracts"
 # The gate's explicit bounds. CPU seconds, CrossHair's own clock: per postcondition of a `check`
 # (each is searched on its own) and per twin pair of a `diff` (both call orders together).
 # 66 conditions x 2 s + 11 pairs x 4 s is 176 CPU seconds, about two minutes on two cores.

@@ -62,7 +62,7 @@ def main(argv: Sequence[str]) -> int:
     atexit.register(lambda: print(f"{CPU_REPORT} {time.process_time():.2f}", file=sys.stderr))
     try:
         for qualname in crosshair_arguments:
-            if qualname.startswith("kvsched."):
+            if qualname.startswith(("kvsched.", "devtools.")):  # a target, not an option
                 importlib.import_module(qualname.rpartition(".")[0])  # numba's cache set-up writes files
         failures = [failure for twin in twins if (failure := run_samples(twin)) is not None]
     except Exception as error:  # CrossHair's own convention: 2 is an error, never a counterexample

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.impl.abi import item_columns, table_array, write_outputs
+from kvsched.abi import item_columns, table_array, write_outputs
 from kvsched.spec.batch import INVALID_BLOCK, RaggedBatchReceipt
 from kvsched.spec.errors import BackendRejected
 from kvsched.testing.ghost import GhostMemory

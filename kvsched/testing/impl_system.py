@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.impl.abi import OUTPUT_DTYPE, empty_items, empty_outputs
+from kvsched.abi import OUTPUT_DTYPE, empty_items, empty_outputs
 from kvsched.impl.system import ImplSystem, make_impl_system
 from kvsched.testing.system import Snapshot, SystemConfig, SystemUnderTest
 

@@ -26,7 +26,7 @@ from kvsched.spec import scheduler as sched_ops
 from kvsched.spec.pool import PoolState
 from kvsched.spec.scheduler import Admission, SchedulerState, Slot
 from kvsched.spec.table import to_abi
-from kvsched.testing.mutants_patch import swap
+from kvsched.testing.patching import swap
 from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, SystemUnderTest
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kvsched.contracts import broken
+from devtools import broken_contracts as broken
 from tests.contracts.conditions import conditions as _conditions
 from tests.contracts.conditions import function as _function
 

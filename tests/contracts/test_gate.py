@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from kvsched.contracts import broken, gate
+from devtools import broken_contracts as broken
+from kvsched.contracts import gate
 
 
 def _gate(tmp_path: Path, *arguments: str) -> tuple[int, str, list[dict[str, object]]]:
@@ -34,13 +35,13 @@ def _gate(tmp_path: Path, *arguments: str) -> tuple[int, str, list[dict[str, obj
 
 
 def test_broken_targets_yield_a_counterexample_within_their_iterations(tmp_path: Path) -> None:
-    only = ("broken.kernel_ensure_rows", "broken.impl_retain")
+    only = ("broken_contracts.kernel_ensure_rows", "broken_contracts.impl_retain")
     returncode, stdout, results = _gate(tmp_path, "--broken", *(f"--only={name}" for name in only))
     assert returncode == 0, stdout  # in --broken, success is a counterexample from every target
-    assert sorted(str(result["name"]).removeprefix("kvsched.contracts.") for result in results) == sorted(only)
+    assert sorted(str(result["name"]).removeprefix("devtools.") for result in results) == sorted(only)
     assert {result["outcome"] for result in results} == {"COUNTEREXAMPLE"}, stdout
     assert sorted(int(str(result["iterations"])) for result in results) == sorted(
-        broken.ITERATIONS[name.removeprefix("broken.")] for name in only
+        broken.ITERATIONS[name.removeprefix("broken_contracts.")] for name in only
     )
     assert all(float(str(result["cpu_seconds"])) > 0 for result in results)
     assert "false when calling" in stdout  # a check counterexample, with its inputs

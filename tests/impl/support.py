@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from kvsched import spec
-from kvsched.impl.abi import item_columns, write_outputs
+from kvsched.abi import item_columns, write_outputs
 from kvsched.spec.batch import RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.errors import BackendRejected, KvschedError
 from kvsched.spec.system import SystemState

@@ -1,4 +1,4 @@
-"""Tests written against the surviving mutants of the mutation run (`kvsched/testing/MUTATION.md`).
+"""Tests written against the surviving mutants of the mutation run (`devtools/MUTATION.md`).
 
 Each test pins a behaviour the lockstep machines and the other impl tests left open: impl
 against the spec on a concrete case (same results, errors and `to_spec()` states), or a
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kvsched import impl, spec
-from kvsched.impl.abi import ITEM_DTYPE, OUTPUT_DTYPE, empty_items, empty_outputs, table_array
+from kvsched.abi import ITEM_DTYPE, OUTPUT_DTYPE, empty_items, empty_outputs, table_array
 from kvsched.impl.pool import get_arrays
 from kvsched.impl.prefix import get_indexes as get_store_indexes
 from kvsched.impl.refinement import check_representation

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvsched import impl, spec
-from kvsched.impl.abi import ITEM_DTYPE, OUTPUT_DTYPE, empty_items, empty_outputs
+from kvsched.abi import ITEM_DTYPE, OUTPUT_DTYPE, empty_items, empty_outputs
 from kvsched.impl.scheduler import get_slots
 from kvsched.spec.batch import U32_MAX, U64_MAX, UNANSWERED, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.errors import BackendFailed, InvalidArgument, MissingInputToken

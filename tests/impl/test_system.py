@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvsched import impl
-from kvsched.impl.abi import ITEM_DTYPE, OUTPUT_DTYPE
+from kvsched.abi import ITEM_DTYPE, OUTPUT_DTYPE
 from kvsched.spec.errors import InvalidConfig
 from tests.impl.support import make_spec_system, outcome
 

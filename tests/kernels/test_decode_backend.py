@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvsched.impl.abi import ITEM_DTYPE, empty_outputs
+from kvsched.abi import ITEM_DTYPE, empty_outputs
 from kvsched.kernels import INVALID_BLOCK, ModelConfig, PagedBackend, init_weights, reference_logits
 from kvsched.spec import RaggedBatchItem, RaggedBatchOutput
 

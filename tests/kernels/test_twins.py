@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kvsched.kernels import append_kv, copy_pages, paged_attention, twins
 from kvsched.kernels.jit import njit
-from kvsched.testing.mutants_patch import patch_source
+from kvsched.testing.patching import patch_source
 from tests.kernels.kernel_batches import kv_rows, ragged_batch
 
 SHAPES = st.fixed_dictionaries(

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from devtools import mutants
+from devtools.mutants_corpus import COMPONENTS, MUTANTS, Mutant
 from kvsched.impl.lowering import execute_round, lower_round
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.scheduler import RequestScheduler
-from kvsched.testing import mutants
-from kvsched.testing.mutants_corpus import COMPONENTS, MUTANTS, Mutant
-from kvsched.testing.mutants_patch import patch_source, swap
+from kvsched.testing.patching import patch_source, swap
 
 
 def test_the_corpus_has_distinct_mutants_of_every_component() -> None:

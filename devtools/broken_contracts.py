@@ -2,7 +2,7 @@
 
 Each target is a contract or a twin from the real modules, *unchanged* (same code, so the same
 docstring conditions at the same source lines), rebound to a copy of one spec or impl function
-with one bug (`kvsched.testing.mutants_patch.patch_source`). Nothing real is modified.
+with one bug (`kvsched.testing.patching.patch_source`). Nothing real is modified.
 `python -m kvsched.contracts --broken` (`make contracts`) runs the gate on these, each search
 bounded by iterations, and must report a counterexample for every one. `COUNTEREXAMPLES` pins
 one for each, which tests/contracts/test_broken.py replays without CrossHair: the real contract
@@ -38,7 +38,7 @@ from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix as prefix_ops
 from kvsched.spec import scheduler as scheduler_ops
 from kvsched.testing.impl_system import ImplAdapter
-from kvsched.testing.mutants_patch import patch_source, swap
+from kvsched.testing.patching import patch_source, swap
 from kvsched.testing.system import SystemConfig, SystemUnderTest
 
 

@@ -1,6 +1,6 @@
 """`kvsched mutants`: run the stateful harness on every deliberately broken impl variant.
 
-Each mutant of `kvsched.testing.mutants_corpus` replaces one impl class by a subclass with one
+Each mutant of `devtools.mutants_corpus` replaces one impl class by a subclass with one
 bug; the harness (`KvschedMachine`, in lockstep with the spec) runs it with a fixed seed for a
 bounded number of examples and must fail. The table says, per mutant, which check caught it
 (read off the failure: lockstep result, error type or state, atomicity, LIFO order, an
@@ -34,12 +34,12 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import get_state_machine_test
 
-from kvsched.impl.abi import empty_items, empty_outputs
+from devtools.mutants_corpus import COMPONENTS, MUTANTS, Mutant
+from devtools.mutants_machine import CorpusMachine
+from kvsched.abi import empty_items, empty_outputs
 from kvsched.impl.system import ImplSystem
 from kvsched.testing.impl_system import ImplAdapter
 from kvsched.testing.machine import CampaignStats
-from kvsched.testing.mutants_corpus import COMPONENTS, MUTANTS, Mutant
-from kvsched.testing.mutants_machine import CorpusMachine
 from kvsched.testing.system import SystemConfig, SystemFactory, SystemUnderTest, spec_system
 
 CONFIG = SystemConfig(max_references=3)  # a low maximum, so reference overflows are reachable
@@ -234,7 +234,7 @@ def run_worker(name: str, examples: int, steps: int, random_seed: int) -> Verdic
 def run_isolated(name: str, args: argparse.Namespace) -> Verdict:
     """Hunt one mutant in a worker process: a mutant that corrupts memory inside a compiled
     kernel (impl trusts its own indexes there) takes down only its worker."""
-    command = [sys.executable, "-m", "kvsched.testing.mutants", "--worker", name]
+    command = [sys.executable, "-m", "devtools.mutants", "--worker", name]
     command += ["--examples", str(args.examples), "--steps", str(args.steps), "--seed", str(args.seed)]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, check=False)

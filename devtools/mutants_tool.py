@@ -1,10 +1,10 @@
 """The mutation tool over impl/: mutmut against the fast lockstep tests, reproducibly.
 
-    python -m kvsched.testing.mutants_tool [--workdir DIR] [--max-children N] [--output PATH]
+    python -m devtools.mutants_tool [--workdir DIR] [--max-children N] [--output PATH]
                                            [--extra-tests PATH ...] [MUTANT ...]
 
 Too slow for CI (an hour or more on two cores); its result is committed in
-`kvsched/testing/MUTATION.md`. The run works on a scratch copy of the committed tree (`git
+`devtools/MUTATION.md`. The run works on a scratch copy of the committed tree (`git
 archive HEAD`), prepared so mutmut can mutate impl:
 
 - the `kvsched/{spec,impl,kernels,proofs}` symlinks become real folders (mutmut copies files,
@@ -133,9 +133,7 @@ def show(workdir: Path, name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Prepare the copy, run mutmut, write the summary; mutmut's exit status."""
-    parser = argparse.ArgumentParser(
-        prog="python -m kvsched.testing.mutants_tool", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m devtools.mutants_tool", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/kvsched-mutation"))
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--output", type=Path, default=Path("mutation.json"))

@@ -3,7 +3,7 @@
 A `Mutant` names the impl class it breaks, the method its subclass overrides, the function
 whose source it patches (the method itself, or a function or kernel the method reaches) and the
 exact edits. `Mutant.build()` returns the subclass: the real impl classes and modules are never
-touched (`kvsched.testing.mutants_patch`). Most bugs are ones serving engines have shipped.
+touched (`kvsched.testing.patching`). Most bugs are ones serving engines have shipped.
 
 Edits are written against the dedented source: a method's body is indented 4 spaces.
 """
@@ -19,7 +19,7 @@ from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore, attach_row, find_idle_lru
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.impl.table import fork_row, release_row
-from kvsched.testing.mutants_patch import Function, patch_source, python_function, swap
+from kvsched.testing.patching import Function, patch_source, python_function, swap
 
 COMPONENTS: dict[str, type[Any]] = {"pool": BlockPool, "store": PrefixKvStore, "scheduler": RequestScheduler}
 
