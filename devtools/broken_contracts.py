@@ -34,9 +34,9 @@ from kvsched.impl.scheduler import RequestScheduler
 from kvsched.impl.system import ImplSystem
 from kvsched.impl.table import SequenceBlockTable
 from kvsched.impl.writes import ensure_writable_batch
+from kvsched.spec import lifecycle as scheduler_ops
 from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix as prefix_ops
-from kvsched.spec import scheduler as scheduler_ops
 from kvsched.testing.impl_system import ImplAdapter
 from kvsched.testing.patching import patch_source, swap
 from kvsched.testing.system import SystemConfig, SystemUnderTest

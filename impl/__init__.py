@@ -18,7 +18,7 @@ from kvsched.spec.errors import *  # noqa: F403  (the same closed error hierarch
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.pool import Allocated, Copy, CopyOnWrite, Existing
 from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, derive_prefix_identity
-from kvsched.spec.scheduler import LIVE, Admission, RequestState, RequestView
+from kvsched.spec.slots import LIVE, Admission, RequestState, RequestView
 
 __all__ = [
     "ALLOCATED",

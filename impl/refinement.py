@@ -32,7 +32,7 @@ from kvsched.impl.table import SequenceBlockTable
 from kvsched.spec.invariants import check_invariants
 from kvsched.spec.pool import PoolState
 from kvsched.spec.prefix import StoreState
-from kvsched.spec.scheduler import SchedulerState
+from kvsched.spec.slots import SchedulerState
 from kvsched.spec.system import SystemState
 from kvsched.spec.table import Table
 

@@ -43,7 +43,7 @@ from kvsched.spec.domain import require_u32, require_u64
 from kvsched.spec.errors import Exhausted, InvalidArgument
 from kvsched.spec.pool import Copy, CopyOnWrite
 from kvsched.spec.prefix import PrefixIdentity
-from kvsched.spec.scheduler import Admission, RequestView, SchedulerState, initial_scheduler, require_page_size
+from kvsched.spec.slots import Admission, RequestView, SchedulerState, initial_scheduler, require_page_size
 from kvsched.spec.table import Table
 
 

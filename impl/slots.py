@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from kvsched.impl.table import to_spec_table
 from kvsched.spec.batch import INVALID_BLOCK
-from kvsched.spec.scheduler import RequestState, SchedulerState, Slot
+from kvsched.spec.slots import RequestState, SchedulerState, Slot
 
 EMPTY: Final = 0
 PREFILL: Final = 1

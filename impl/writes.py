@@ -34,7 +34,7 @@ from kvsched.spec.domain import require_int, require_u64
 from kvsched.spec.errors import InvalidArgument, KvschedError
 from kvsched.spec.plan import WritePlan, pages_needed
 from kvsched.spec.pool import Allocated, Copy, CopyOnWrite, Existing
-from kvsched.spec.scheduler import require_page_size
+from kvsched.spec.slots import require_page_size
 
 __all__ = ["ALLOCATED", "COPY", "EXISTING", "ArrayWritePlan", "WriteBuffers", "WritePlan", "new_write_buffers"]
 

@@ -53,7 +53,7 @@ from kvsched.proofs.operations import Bounds
 from kvsched.proofs.operations import identity as prefix_identity
 from kvsched.spec.pool import PoolState
 from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, StoreEntry, StoreState
-from kvsched.spec.scheduler import RequestState, SchedulerState, Slot
+from kvsched.spec.slots import RequestState, SchedulerState, Slot
 from kvsched.spec.system import SystemState
 
 EMPTY = RequestState.EMPTY

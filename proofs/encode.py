@@ -15,7 +15,7 @@ import z3
 
 from kvsched.proofs.model import DECODE, EMPTY, INT, NONE, PREFILL, Arr, Sys
 from kvsched.spec.prefix import PrefixIdentity
-from kvsched.spec.scheduler import RequestState
+from kvsched.spec.slots import RequestState
 from kvsched.spec.system import SystemState
 from kvsched.spec.table import get_mapped_pages
 

@@ -32,7 +32,7 @@ from kvsched.spec.invariants import (
 )
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.prefix import PrefixIdentity
-from kvsched.spec.scheduler import is_live
+from kvsched.spec.slots import is_live
 from kvsched.spec.system import SystemState
 
 Outcome = tuple[str, Any]

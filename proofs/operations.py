@@ -18,7 +18,7 @@ from typing import Any
 
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet
-from kvsched.spec.scheduler import RequestState
+from kvsched.spec.slots import RequestState
 from kvsched.spec.system import SystemState
 from kvsched.testing.backends import FAULTS, HarnessBackend
 from kvsched.testing.machine import prefix_identity

@@ -33,15 +33,9 @@ from kvsched.spec.prefix import (
     StoreState,
     derive_prefix_identity,
 )
-from kvsched.spec.scheduler import (
-    LIVE,
-    Admission,
-    RequestScheduler,
-    RequestState,
-    RequestView,
-    SchedulerState,
-)
+from kvsched.spec.scheduler import RequestScheduler
 from kvsched.spec.sequence import FinishReason, Sequence, SequenceManager
+from kvsched.spec.slots import LIVE, Admission, RequestState, RequestView, SchedulerState
 from kvsched.spec.table import SequenceBlockTable
 
 __all__ = [

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvsched.spec.scheduler import RequestState, Slot, is_live
+from kvsched.spec.slots import RequestState, Slot, is_live
 from kvsched.spec.system import SystemState, get_owner_references
 from kvsched.spec.table import get_mapped_pages, is_empty_table
 

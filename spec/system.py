@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kvsched.spec.pool import PoolState
 from kvsched.spec.prefix import StoreState
-from kvsched.spec.scheduler import SchedulerState
+from kvsched.spec.slots import SchedulerState
 from kvsched.spec.table import get_mapped_pages
 
 

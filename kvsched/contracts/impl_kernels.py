@@ -20,7 +20,7 @@ from kvsched.impl.prefix import find_idle_lru
 from kvsched.spec.batch import U32_MAX
 from kvsched.spec.pool import PoolState
 from kvsched.spec.prefix import StoreState
-from kvsched.spec.scheduler import SchedulerState
+from kvsched.spec.slots import SchedulerState
 from kvsched.spec.system import SystemState
 
 Arrays = tuple[tuple[int, ...], ...]

@@ -24,13 +24,15 @@ from kvsched.contracts.support import (
     pushed,
     run_step,
 )
-from kvsched.spec import scheduler as scheduler_ops
+from kvsched.spec import lifecycle as scheduler_ops
+from kvsched.spec import round as round_ops
+from kvsched.spec import slots as slot_ops
 from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.invariants import post_written_page_exclusive
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import CopyOnWrite
-from kvsched.spec.scheduler import Admission, RequestState, Slot
+from kvsched.spec.slots import Admission, RequestState, Slot
 from kvsched.spec.system import SystemState
 
 
@@ -55,12 +57,12 @@ def distinct(*entries: int) -> bool:
 
 def find(state: SystemState, request_id: int) -> int | None:
     """The slot of the live request `request_id`."""
-    return scheduler_ops.find_request(state.scheduler, request_id)
+    return slot_ops.find_request(state.scheduler, request_id)
 
 
 def lowest_empty(state: SystemState) -> int | None:
     """The lowest empty slot."""
-    return scheduler_ops.find_empty_slot(state.scheduler)
+    return slot_ops.find_empty_slot(state.scheduler)
 
 
 def admission_refusal(state: SystemState, request_id: int) -> str | None:
@@ -224,7 +226,7 @@ def lower_item(request_id: int, token: int, count: int, ready: bool, index: int,
     slot = Slot((None, None), request_id, RequestState.DECODE, count, 0, token, ready)
     slots = (slot, slot) if index else (slot, Slot((None, None)))
     try:
-        return scheduler_ops.lower_item(scheduler_ops.SchedulerState(slots), index, offset)
+        return round_ops.lower_item(slot_ops.SchedulerState(slots), index, offset)
     except KvschedError as error:
         return type(error).__name__
 
@@ -251,7 +253,7 @@ def check_outputs(
     outputs = (RaggedBatchOutput(r0, s0, n0), RaggedBatchOutput(r1, s1, n1))
     receipt = RaggedBatchReceipt(batch, launches, 16 * count)
     try:
-        scheduler_ops.check_outputs(ITEMS[:count], receipt, list(outputs[:count]))
+        round_ops.check_outputs(ITEMS[:count], receipt, list(outputs[:count]))
     except KvschedError as error:
         return type(error).__name__, outputs
     return None, outputs
@@ -286,7 +288,7 @@ def apply_outputs(count0: int, count1: int, token0: int, token1: int, answered: 
     outputs = [RaggedBatchOutput((7, 9)[i], i, (token0, token1)[i]) for i in (0, 1) if answered >> i & 1]
 
     def transition() -> tuple[SystemState, None]:
-        return replace(before, scheduler=scheduler_ops.apply_outputs(before.scheduler, outputs)), None
+        return replace(before, scheduler=round_ops.commit_round(before.scheduler, outputs)), None
 
     return run_step(before, transition)
 

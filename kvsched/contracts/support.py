@@ -22,7 +22,7 @@ from kvsched.spec.errors import KvschedError
 from kvsched.spec.invariants import check_invariants
 from kvsched.spec.pool import PoolState
 from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, StoreEntry, StoreState
-from kvsched.spec.scheduler import RequestState, SchedulerState, Slot
+from kvsched.spec.slots import RequestState, SchedulerState, Slot
 from kvsched.spec.system import SystemState, get_owner_references
 from kvsched.spec.table import Table
 

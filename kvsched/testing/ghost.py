@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvsched.spec.scheduler import SchedulerState, is_live
+from kvsched.spec.slots import SchedulerState, is_live
 
 History = tuple[int | None, ...]
 

@@ -36,7 +36,7 @@ from kvsched.spec.invariants import (
     post_written_page_exclusive,
 )
 from kvsched.spec.pool import PoolState
-from kvsched.spec.scheduler import Slot, is_live
+from kvsched.spec.slots import Slot, is_live
 from kvsched.spec.system import SystemState
 from kvsched.testing.backends import FAULTS, HarnessBackend
 from kvsched.testing.ghost import GhostMemory, History

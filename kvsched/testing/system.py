@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from kvsched.spec import BlockPool, PrefixKvStore, RaggedBatchItem, RaggedBatchOutput, RequestScheduler
 from kvsched.spec.pool import PoolState
 from kvsched.spec.prefix import StoreState
-from kvsched.spec.scheduler import SchedulerState
+from kvsched.spec.slots import SchedulerState
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,11 @@ from kvsched.spec import (
     RaggedBatchReceipt,
     RaggedDecodeBackend,
     RequestScheduler,
+    lifecycle,
 )
-from kvsched.spec import scheduler as sched_ops
+from kvsched.spec import round as round_ops
 from kvsched.spec.pool import PoolState
-from kvsched.spec.scheduler import Admission, SchedulerState, Slot
+from kvsched.spec.slots import Admission, SchedulerState, Slot, get_decoding_slots, is_live
 from kvsched.spec.table import to_abi
 from kvsched.testing.patching import swap
 from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, SystemUnderTest
@@ -58,10 +59,10 @@ class MutateBeforeCheckScheduler(RequestScheduler):
         block_table_scratch: MutableSequence[int],
         output_scratch: MutableSequence[RaggedBatchOutput],
     ) -> RaggedBatchReceipt:
-        sched_ops.require_round_buffers(item_scratch, block_table_scratch, output_scratch)
-        decoding = sched_ops.get_decoding_slots(self.state)
+        round_ops.require_round_buffers(item_scratch, block_table_scratch, output_scratch)
+        decoding = get_decoding_slots(self.state)
         width = self.logical_pages
-        items = tuple(sched_ops.lower_item(self.state, index, n * width) for n, index in enumerate(decoding))
+        items = tuple(round_ops.lower_item(self.state, index, n * width) for n, index in enumerate(decoding))
         if not items:
             return RaggedBatchReceipt()
         tables = tuple(page for index in decoding for page in to_abi(self.state.slots[index].table))
@@ -71,8 +72,8 @@ class MutateBeforeCheckScheduler(RequestScheduler):
         except Exception as error:
             raise BackendFailed(f"backend raised {type(error).__name__}: {error}") from error
         valid = [output for output in outputs if 0 <= output.slot < self.requests]
-        self.commit(sched_ops.apply_outputs(self.state, valid))
-        return sched_ops.check_outputs(items, receipt, outputs)
+        self.commit(round_ops.commit_round(self.state, valid))
+        return round_ops.check_outputs(items, receipt, outputs)
 
 
 class FifoPool(BlockPool):
@@ -107,7 +108,7 @@ class LeakOnFinishScheduler(RequestScheduler):
             if page is not None:
                 pool.release(page)
         slots = tuple(
-            Slot((None,) * len(table)) if sched_ops.is_live(slot) and slot.request_id == request_id else slot
+            Slot((None,) * len(table)) if is_live(slot) and slot.request_id == request_id else slot
             for slot in self.state.slots
         )
         self.commit(SchedulerState(slots))
@@ -116,20 +117,24 @@ class LeakOnFinishScheduler(RequestScheduler):
 class UncheckedRoundScheduler(RequestScheduler):
     """A decode round that never checks its write targets (it writes into shared pages)."""
 
-    execute_decode_round = swap(RequestScheduler.execute_decode_round, sched_ops.require_write_target, lambda *_: None)
+    execute_decode_round = swap(
+        RequestScheduler.execute_decode_round,
+        round_ops.lower_round,
+        swap(round_ops.lower_round, round_ops.require_write_target, lambda *_: None),
+    )
 
 
 class SharedBuffersScheduler(RequestScheduler):
     """A decode round that takes one list as two of its buffers (the outputs overwrite the tables)."""
 
-    execute_decode_round = swap(RequestScheduler.execute_decode_round, sched_ops.require_round_buffers, lambda *_: None)
+    execute_decode_round = swap(RequestScheduler.execute_decode_round, round_ops.require_round_buffers, lambda *_: None)
 
 
 class AnyPoolScheduler(RequestScheduler):
     """`finish` that releases the request's pages in whatever pool it is handed."""
 
     def finish(self, request_id: int, pool: BlockPool) -> None:
-        state, pool_state = sched_ops.finish(self.state, pool.state, request_id)
+        state, pool_state = lifecycle.finish(self.state, pool.state, request_id)
         pool.commit(pool_state)
         self.commit(state)
 

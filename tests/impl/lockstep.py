@@ -25,7 +25,7 @@ from kvsched.spec import PrefixIdentity, PrefixPageSet, RequestView, derive_pref
 from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput
 from kvsched.spec.invariants import check_invariants
 from kvsched.spec.pool import Allocated, Copy
-from kvsched.spec.scheduler import LIVE, RequestState
+from kvsched.spec.slots import LIVE, RequestState
 from tests.impl.support import FAULTS, FaultBackend, Outcome, SpecSystem, make_spec_system, outcome, records
 
 IDENTITIES = (

@@ -251,11 +251,11 @@ def test_writing_a_page_outside_the_pool_is_refused_and_undone(call: str) -> Non
     state, slots = expected.scheduler.state, get_slots(actual.scheduler)
     buffers = impl.writes.new_write_buffers(2)
     if call == "prepare_decode_round":
-        spec_call = outcome(lambda: spec.scheduler.prepare_decode_round(state, spec_pool.state, 16)[2])
+        spec_call = outcome(lambda: spec.lifecycle.prepare_decode_round(state, spec_pool.state, 16)[2])
         impl_call = outcome(lambda: impl.writes.prepare_decode_round(slots, impl_pool, 16, buffers))
     else:  # request 2's allocation comes first and is undone
         slot_of = get_indexes(actual.scheduler)[0]
-        spec_call = outcome(lambda: spec.scheduler.ensure_writable_batch(state, spec_pool.state, [2, 1], [0, 0])[2])
+        spec_call = outcome(lambda: spec.lifecycle.ensure_writable_batch(state, spec_pool.state, [2, 1], [0, 0])[2])
         impl_call = outcome(lambda: impl.writes.ensure_writable_batch(slots, slot_of, [2, 1], [0, 0], impl_pool))
     assert spec_call.message == "page 3 is out of range for a pool of 3 pages"
     assert impl_call == spec_call

@@ -20,7 +20,7 @@ from kvsched.proofs.operations import Bounds, Operation, alphabet, rename, stati
 from kvsched.proofs.subject import SPEC, Positioner, snapshot
 from kvsched.spec.invariants import check_invariants
 from kvsched.spec.prefix import StoreState
-from kvsched.spec.scheduler import SchedulerState
+from kvsched.spec.slots import SchedulerState
 from kvsched.spec.system import SystemState
 
 ISSUE = Bounds(requests=3, pages=5, logical_pages=3, entries=2, entry_pages=2)

@@ -195,7 +195,7 @@ def test_canonical_states_keep_the_invariants_and_merge_renamings() -> None:
 def _rename_ids(state: SystemState, ids: dict[int, int]) -> SystemState:
     from dataclasses import replace
 
-    from kvsched.spec.scheduler import SchedulerState, is_live
+    from kvsched.spec.slots import SchedulerState, is_live
 
     slots = tuple(
         replace(slot, request_id=ids[slot.request_id]) if is_live(slot) else slot for slot in state.scheduler.slots
