@@ -16,8 +16,9 @@ from kvsched.impl.writes import ALLOCATED, COPY, EXISTING, ArrayWritePlan, Write
 from kvsched.spec.batch import INVALID_BLOCK, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.errors import *  # noqa: F403  (the same closed error hierarchy as the spec)
 from kvsched.spec.errors import KvschedError
+from kvsched.spec.identity import PrefixIdentity, derive_prefix_identity
 from kvsched.spec.pool import Allocated, Copy, CopyOnWrite, Existing
-from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, derive_prefix_identity
+from kvsched.spec.prefix import PrefixPageSet
 from kvsched.spec.slots import LIVE, Admission, RequestState, RequestView
 
 __all__ = [

@@ -27,14 +27,8 @@ from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_seque
 from kvsched.impl.table import SequenceBlockTable, TableRow, get_row, install_row_prefix
 from kvsched.spec.binding import Binding
 from kvsched.spec.errors import InvalidArgument, KvschedError, PageCapacity, RegistryFull
-from kvsched.spec.prefix import (
-    PrefixIdentity,
-    PrefixPageSet,
-    StoreEntry,
-    StoreState,
-    initial_store,
-    require_reclaim_target,
-)
+from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.prefix import PrefixPageSet, StoreEntry, StoreState, initial_store, require_reclaim_target
 
 
 class PrefixKvStore:

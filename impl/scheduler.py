@@ -41,8 +41,8 @@ from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
 from kvsched.spec.binding import Binding, bind_together
 from kvsched.spec.domain import require_u32, require_u64
 from kvsched.spec.errors import Exhausted, InvalidArgument
+from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.pool import Copy, CopyOnWrite
-from kvsched.spec.prefix import PrefixIdentity
 from kvsched.spec.slots import Admission, RequestView, SchedulerState, initial_scheduler, require_page_size
 from kvsched.spec.table import Table
 

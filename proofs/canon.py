@@ -51,8 +51,9 @@ from typing import Any, TypeVar
 
 from kvsched.proofs.operations import Bounds
 from kvsched.proofs.operations import identity as prefix_identity
+from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.pool import PoolState
-from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, StoreEntry, StoreState
+from kvsched.spec.prefix import PrefixPageSet, StoreEntry, StoreState
 from kvsched.spec.slots import RequestState, SchedulerState, Slot
 from kvsched.spec.system import SystemState
 

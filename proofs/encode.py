@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import z3
 
 from kvsched.proofs.model import DECODE, EMPTY, INT, NONE, PREFILL, Arr, Sys
-from kvsched.spec.prefix import PrefixIdentity
+from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.slots import RequestState
 from kvsched.spec.system import SystemState
 from kvsched.spec.table import get_mapped_pages

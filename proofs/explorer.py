@@ -24,6 +24,7 @@ from kvsched.proofs.canon import Canonicalizer, Renaming
 from kvsched.proofs.operations import Bounds, Operation, alphabet, rename, run, static_alphabet, within_budget
 from kvsched.proofs.subject import SPEC, Positioner, Subject, snapshot
 from kvsched.spec.errors import KvschedError
+from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.invariants import (
     INVARIANTS,
     check_invariants,
@@ -31,7 +32,6 @@ from kvsched.spec.invariants import (
     post_written_page_exclusive,
 )
 from kvsched.spec.plan import WritePlan
-from kvsched.spec.prefix import PrefixIdentity
 from kvsched.spec.slots import is_live
 from kvsched.spec.system import SystemState
 

@@ -17,7 +17,8 @@ from itertools import permutations, product
 from typing import Any
 
 from kvsched.spec.errors import KvschedError
-from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet
+from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.prefix import PrefixPageSet
 from kvsched.spec.slots import RequestState
 from kvsched.spec.system import SystemState
 from kvsched.testing.backends import FAULTS, HarnessBackend

@@ -2,6 +2,23 @@
 
 Pure, typed, standard-library Python. Every optimized component in `kvsched.impl` refines the
 classes here; every checker (stateful tests, contracts, proofs) is stated against them.
+
+Read top to bottom: `domain` (what an integer argument may be), `errors` and `refusals` (every
+refusal, its message and details), `pool` (pages and their references), `table` (one request's
+logical pages), `identity` and `prefix` (named shared prefixes), `plan` (what a batch of writes
+did), `slots`, `lifecycle` and `round` (requests, their transitions, the decode round),
+`scheduler` (the object API), `system` and `invariants` (the whole state and what always holds);
+`batch` is the ragged batch ABI, `batching` and `sequence` seed B's iteration scheduler.
+
+Glossary:
+    page          a physical KV page of the pool, holding `page_size` token positions
+    logical page  an index into one request's page table; it maps to a page or is unmapped
+    reference     one owner's hold on a page (a table, a store entry, an outside holder)
+    slot          one of the scheduler's fixed request slots (EMPTY, PREFILL or DECODE)
+    entry         one of the prefix store's fixed places for a published page set
+    write target  the page holding a decoding request's position `token_count`
+    plan          the steps of a batched ensure_writable: per step a target and its action
+    round         one ragged decode step over every DECODE slot, one backend call
 """
 
 from kvsched.spec.batch import (
@@ -23,16 +40,11 @@ from kvsched.spec.batching import (
 )
 from kvsched.spec.errors import *  # noqa: F403  (the closed error hierarchy is part of the API)
 from kvsched.spec.errors import KvschedError
+from kvsched.spec.identity import PrefixIdentity, derive_prefix_identity
 from kvsched.spec.paged_config import DEFAULT_BLOCK_SIZE, PagedKvConfig, fill_identity_block_table
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import Allocated, BlockPool, Copy, CopyOnWrite, Existing, PoolState
-from kvsched.spec.prefix import (
-    PrefixIdentity,
-    PrefixKvStore,
-    PrefixPageSet,
-    StoreState,
-    derive_prefix_identity,
-)
+from kvsched.spec.prefix import PrefixKvStore, PrefixPageSet, StoreState
 from kvsched.spec.scheduler import RequestScheduler
 from kvsched.spec.sequence import FinishReason, Sequence, SequenceManager
 from kvsched.spec.slots import LIVE, Admission, RequestState, RequestView, SchedulerState

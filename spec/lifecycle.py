@@ -29,9 +29,10 @@ from kvsched.spec import table as table_ops
 from kvsched.spec.batch import U32_MAX
 from kvsched.spec.domain import as_int, require_int, require_u32, require_u64
 from kvsched.spec.errors import Exhausted, InvalidArgument
+from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.plan import WritePlan, pages_needed
 from kvsched.spec.pool import CopyOnWrite, PoolState
-from kvsched.spec.prefix import PrefixIdentity, StoreState
+from kvsched.spec.prefix import StoreState
 from kvsched.spec.prefix import attach as attach_prefix
 from kvsched.spec.slots import (
     Admission,

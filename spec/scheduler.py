@@ -15,6 +15,7 @@ from collections.abc import MutableSequence, Sequence
 from kvsched.spec import refusals
 from kvsched.spec.batch import UNANSWERED, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt, RaggedDecodeBackend
 from kvsched.spec.binding import Binding, bind_together
+from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.lifecycle import (
     admit,
     ensure_writable,
@@ -29,7 +30,7 @@ from kvsched.spec.lifecycle import (
 )
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import BlockPool, CopyOnWrite
-from kvsched.spec.prefix import PrefixIdentity, PrefixKvStore
+from kvsched.spec.prefix import PrefixKvStore
 from kvsched.spec.round import check_outputs, commit_round, lower_round, require_round_buffers
 from kvsched.spec.slots import (
     Admission,

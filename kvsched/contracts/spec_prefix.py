@@ -26,7 +26,8 @@ from kvsched.contracts.support import (
     with_slot,
 )
 from kvsched.spec import prefix as prefix_ops
-from kvsched.spec.prefix import PrefixPageSet, StoreEntry, derive_prefix_identity, is_idle
+from kvsched.spec.identity import derive_prefix_identity
+from kvsched.spec.prefix import PrefixPageSet, StoreEntry, is_idle
 from kvsched.spec.system import SystemState
 
 # One or two of the 3 pages: what a 2-page entry can hold. Contiguous, so `valid_store` tests it

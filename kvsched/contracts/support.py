@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from kvsched.spec.errors import KvschedError
+from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.invariants import check_invariants
 from kvsched.spec.pool import PoolState
-from kvsched.spec.prefix import PrefixIdentity, PrefixPageSet, StoreEntry, StoreState
+from kvsched.spec.prefix import PrefixPageSet, StoreEntry, StoreState
 from kvsched.spec.slots import RequestState, SchedulerState, Slot
 from kvsched.spec.system import SystemState, get_owner_references
 from kvsched.spec.table import Table
