@@ -25,8 +25,9 @@ import numpy.typing as npt
 from kvsched.impl.jit import jit
 from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_sequence
 from kvsched.impl.table import SequenceBlockTable, TableRow, get_row, install_row_prefix
+from kvsched.spec import refusals
 from kvsched.spec.binding import Binding
-from kvsched.spec.errors import InvalidArgument, KvschedError, PageCapacity, RegistryFull
+from kvsched.spec.errors import KvschedError
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.prefix import PrefixPageSet, StoreEntry, StoreState, initial_store, require_reclaim_target
 
@@ -121,7 +122,7 @@ class PrefixKvStore:
         """Install the prefix into `table` (all or nothing); its token count, or None on a miss."""
         pool = self.check_pool(pool)
         if not isinstance(table, SequenceBlockTable):
-            raise InvalidArgument(f"table must be a SequenceBlockTable, not {type(table).__name__}")
+            raise refusals.wrong_kind("table", "SequenceBlockTable", table)
         tokens = attach_row(self, identity, get_row(table), pool)
         self.bind_pool(pool)
         return tokens
@@ -149,15 +150,15 @@ class PrefixKvStore:
 
     def _publish(self, page_set: PrefixPageSet, pool: BlockPool) -> None:
         if not isinstance(page_set, PrefixPageSet):
-            raise InvalidArgument("publish takes a PrefixPageSet")
+            raise refusals.wrong_kind("page_set", "PrefixPageSet", page_set)
         count = len(page_set.pages)
         if count > self._page_capacity:
-            raise PageCapacity(f"{count} pages exceed this store's {self._page_capacity}-page entries")
+            raise refusals.set_over_capacity(count, self._page_capacity)
         retain_sequence(pool, page_set.pages)
         new_pages = np.array(page_set.pages, dtype=np.uint32)  # every id is in range: retained
         if not self._identities:
             release_array(pool, new_pages)  # undo: each count was >= 2
-            raise RegistryFull("this store has no entries")
+            raise refusals.store_without_entries()
         entry = self._index.get(page_set.identity)
         victim = False
         if entry is None:
@@ -188,7 +189,7 @@ class PrefixKvStore:
 
     def _remove(self, identity: PrefixIdentity, pool: BlockPool) -> bool:
         if not isinstance(identity, PrefixIdentity):
-            raise InvalidArgument("remove takes a PrefixIdentity")
+            raise refusals.wrong_kind("identity", "PrefixIdentity", identity)
         entry = self._index.get(identity)
         if entry is None:
             return False
@@ -234,7 +235,7 @@ class PrefixKvStore:
 def attach_row(store: PrefixKvStore, identity: PrefixIdentity, row: TableRow, pool: BlockPool) -> int | None:
     """Install the prefix `identity` names into the empty `row`: None on a miss, else its tokens."""
     if not isinstance(identity, PrefixIdentity):
-        raise InvalidArgument("attach takes a PrefixIdentity")
+        raise refusals.wrong_kind("identity", "PrefixIdentity", identity)
     entry = store._index.get(identity)
     if entry is None:
         return None

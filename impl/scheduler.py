@@ -40,7 +40,7 @@ from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
 from kvsched.spec.binding import Binding, bind_together
 from kvsched.spec.domain import require_u32, require_u64
-from kvsched.spec.errors import Exhausted, InvalidArgument
+from kvsched.spec.errors import Exhausted
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.pool import Copy, CopyOnWrite
 from kvsched.spec.slots import Admission, RequestView, SchedulerState, initial_scheduler, require_page_size
@@ -169,7 +169,7 @@ class RequestScheduler:
         pool = prefixes.check_pool(self.check_pool(pool))
         request_id = require_u64("request_id", request_id)
         if identity is not None and not isinstance(identity, PrefixIdentity):
-            raise InvalidArgument("identity must be a PrefixIdentity or None")
+            raise refusals.wrong_kind("identity", "PrefixIdentity or None", identity)
         slot = self._require_free_slot(request_id)
         tokens = None
         if identity is not None:

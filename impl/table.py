@@ -22,7 +22,6 @@ from kvsched.impl.pool import BlockPool, release_array, retain_array, retain_seq
 from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX
 from kvsched.spec.domain import as_int, require_int, require_size
-from kvsched.spec.errors import InvalidArgument
 from kvsched.spec.pool import Copy, CopyOnWrite
 from kvsched.spec.table import Table, repeats_a_page
 
@@ -125,7 +124,7 @@ class SequenceBlockTable:
     def fork_into(self, target: SequenceBlockTable, pool: BlockPool) -> None:
         """Share every mapped page with the empty `target`."""
         if not isinstance(target, SequenceBlockTable):
-            raise InvalidArgument(f"fork target must be a SequenceBlockTable, not {type(target).__name__}")
+            raise refusals.wrong_kind("fork target", "SequenceBlockTable", target)
         fork_row(self._row, target._row, pool)
 
     def install_shared_prefix(self, pages: Sequence[int], pool: BlockPool) -> None:
@@ -136,7 +135,7 @@ class SequenceBlockTable:
         if not is_clear(self._row):
             raise refusals.prefix_target_not_empty()
         if repeats_a_page(pages):
-            raise InvalidArgument(f"prefix pages {pages} repeat a page: one page cannot hold two positions")
+            raise refusals.repeated_page(pages)
         retain_sequence(pool, pages)
         self._row[: len(pages)] = [require_int("page id", page) for page in pages]
 

@@ -76,7 +76,7 @@ def admit(
     """Admit into the lowest empty slot, attaching the prefix `identity` names when published."""
     request_id = require_u64("request_id", request_id)
     if identity is not None and not isinstance(identity, PrefixIdentity):
-        raise InvalidArgument("identity must be a PrefixIdentity or None")
+        raise refusals.wrong_kind("identity", "PrefixIdentity or None", identity)
     index = _require_free_slot(state, request_id)
     table = state.slots[index].table
     tokens = None

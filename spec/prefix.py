@@ -15,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvsched.spec import pool as pool_ops
+from kvsched.spec import refusals
 from kvsched.spec.batch import U32_MAX
 from kvsched.spec.binding import Binding
 from kvsched.spec.domain import as_int, require_size
-from kvsched.spec.errors import EmptyPageSet, InvalidArgument, PageCapacity, RegistryFull
+from kvsched.spec.errors import EmptyPageSet, InvalidArgument, PageCapacity
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.pool import BlockPool, PoolState
 from kvsched.spec.table import SequenceBlockTable, Table, install_shared_prefix
@@ -106,13 +107,13 @@ def _release_set(pool: PoolState, entry: StoreEntry | None) -> PoolState:
 def publish(state: StoreState, pool: PoolState, page_set: PrefixPageSet) -> tuple[StoreState, PoolState]:
     """Make `page_set` visible under its identity, replacing a same-identity or victim entry."""
     if not isinstance(page_set, PrefixPageSet):
-        raise InvalidArgument("publish takes a PrefixPageSet")
+        raise refusals.wrong_kind("page_set", "PrefixPageSet", page_set)
     if len(page_set.pages) > state.page_capacity:
-        raise PageCapacity(f"{len(page_set.pages)} pages exceed this store's {state.page_capacity}-page entries")
+        raise refusals.set_over_capacity(len(page_set.pages), state.page_capacity)
     for page in page_set.pages:
         pool = pool_ops.retain(pool, page)
     if not state.slots:
-        raise RegistryFull("this store has no entries")
+        raise refusals.store_without_entries()
     index = find_slot(state, page_set.identity)
     next_victim = state.next_victim
     if index is None:
@@ -131,7 +132,7 @@ def attach(
 ) -> tuple[StoreState, Table, PoolState, int | None]:
     """Install the prefix's pages into the empty `table`: a miss gives None, a hit its tokens."""
     if not isinstance(identity, PrefixIdentity):
-        raise InvalidArgument("attach takes a PrefixIdentity")
+        raise refusals.wrong_kind("identity", "PrefixIdentity", identity)
     index = find_slot(state, identity)
     if index is None:
         return state, table, pool, None
@@ -146,7 +147,7 @@ def attach(
 def remove(state: StoreState, pool: PoolState, identity: PrefixIdentity) -> tuple[StoreState, PoolState, bool]:
     """Drop the entry and its page references; False when absent."""
     if not isinstance(identity, PrefixIdentity):
-        raise InvalidArgument("remove takes a PrefixIdentity")
+        raise refusals.wrong_kind("identity", "PrefixIdentity", identity)
     index = find_slot(state, identity)
     if index is None:
         return state, pool, False
@@ -236,7 +237,7 @@ class PrefixKvStore:
         """Install the prefix into `table` (all or nothing); its token count, or None on a miss."""
         pool = self.check_pool(pool)
         if not isinstance(table, SequenceBlockTable):
-            raise InvalidArgument(f"table must be a SequenceBlockTable, not {type(table).__name__}")
+            raise refusals.wrong_kind("table", "SequenceBlockTable", table)
         self._state, entries, pool_state, tokens = attach(self._state, table.state, pool.state, identity)
         table.commit(entries)
         pool.commit(pool_state)

@@ -16,6 +16,7 @@ from kvsched.spec.errors import (
     DuplicateRequest,
     Exhausted,
     Full,
+    InvalidArgument,
     InvalidBlock,
     InvalidState,
     ItemBufferTooSmall,
@@ -24,7 +25,9 @@ from kvsched.spec.errors import (
     OutputBufferTooSmall,
     OutputIdentityMismatch,
     OutputTooSmall,
+    PageCapacity,
     ReferenceOverflow,
+    RegistryFull,
     TargetNotEmpty,
     UnknownRequest,
     UnpreparedWrite,
@@ -202,3 +205,26 @@ def wrong_answer(position: int, answered: tuple[int, int], expected: tuple[int, 
         request_id=expected[0],
         slot=expected[1],
     )
+
+
+# -- arguments of the wrong kind ---------------------------------------------------------------
+
+
+def wrong_kind(name: str, expected: str, value: object) -> InvalidArgument:
+    """`value` was passed as `name`, which must be a `expected`."""
+    return InvalidArgument(f"{name} must be a {expected}, not {type(value).__name__}")
+
+
+def repeated_page(pages: tuple[object, ...]) -> InvalidArgument:
+    return InvalidArgument(f"prefix pages {pages} repeat a page: one page cannot hold two positions")
+
+
+# -- the prefix store --------------------------------------------------------------------------
+
+
+def set_over_capacity(pages: int, capacity: int) -> PageCapacity:
+    return PageCapacity(f"{pages} pages exceed this store's {capacity}-page entries")
+
+
+def store_without_entries() -> RegistryFull:
+    return RegistryFull("this store has no entries")

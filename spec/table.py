@@ -16,7 +16,6 @@ from kvsched.spec import pool as pool_ops
 from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX
 from kvsched.spec.domain import as_int, require_int, require_size
-from kvsched.spec.errors import InvalidArgument
 from kvsched.spec.pool import BlockPool, CopyOnWrite, PoolState
 
 Table = tuple[int | None, ...]
@@ -102,7 +101,7 @@ def install_shared_prefix(table: Table, pool: PoolState, pages: Sequence[int]) -
     if not is_empty_table(table):
         raise refusals.prefix_target_not_empty()
     if repeats_a_page(pages):
-        raise InvalidArgument(f"prefix pages {pages} repeat a page: one page cannot hold two positions")
+        raise refusals.repeated_page(pages)
     pool = retain_all(pool, pages)  # refuses any page that is not an integer
     return tuple(require_int("page id", page) for page in pages) + table[len(pages) :], pool
 
@@ -145,7 +144,7 @@ class SequenceBlockTable:
     def fork_into(self, target: SequenceBlockTable, pool: BlockPool) -> None:
         """Share every mapped page with the empty `target`."""
         if not isinstance(target, SequenceBlockTable):
-            raise InvalidArgument(f"fork target must be a SequenceBlockTable, not {type(target).__name__}")
+            raise refusals.wrong_kind("fork target", "SequenceBlockTable", target)
         entries, pool_state = fork(self._entries, target._entries, pool.state)
         target._entries = entries
         pool.commit(pool_state)
