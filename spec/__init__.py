@@ -46,7 +46,7 @@ from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import Allocated, BlockPool, Copy, CopyOnWrite, Existing, PoolState
 from kvsched.spec.prefix import PrefixKvStore, PrefixPageSet, StoreState
 from kvsched.spec.scheduler import RequestScheduler
-from kvsched.spec.sequence import FinishReason, Sequence, SequenceManager
+from kvsched.spec.sequence import FinishReason, GenerationSequence, SequenceManager
 from kvsched.spec.slots import LIVE, Admission, RequestState, RequestView, SchedulerState
 from kvsched.spec.table import SequenceBlockTable
 
@@ -64,6 +64,7 @@ __all__ = [
     "Existing",
     "FifoScheduler",
     "FinishReason",
+    "GenerationSequence",
     "KvschedError",
     "PagedKvConfig",
     "PoolState",
@@ -83,7 +84,6 @@ __all__ = [
     "SchedulerState",
     "SeqId",
     "SeqIdCounter",
-    "Sequence",
     "SequenceBlockTable",
     "SequenceManager",
     "StoreState",

@@ -2,7 +2,8 @@
 
 Modelled (seed B): a sequence is `Prefilling(chunk_start)` until its prompt is consumed (an
 overshooting chunk is allowed), then `Decoding`, then `Finished(reason)`. EOS is checked before
-the length limit. `SequenceManager` keeps the live sequences by id.
+the length limit. `GenerationSequence` is one request (the seed's `Sequence`, renamed so it never shadows
+`typing.Sequence`); `SequenceManager` keeps the live sequences by id.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ SequenceState = Prefilling | Decoding | Finished
 
 
 @dataclass(slots=True)
-class Sequence:
+class GenerationSequence:
     """One generation request and its progress."""
 
     id: SeqId
@@ -91,22 +92,22 @@ class SequenceManager:
     """The live sequences by id, and the id counter."""
 
     def __init__(self) -> None:
-        self._sequences: dict[SeqId, Sequence] = {}
+        self._sequences: dict[SeqId, GenerationSequence] = {}
         self._counter = SeqIdCounter()
 
     def next_id(self) -> SeqId:
         """A fresh, never reused id."""
         return self._counter.next()
 
-    def add(self, sequence: Sequence) -> None:
+    def add(self, sequence: GenerationSequence) -> None:
         """Track a sequence."""
         self._sequences[sequence.id] = sequence
 
-    def remove(self, seq_id: SeqId) -> Sequence | None:
+    def remove(self, seq_id: SeqId) -> GenerationSequence | None:
         """Stop tracking a sequence; the sequence, or None when unknown."""
         return self._sequences.pop(seq_id, None)
 
-    def get(self, seq_id: SeqId) -> Sequence | None:
+    def get(self, seq_id: SeqId) -> GenerationSequence | None:
         """The sequence, or None when unknown."""
         return self._sequences.get(seq_id)
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from kvsched.spec import FinishReason, SeqId, Sequence, SequenceManager
+from kvsched.spec import FinishReason, GenerationSequence, SeqId, SequenceManager
 from kvsched.spec.sequence import Decoding, Finished, Prefilling
 
 
-def make(prompt_len: int = 5, max_new: int = 3) -> Sequence:
-    return Sequence(SeqId(1), list(range(prompt_len)), max_new)
+def make(prompt_len: int = 5, max_new: int = 3) -> GenerationSequence:
+    return GenerationSequence(SeqId(1), list(range(prompt_len)), max_new)
 
 
 def test_new_sequence_is_prefilling_at_zero() -> None:
@@ -86,7 +86,7 @@ def test_position_decoding_returns_prompt_plus_generated() -> None:
 def test_manager_add_get_remove() -> None:
     manager = SequenceManager()
     seq_id = manager.next_id()
-    manager.add(Sequence(seq_id, [1, 2], 4))
+    manager.add(GenerationSequence(seq_id, [1, 2], 4))
     got = manager.get(seq_id)
     assert got is not None and got.prompt_ids == [1, 2]
     removed = manager.remove(seq_id)
@@ -99,7 +99,7 @@ def test_manager_ids_by_state() -> None:
     manager = SequenceManager()
     ids = [manager.next_id() for _ in range(3)]
     for seq_id in ids:
-        manager.add(Sequence(seq_id, [1, 2], 1))
+        manager.add(GenerationSequence(seq_id, [1, 2], 1))
     decoding = manager.get(ids[1])
     finished = manager.get(ids[2])
     assert decoding is not None and finished is not None
@@ -119,7 +119,7 @@ def test_manager_next_id_is_unique() -> None:
 def test_manager_get_mut_allows_state_update() -> None:
     manager = SequenceManager()
     seq_id = manager.next_id()
-    manager.add(Sequence(seq_id, [1, 2, 3], 2))
+    manager.add(GenerationSequence(seq_id, [1, 2, 3], 2))
     sequence = manager.get(seq_id)
     assert sequence is not None
     sequence.advance_prefill(3)
