@@ -5,11 +5,11 @@ numba's CPU target has no float16, so a float16 cache reaches these functions as
 is converted here: `stage_block` widens a page's rows of one kv head to float32, `store_row`
 rounds float32 rows to half (round-to-nearest-even, exactly numpy's `astype`). Both are chosen at
 compile time from the cache's dtype, so a float32 cache pays nothing. The conversion uses LLVM's
-half type where the host lowers it to instructions (F16C: 10x faster than the bit arithmetic) and
-exact bit arithmetic elsewhere.
+half type where the host lowers it to instructions (F16C) and exact bit arithmetic elsewhere
+(measurements: docs/kernels.md).
 
 `fastmath={'reassoc', 'contract'}` lets LLVM vectorize the dot products and the weighted sums
-(about 2.4x) and fuse their multiply-adds (as CUDA does by default), while keeping infinities and
+and fuse their multiply-adds (as CUDA does by default), while keeping infinities and
 NaN semantics, which the masking and the online softmax rely on. Half rows are widened eight at a
 time (`widen8`): LLVM leaves the scalar conversion loop unvectorized.
 
@@ -53,8 +53,8 @@ def staged_row(cache: Any, page: Any, row: Any, kv_head: Any, block: Any) -> Any
 
 def eight_rows_per_pass(cache: Any) -> bool:
     """Whether the attention twin takes eight rows per pass over a block of `cache` rather than
-    four (numba-only; a compile-time constant). Eight is 12 % faster on staged half blocks, which
-    sit in L1; 6 % slower on float32 rows, read from memory (32 lines missing at once)."""
+    four (numba-only; a compile-time constant): eight for staged half blocks, which sit in L1, four
+    for float32 rows read from memory (docs/kernels.md)."""
     raise NotImplementedError("eight_rows_per_pass is only callable from numba-compiled code")
 
 
@@ -321,7 +321,7 @@ FLOAT32_BIAS = np.uint32(127)
 @njit(cache=True, fastmath={"contract"})
 def exp_nonpositive(x: Any) -> Any:
     """exp(x) for float32 x <= 0 in operations LLVM vectorizes (no libm call, no branch); within
-    1.5 ulp over [-87, 0] (1.002 measured, tests/kernels/test_twins.py).
+    1.5 ulp over [-87, 0] (tests/kernels/test_twins.py).
 
     x = n ln2 + r with n an integer and |r| <= ln2 / 2, so exp(x) = 2**n exp(r): exp(r) is the
     Cephes `expf` polynomial and 2**n is built in the exponent bits. n comes from adding
