@@ -1,8 +1,10 @@
 """The inductive invariant, as named z3 conjuncts over a `Sys`, and the counting facts.
 
-Each conjunct says which `inv_*` of spec/invariants.py it carries (`CONJUNCTS`); a few are
-model-level (canonical arrays, ghost inverses) and exist so the spec's invariants become
-inductive. `inv_tables_fixed_capacity` holds by construction: the model has one `width`.
+Each conjunct names the `inv_*` function of spec/invariants.py it carries (`CONJUNCTS`); a few
+are model-level (`carries` None: sizes in their domains, nothing in flight) and exist so the
+spec's invariants become inductive. `inv_tables_fixed_capacity` holds by construction: the model
+has one `width`. That the carried conjuncts say what the spec's predicates say is checked on
+concrete states by agreement.py.
 
 Counting without sums: owner references per page are ghost counters (`tcnt`, `scnt`, `ext`,
 `pend`) that every transition updates at the pages it touches, so "refcount = owners" is
@@ -40,15 +42,34 @@ from kvsched.proofs.model import (
     is_u32,
     is_u64,
 )
+from kvsched.spec.invariants import (
+    Invariant,
+    inv_empty_slots_cleared,
+    inv_free_stack_exact,
+    inv_prefix_tokens_within_count,
+    inv_refcount_equals_owners,
+    inv_refcounts_bounded,
+    inv_request_ids_unique,
+    inv_store_entries_well_formed,
+    inv_tables_fixed_capacity,
+    inv_tables_hold_their_pages,
+)
 
 
 @dataclass(frozen=True)
 class Conjunct:
-    """One named part of the inductive invariant and the spec invariant it carries."""
+    """One named part of the inductive invariant and the spec invariant it carries (None: model-level)."""
 
     name: str
-    carries: str
+    carries: Invariant | None
     holds: Callable[[Sys], Bool]
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        """What the conjunct carries, for reports: the invariant's name, or the model's note."""
+        name = self.carries.__name__ if self.carries is not None else "model"
+        return f"{name} ({self.note})" if self.note else name
 
 
 def _dimensions(s: Sys) -> Bool:
@@ -105,7 +126,7 @@ def _refcount_equals_owners(s: Sys) -> Bool:
 
 def _refcounts_bounded(s: Sys) -> Bool:
     (p,) = bound("p")
-    return z3.ForAll([p], z3.Implies(in_pages(s, p), s.refs[p] <= s.max_refs))
+    return z3.ForAll([p], z3.Implies(in_pages(s, p), z3.And(s.refs[p] >= 0, s.refs[p] <= s.max_refs)))
 
 
 def _tables_hold_their_pages(s: Sys) -> Bool:
@@ -220,19 +241,19 @@ def _pool_counts(s: Sys) -> Bool:
     return z3.ForAll([p], z3.If(in_pages(s, p), z3.And(s.refs[p] >= 0, s.refs[p] <= s.max_refs), s.refs[p] == 0))
 
 
-SETTLED = Conjunct("nothing_pending", "(model: a committed state holds no in-flight reference)", _nothing_pending)
+SETTLED = Conjunct("nothing_pending", None, _nothing_pending, "a committed state holds no in-flight reference")
 
 GENERAL: tuple[Conjunct, ...] = (
-    Conjunct("dimensions", "(model: sizes are in their domains)", _dimensions),
-    Conjunct("free_stack_exact", "inv_free_stack_exact", _free_stack_exact),
-    Conjunct("refcount_equals_owners", "inv_refcount_equals_owners", _refcount_equals_owners),
-    Conjunct("refcounts_bounded", "inv_refcounts_bounded", _refcounts_bounded),
-    Conjunct("tables_hold_their_pages", "inv_tables_hold_their_pages", _tables_hold_their_pages),
-    Conjunct("empty_slots_cleared", "inv_empty_slots_cleared", _empty_slots_cleared),
-    Conjunct("request_ids_unique", "inv_request_ids_unique", _request_ids_unique),
-    Conjunct("prefix_tokens_within_count", "inv_prefix_tokens_within_count", _prefix_tokens_within_count),
-    Conjunct("store_entries_well_formed", "inv_store_entries_well_formed", _store_entries_well_formed),
-    Conjunct("store_pages_held", "inv_refcount_equals_owners (store side)", _store_pages_held),
+    Conjunct("dimensions", None, _dimensions, "sizes are in their domains"),
+    Conjunct("free_stack_exact", inv_free_stack_exact, _free_stack_exact),
+    Conjunct("refcount_equals_owners", inv_refcount_equals_owners, _refcount_equals_owners),
+    Conjunct("refcounts_bounded", inv_refcounts_bounded, _refcounts_bounded),
+    Conjunct("tables_hold_their_pages", inv_tables_hold_their_pages, _tables_hold_their_pages),
+    Conjunct("empty_slots_cleared", inv_empty_slots_cleared, _empty_slots_cleared),
+    Conjunct("request_ids_unique", inv_request_ids_unique, _request_ids_unique),
+    Conjunct("prefix_tokens_within_count", inv_prefix_tokens_within_count, _prefix_tokens_within_count),
+    Conjunct("store_entries_well_formed", inv_store_entries_well_formed, _store_entries_well_formed),
+    Conjunct("store_pages_held", inv_refcount_equals_owners, _store_pages_held, "store side"),
 )
 """The invariant of every state, in flight or not."""
 
@@ -240,13 +261,14 @@ CONJUNCTS: tuple[Conjunct, ...] = (*GENERAL, SETTLED)
 """The invariant of every committed state."""
 
 POOL: tuple[Conjunct, ...] = (
-    Conjunct("pool_dimensions", "(model)", lambda s: z3.And(s.pages >= 0, s.max_refs >= 1, s.top >= 0)),
+    Conjunct("pool_dimensions", None, lambda s: z3.And(s.pages >= 0, s.max_refs >= 1, s.top >= 0), "sizes"),
     GENERAL[1],
-    Conjunct("pool_refcounts_in_range", "inv_refcounts_bounded", _pool_counts),
+    Conjunct("pool_refcounts_in_range", inv_refcounts_bounded, _pool_counts),
 )
 """The pool's own invariant: what allocate/retain/release/writable keep with no owner model."""
 
-SPEC_INVARIANTS_BY_CONSTRUCTION = ("inv_tables_fixed_capacity",)
+SPEC_INVARIANTS_BY_CONSTRUCTION: tuple[Invariant, ...] = (inv_tables_fixed_capacity,)
+"""Spec invariants no conjunct carries: the model cannot state their violation (one `width`)."""
 
 
 def general(s: Sys) -> Bool:

@@ -61,7 +61,7 @@ def proof_record(results: list[GoalResult], seconds: float, profile: str) -> dic
             name: {"goals": goals, "seconds": round(secs, 4), "proved": proved}
             for name, (goals, secs, proved) in table.items()
         },
-        "invariants": [f"{c.name} ({getattr(c.carries, '__name__', c.carries)})" for c in CONJUNCTS],
+        "invariants": [f"{c.name} ({c.label})" for c in CONJUNCTS],
         "outcome": "pass" if all(r.outcome == "proved" for r in results) else "FAIL",
         "seconds": round(seconds, 2),
         **_stamp(),
