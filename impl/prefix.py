@@ -4,7 +4,7 @@ Refines `kvsched.spec.prefix.StoreState`. Entry `e` is occupied iff `identities[
 its page set is `pages[e, :page_counts[e]]` and `token_counts[e]`, its LRU stamp `last_used[e]`.
 `to_spec()` is the abstraction function
 
-    StoreState(slots = (StoreEntry(PrefixPageSet(identities[e], pages[e, :page_counts[e]],
+    StoreState(entries = (StoreEntry(PrefixPageSet(identities[e], pages[e, :page_counts[e]],
                                                   token_counts[e]), last_used[e])
                          or None for each e),
                page_capacity, next_victim, clock)

@@ -140,7 +140,7 @@ class Canonicalizer:
             for entry in slot.table:
                 if entry in valid and entry not in rank:
                     rank[entry] = len(rank)
-        for stored in state.store.slots:
+        for stored in state.store.entries:
             if stored is not None:
                 for page in stored.page_set.pages:
                     if page in valid and page not in rank:
@@ -183,13 +183,13 @@ class Canonicalizer:
         return self.intern(StoreEntry(renamed, time))
 
     def _store(self, store: StoreState, identities: dict[int, int], perm: Permutation | None) -> StoreState:
-        times = sorted({entry.last_used for entry in store.slots if entry is not None} | {store.clock})
+        times = sorted({entry.last_used for entry in store.entries if entry is not None} | {store.clock})
         rank = {time: index for index, time in enumerate(times)}
         slots = tuple(
             None if entry is None else self._entry(entry, identities, perm, rank[entry.last_used])
-            for entry in store.slots
+            for entry in store.entries
         )
-        victim = store.next_victim % len(store.slots) if store.slots else store.next_victim
+        victim = store.next_victim % len(store.entries) if store.entries else store.next_victim
         return self.intern(StoreState(slots, store.page_capacity, victim, rank[store.clock]))
 
     def canonical(self, state: SystemState, like: SystemState | None = None) -> tuple[SystemState, Renaming]:
@@ -245,7 +245,7 @@ class Canonicalizer:
         cached = self._stores.get(key)
         if cached is None:
             published = [
-                self._identity_index.get(entry.page_set.identity, -1) for entry in store.slots if entry is not None
+                self._identity_index.get(entry.page_set.identity, -1) for entry in store.entries if entry is not None
             ]
             identities = _permutation(published, self.bounds.identities)
             cached = self._stores.setdefault(key, (self._store(store, identities, perm), identities))

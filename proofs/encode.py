@@ -48,7 +48,7 @@ def _rows(rows: Iterable[tuple[int, Iterable[tuple[int, int]]]]) -> Arr:
 def encode(state: SystemState) -> Sys:
     """The ground model of `state`: arrays, ghost inverses and true owner counts."""
     pool, store, slots = state.pool, state.store, state.scheduler.slots
-    entries = [(index, entry) for index, entry in enumerate(store.slots) if entry is not None]
+    entries = [(index, entry) for index, entry in enumerate(store.entries) if entry is not None]
     table_refs: Counter[int] = Counter(page for slot in slots for page in get_mapped_pages(slot.table))
     store_refs: Counter[int] = Counter(page for _, entry in entries for page in entry.page_set.pages)
 
@@ -63,7 +63,7 @@ def encode(state: SystemState) -> Sys:
         max_refs=z3.IntVal(pool.max_references),
         requests=z3.IntVal(len(slots)),
         width=z3.IntVal(len(slots[0].table)),
-        entries=z3.IntVal(len(store.slots)),
+        entries=z3.IntVal(len(store.entries)),
         capacity=z3.IntVal(store.page_capacity),
         refs=array(nonzero(pool.refs), 0),
         stack=array(enumerate(pool.free), NONE),

@@ -106,7 +106,7 @@ def drain(state: SystemState, index_of: Callable[[PrefixIdentity], int]) -> list
     """Finish every live request, remove every entry, release every producer hold."""
     ops = [Operation("finish", (slot.request_id,)) for slot in state.scheduler.slots if is_live(slot)]
     ops += [
-        Operation("remove", (index_of(entry.page_set.identity),)) for entry in state.store.slots if entry is not None
+        Operation("remove", (index_of(entry.page_set.identity),)) for entry in state.store.entries if entry is not None
     ]
     ops += [Operation("ext_release", (page,)) for page in state.external]
     return ops

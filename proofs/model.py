@@ -10,7 +10,7 @@ about a `Sys` holds for pools, schedulers and tables of every size.
     held pages                        held                          (ghost: free + held = total)
     slots[r].table[l]                 table[r][l], tpos[r][p]       (tpos: ghost inverse per row)
     slots[r] fields                   phase, rid, tokens, ptok, nexttok, ready
-    store.slots[e]                    ent[e][i], epos[e][p], elen, eid, etok, eused
+    store.entries[e]                    ent[e][i], epos[e][p], elen, eid, etok, eused
     owner references per page         tcnt (tables), scnt (store), ext (external), pend
 
 Every array is canonical: outside its meaningful range it holds NONE (or 0, or False), so two

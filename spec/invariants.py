@@ -85,7 +85,7 @@ def inv_prefix_tokens_within_count(state: SystemState) -> bool:
 
 def inv_store_entries_well_formed(state: SystemState) -> bool:
     """Store identities are unique and every entry fits the per-entry page capacity."""
-    entries = [entry for entry in state.store.slots if entry is not None]
+    entries = [entry for entry in state.store.entries if entry is not None]
     identities = [entry.page_set.identity for entry in entries]
     fits = all(len(entry.page_set.pages) <= state.store.page_capacity for entry in entries)
     recent = all(entry.last_used < state.store.clock for entry in entries)

@@ -65,9 +65,9 @@ class StoreEntry:
 
 @dataclass(frozen=True, slots=True)
 class StoreState:
-    """Registry slots (None = empty), per-entry page capacity, round-robin cursor, LRU clock."""
+    """The store's entries (None = empty), per-entry page capacity, round-robin cursor, LRU clock."""
 
-    slots: tuple[StoreEntry | None, ...]
+    entries: tuple[StoreEntry | None, ...]
     page_capacity: int
     next_victim: int = 0
     clock: int = 0
@@ -80,9 +80,9 @@ def initial_store(entries: int, pages: int) -> StoreState:
     return StoreState((None,) * entries, pages)
 
 
-def find_slot(state: StoreState, identity: PrefixIdentity) -> int | None:
-    """The slot holding `identity`, if any."""
-    for index, entry in enumerate(state.slots):
+def find_entry(state: StoreState, identity: PrefixIdentity) -> int | None:
+    """The entry holding `identity`, if any."""
+    for index, entry in enumerate(state.entries):
         if entry is not None and entry.page_set.identity == identity:
             return index
     return None
@@ -90,11 +90,11 @@ def find_slot(state: StoreState, identity: PrefixIdentity) -> int | None:
 
 def get_store_references(state: StoreState, page: int) -> int:
     """How many references the store's entries hold on `page`."""
-    return sum(entry.page_set.pages.count(page) for entry in state.slots if entry is not None)
+    return sum(entry.page_set.pages.count(page) for entry in state.entries if entry is not None)
 
 
-def _with_slot(state: StoreState, index: int, entry: StoreEntry | None) -> tuple[StoreEntry | None, ...]:
-    return state.slots[:index] + (entry,) + state.slots[index + 1 :]
+def _with_entry(state: StoreState, index: int, entry: StoreEntry | None) -> tuple[StoreEntry | None, ...]:
+    return state.entries[:index] + (entry,) + state.entries[index + 1 :]
 
 
 def _release_set(pool: PoolState, entry: StoreEntry | None) -> PoolState:
@@ -112,18 +112,18 @@ def publish(state: StoreState, pool: PoolState, page_set: PrefixPageSet) -> tupl
         raise refusals.set_over_capacity(len(page_set.pages), state.page_capacity)
     for page in page_set.pages:
         pool = pool_ops.retain(pool, page)
-    if not state.slots:
+    if not state.entries:
         raise refusals.store_without_entries()
-    index = find_slot(state, page_set.identity)
+    index = find_entry(state, page_set.identity)
     next_victim = state.next_victim
     if index is None:
-        index = next((i for i, entry in enumerate(state.slots) if entry is None), None)
+        index = next((i for i, entry in enumerate(state.entries) if entry is None), None)
     if index is None:
-        index = next_victim % len(state.slots)
+        index = next_victim % len(state.entries)
         next_victim += 1
-    replaced = state.slots[index]
+    replaced = state.entries[index]
     entry = StoreEntry(page_set, state.clock)
-    state = replace(state, slots=_with_slot(state, index, entry), next_victim=next_victim, clock=state.clock + 1)
+    state = replace(state, entries=_with_entry(state, index, entry), next_victim=next_victim, clock=state.clock + 1)
     return state, _release_set(pool, replaced)
 
 
@@ -133,14 +133,14 @@ def attach(
     """Install the prefix's pages into the empty `table`: a miss gives None, a hit its tokens."""
     if not isinstance(identity, PrefixIdentity):
         raise refusals.wrong_kind("identity", "PrefixIdentity", identity)
-    index = find_slot(state, identity)
+    index = find_entry(state, identity)
     if index is None:
         return state, table, pool, None
-    entry = state.slots[index]
+    entry = state.entries[index]
     assert entry is not None
     table, pool = install_shared_prefix(table, pool, entry.page_set.pages)
     touched = StoreEntry(entry.page_set, state.clock)
-    state = replace(state, slots=_with_slot(state, index, touched), clock=state.clock + 1)
+    state = replace(state, entries=_with_entry(state, index, touched), clock=state.clock + 1)
     return state, table, pool, entry.page_set.token_count
 
 
@@ -148,11 +148,11 @@ def remove(state: StoreState, pool: PoolState, identity: PrefixIdentity) -> tupl
     """Drop the entry and its page references; False when absent."""
     if not isinstance(identity, PrefixIdentity):
         raise refusals.wrong_kind("identity", "PrefixIdentity", identity)
-    index = find_slot(state, identity)
+    index = find_entry(state, identity)
     if index is None:
         return state, pool, False
-    pool = _release_set(pool, state.slots[index])
-    return replace(state, slots=_with_slot(state, index, None)), pool, True
+    pool = _release_set(pool, state.entries[index])
+    return replace(state, entries=_with_entry(state, index, None)), pool, True
 
 
 def is_idle(state: StoreState, pool: PoolState, entry: StoreEntry) -> bool:
@@ -182,14 +182,14 @@ def reclaim(state: StoreState, pool: PoolState, pages: int) -> tuple[StoreState,
     while len(pool.free) < pages:
         idle = [
             (entry.last_used, index)
-            for index, entry in enumerate(state.slots)
+            for index, entry in enumerate(state.entries)
             if entry is not None and is_idle(state, pool, entry)
         ]
         if not idle:
             break
         _, index = min(idle)
-        pool = _release_set(pool, state.slots[index])
-        state = replace(state, slots=_with_slot(state, index, None))
+        pool = _release_set(pool, state.entries[index])
+        state = replace(state, entries=_with_entry(state, index, None))
     return state, pool, len(pool.free) - before
 
 
@@ -222,8 +222,8 @@ class PrefixKvStore:
 
     def get(self, identity: PrefixIdentity) -> PrefixPageSet | None:
         """The page set published under `identity`, if any (does not count as a use)."""
-        index = find_slot(self._state, identity)
-        entry = None if index is None else self._state.slots[index]
+        index = find_entry(self._state, identity)
+        entry = None if index is None else self._state.entries[index]
         return None if entry is None else entry.page_set
 
     def publish(self, page_set: PrefixPageSet, pool: BlockPool) -> None:

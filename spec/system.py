@@ -31,7 +31,7 @@ def get_owner_references(state: SystemState) -> Counter[int]:
     owners: Counter[int] = Counter(state.external)
     for slot in state.scheduler.slots:
         owners.update(get_mapped_pages(slot.table))
-    for entry in state.store.slots:
+    for entry in state.store.entries:
         if entry is not None:
             owners.update(entry.page_set.pages)
     return owners

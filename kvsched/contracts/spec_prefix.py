@@ -65,8 +65,8 @@ def valid_store(a: int, a_mask: int, a_used: int, b: int, b_mask: int, b_used: i
 
 def get_pages(state: SystemState, ident: int) -> tuple[int, ...] | None:
     """The pages published under prefix `ident`, if any."""
-    index = prefix_ops.find_slot(state.store, identity(ident))
-    entry = None if index is None else state.store.slots[index]
+    index = prefix_ops.find_entry(state.store, identity(ident))
+    entry = None if index is None else state.store.entries[index]
     return None if entry is None else entry.page_set.pages
 
 
@@ -82,11 +82,11 @@ def lands_where_promised(step: Step[None], ident: int, mask: int) -> bool:
     if get_pages(step.after, ident) != mask_pages(mask):
         return False
     before, after = step.before.store, step.after.store
-    same = prefix_ops.find_slot(before, identity(ident))
-    empty = next((i for i, entry in enumerate(before.slots) if entry is None), None)
-    target = same if same is not None else empty if empty is not None else before.next_victim % len(before.slots)
+    same = prefix_ops.find_entry(before, identity(ident))
+    empty = next((i for i, entry in enumerate(before.entries) if entry is None), None)
+    target = same if same is not None else empty if empty is not None else before.next_victim % len(before.entries)
     other = 1 - target
-    return prefix_ops.find_slot(after, identity(ident)) == target and after.slots[other] == before.slots[other]
+    return prefix_ops.find_entry(after, identity(ident)) == target and after.entries[other] == before.entries[other]
 
 
 def attaches_all(step: Step[int | None], ident: int) -> bool:
@@ -94,8 +94,8 @@ def attaches_all(step: Step[int | None], ident: int) -> bool:
     pages = get_pages(step.before, ident)
     if pages is None or step.value is None:
         return pages is None and step.value is None and step.after == step.before
-    index = prefix_ops.find_slot(step.after.store, identity(ident))
-    entry = None if index is None else step.after.store.slots[index]
+    index = prefix_ops.find_entry(step.after.store, identity(ident))
+    entry = None if index is None else step.after.store.entries[index]
     table = step.after.scheduler.slots[0].table
     stamped = entry is not None and entry.last_used == step.before.store.clock
     return table[: len(pages)] == pages and entry is not None and step.value == entry.page_set.token_count and stamped
@@ -103,12 +103,12 @@ def attaches_all(step: Step[int | None], ident: int) -> bool:
 
 def idle_order(state: SystemState) -> list[int]:
     """The idle entries, least recently used first (ties: lowest entry)."""
-    entries = [(entry.last_used, i) for i, entry in enumerate(state.store.slots) if entry is not None]
+    entries = [(entry.last_used, i) for i, entry in enumerate(state.store.entries) if entry is not None]
     return [i for used, i in sorted(entries) if is_idle(state.store, state.pool, _entry(state, i))]
 
 
 def _entry(state: SystemState, index: int) -> StoreEntry:
-    entry = state.store.slots[index]
+    entry = state.store.entries[index]
     assert entry is not None
     return entry
 
@@ -122,7 +122,9 @@ def evicts_lru(step: Step[int], target: int) -> bool:
     """Evicted entries are the least recently used idle ones, and eviction stopped at the target
     or when no idle entry was left."""
     evicted = [
-        i for i, entry in enumerate(step.before.store.slots) if entry is not None and step.after.store.slots[i] is None
+        i
+        for i, entry in enumerate(step.before.store.entries)
+        if entry is not None and step.after.store.entries[i] is None
     ]
     idle = idle_order(step.before)
     reached = len(step.after.pool.free) >= target or len(evicted) == len(idle)

@@ -488,7 +488,7 @@ class KvschedMachine(RuleBasedStateMachine):
     @rule(pick=st.integers(0, 3))
     def hold_prefix_page(self, pick: int) -> None:
         """An external holder (an offload copy in flight, say) takes a reference on a prefix page."""
-        pages = sorted({p for entry in self.sut.snapshot()[1].slots if entry for p in entry.page_set.pages})
+        pages = sorted({p for entry in self.sut.snapshot()[1].entries if entry for p in entry.page_set.pages})
         if pages:
             self.producer_hold(pick=-1 - pages[pick % len(pages)], retain=True)
 

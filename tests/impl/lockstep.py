@@ -143,7 +143,7 @@ class Lockstep(RuleBasedStateMachine):
     def prefix_identities(self) -> st.SearchStrategy[PrefixIdentity | None]:
         """Mostly published identities (prefix hits), sometimes any identity or None."""
         published = sorted(
-            (entry.page_set.identity for entry in self.spec.store.state.slots if entry is not None),
+            (entry.page_set.identity for entry in self.spec.store.state.entries if entry is not None),
             key=lambda identity: identity.words,
         )
         return st.sampled_from(published) | st.sampled_from(published) | identities if published else identities
@@ -441,7 +441,7 @@ class OwnershipAbuse(Lockstep):
         """Drop a reference a table, a request or a store entry still counts on."""
         state = self.spec.snapshot()
         requests = [page for slot in state.scheduler.slots for page in slot.table if page is not None]
-        others = [page for entry in state.store.slots if entry is not None for page in entry.page_set.pages]
+        others = [page for entry in state.store.entries if entry is not None for page in entry.page_set.pages]
         others += [page for table in self.spec.tables for page in table.state if page is not None]
         if requests or others:
             # mostly a request's page, so that finish's rollback runs
@@ -462,7 +462,7 @@ class OwnershipAbuse(Lockstep):
         for index, table in enumerate(self.spec.tables):
             if any(page is not None for page in table.state):
                 owners.append(("table", index, [p for p in table.state if p is not None][-1]))
-        for entry in state.store.slots:
+        for entry in state.store.entries:
             if entry is not None:
                 owners.append(("entry", entry.page_set.identity, entry.page_set.pages[-1]))
                 first_pages[entry.page_set.identity] = entry.page_set.pages[0]

@@ -142,7 +142,7 @@ def test_registry_replaces_round_robin_and_updates_in_place(kv: Flavor) -> None:
     store.publish(PrefixPageSet(OTHER, (pages[1],), 5), pool)
     assert pool.ref_count(pages[1]) == 2
     assert store.state.next_victim == 1 and store.state.clock == 4
-    assert [entry.page_set.identity for entry in store.state.slots if entry] == [third, OTHER]
+    assert [entry.page_set.identity for entry in store.state.entries if entry] == [third, OTHER]
 
 
 def test_publish_errors_change_nothing(kv: Flavor) -> None:

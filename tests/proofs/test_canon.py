@@ -46,7 +46,7 @@ def permute_pages(state: SystemState, perm: dict[int, int]) -> SystemState:
         None
         if entry is None
         else replace(entry, page_set=replace(entry.page_set, pages=tuple(page(p) for p in entry.page_set.pages)))
-        for entry in state.store.slots
+        for entry in state.store.entries
     )
     store = StoreState(entries, state.store.page_capacity, state.store.next_victim, state.store.clock)
     external = tuple(sorted(page(p) for p in state.external))

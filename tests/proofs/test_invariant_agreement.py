@@ -64,15 +64,15 @@ def _slot(system: SystemState, index: int, **changes: Any) -> SystemState:
 
 
 def _entries(state: SystemState) -> list[int]:
-    return [index for index, entry in enumerate(state.store.slots) if entry is not None]
+    return [index for index, entry in enumerate(state.store.entries) if entry is not None]
 
 
 def _entry(state: SystemState, index: int, **changes: Any) -> SystemState:
-    entries = list(state.store.slots)
+    entries = list(state.store.entries)
     entry = entries[index]
     assert entry is not None
     entries[index] = replace(entry, **changes)
-    return replace(state, store=replace(state.store, slots=tuple(entries)))
+    return replace(state, store=replace(state.store, entries=tuple(entries)))
 
 
 def _live(state: SystemState) -> list[int]:
@@ -191,7 +191,7 @@ def prefix_past_count(state: SystemState) -> SystemState | None:
 
 
 def entry_over_capacity(state: SystemState) -> SystemState | None:
-    longest = max((len(entry.page_set.pages) for entry in state.store.slots if entry is not None), default=0)
+    longest = max((len(entry.page_set.pages) for entry in state.store.entries if entry is not None), default=0)
     return replace(state, store=replace(state.store, page_capacity=longest - 1)) if longest >= 2 else None
 
 
@@ -199,7 +199,7 @@ def identities_collide(state: SystemState) -> SystemState | None:
     used = _entries(state)
     if len(used) < 2:
         return None
-    first, second = (state.store.slots[index] for index in used[:2])
+    first, second = (state.store.entries[index] for index in used[:2])
     assert first is not None and second is not None
     return _entry(state, used[1], page_set=replace(second.page_set, identity=first.page_set.identity))
 
@@ -213,7 +213,7 @@ def entry_page_past_the_pool(state: SystemState) -> SystemState | None:
     used = _entries(state)
     if not used:
         return None
-    entry = state.store.slots[used[0]]
+    entry = state.store.entries[used[0]]
     assert entry is not None
     pages = (*entry.page_set.pages[:-1], len(state.pool.refs))
     return _count(_entry(state, used[0], page_set=replace(entry.page_set, pages=pages)), entry.page_set.pages[-1], -1)
