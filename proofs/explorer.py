@@ -5,6 +5,7 @@ code for every operation of the alphabet (operations.py) in every state. It chec
 - every named invariant (`kvsched.spec.invariants`) in every new state;
 - an operation that raised changed nothing (`post_failure_changes_nothing`);
 - after `ensure_writable` the written page has one owner (`post_written_page_exclusive`);
+- freed pages are reused last-in-first-out (`post_lifo_reuse`);
 - liveness: from every state, finishing every live request, removing every prefix entry and
   releasing the producer's holds gives every page back (nothing leaks);
 - with a `reference`, lockstep: the same result (or error type) and the same post-state.
@@ -28,7 +29,9 @@ from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.invariants import (
     INVARIANTS,
     check_invariants,
+    post_drained_all_free,
     post_failure_changes_nothing,
+    post_lifo_reuse,
     post_written_page_exclusive,
 )
 from kvsched.spec.plan import WritePlan
@@ -110,11 +113,6 @@ def drain(state: SystemState, index_of: Callable[[PrefixIdentity], int]) -> list
     ]
     ops += [Operation("ext_release", (page,)) for page in state.external]
     return ops
-
-
-def is_all_free(state: SystemState) -> bool:
-    """Every page has count zero and is on the free stack."""
-    return all(count == 0 for count in state.pool.refs) and len(state.pool.free) == len(state.pool.refs)
 
 
 class Explorer:
@@ -223,7 +221,7 @@ class Explorer:
             if outcome[0] == "raises":
                 return f"draining failed at {operation}: {outcome[1]}"
         self.result.checks += 1
-        return "" if is_all_free(current) else f"pages leak after draining: refs={current.pool.refs}"
+        return "" if post_drained_all_free(current) else f"pages leak after draining: refs={current.pool.refs}"
 
     def _step(self, index: int, state: SystemState, back: Renaming | None, operation: Operation) -> Finding:
         """Run one operation from state `index`; the violation it shows, if any.
@@ -247,6 +245,9 @@ class Explorer:
             if not post_failure_changes_nothing(state, post):
                 return "atomicity", f"{real} raised {outcome[1]} but changed the state from {state} to {post}"
             return None
+        self.result.checks += 1
+        if not post_lifo_reuse(state, post):
+            return "LIFO", f"{real} took a page off the free stack out of order: {state.pool.free} -> {post.pool.free}"
         if real.kind == "ensure_writable":
             self.result.checks += 1
             if not post_written_page_exclusive(post, *real.args):

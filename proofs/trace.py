@@ -10,10 +10,15 @@ prints what went wrong.
 
 from __future__ import annotations
 
-from kvsched.proofs.explorer import Explorer, Violation, attempt, drain, is_all_free
+from kvsched.proofs.explorer import Explorer, Violation, attempt, drain
 from kvsched.proofs.operations import Operation, rename, statements
 from kvsched.proofs.subject import Subject, snapshot
-from kvsched.spec.invariants import check_invariants, post_written_page_exclusive
+from kvsched.spec.invariants import (
+    check_invariants,
+    post_drained_all_free,
+    post_lifo_reuse,
+    post_written_page_exclusive,
+)
 
 PREAMBLE = '''"""kvsched explorer counterexample: {kind}.
 
@@ -21,7 +26,7 @@ PREAMBLE = '''"""kvsched explorer counterexample: {kind}.
 """
 
 from kvsched.spec import KvschedError, PrefixPageSet
-from kvsched.spec.invariants import check_invariants
+from kvsched.spec.invariants import check_invariants, post_lifo_reuse
 from kvsched.spec.system import SystemState
 from kvsched.testing.backends import HarnessBackend
 from kvsched.testing.machine import prefix_identity
@@ -62,6 +67,12 @@ before, after = run(factory(CONFIG))
 print("the refused call changed the state:", before != after)
 print("before:", before)
 print("after: ", after)
+""",
+    "LIFO": """
+before, after = run(factory(CONFIG))
+print("freed pages reused last-in-first-out:", post_lifo_reuse(before, after))
+print("free stack before:", before.pool.free)
+print("free stack after: ", after.pool.free)
 """,
     "exclusive write": """
 before, after = run(factory(CONFIG))
@@ -111,7 +122,7 @@ class Replay:
 
 def _reproduces(explorer: Explorer, violation: Violation, replay: Replay, last: Operation | None) -> bool:
     if violation.kind == "liveness":
-        return not is_all_free(replay.state)
+        return not post_drained_all_free(replay.state)
     if violation.kind == "lockstep":
         assert explorer.reference is not None
         reference = Replay(explorer, explorer.reference.subject)
@@ -124,6 +135,8 @@ def _reproduces(explorer: Explorer, violation: Violation, replay: Replay, last: 
         return replay.outcome[0] == "raises" and replay.state != replay.before
     if violation.kind == "crash":
         return replay.outcome[0] == "crashes"
+    if violation.kind == "LIFO":
+        return not post_lifo_reuse(replay.before, replay.state)
     if violation.kind == "exclusive write" and last is not None:
         return not post_written_page_exclusive(replay.state, *last.args)
     return bool(check_invariants(replay.state))

@@ -4,10 +4,11 @@ Each `inv_*` takes the whole state and returns True when it holds. `INVARIANTS` 
 for the stateful harness, the contracts, the proofs' explorer and impl's debug check.
 `check_invariants` names every one that fails.
 
-Three properties relate two states or need a record the state does not keep; they are stated
-here as `post_*` predicates and checked by the harness after every step:
-`post_failure_changes_nothing`, `post_written_page_exclusive`, and the read-correctness check
-over ghost memory (`kvsched.testing.ghost`: every position a request can read holds its own
+Some properties relate two states or need a record the state does not keep; they are stated
+here as `post_*` predicates, which the stateful machine and the explorer both check:
+`post_failure_changes_nothing`, `post_lifo_reuse` (after every step), `post_written_page_exclusive`
+(after a write), `post_drained_all_free` (liveness, after draining); and the read-correctness
+check over ghost memory (`kvsched.testing.ghost`: every position a request can read holds its own
 history, or a shared prefix with exactly its tokens at exactly its positions).
 """
 
@@ -115,6 +116,27 @@ def check_invariants(state: SystemState) -> tuple[str, ...]:
 def post_failure_changes_nothing(before: SystemState, after: SystemState) -> bool:
     """An operation that raised left the whole system exactly as it was."""
     return before == after
+
+
+def post_lifo_reuse(before: SystemState, after: SystemState) -> bool:
+    """The free stack changed only at its top: every page popped is held now (handed out), every
+    page pushed was held before (freed by this step), so a freed page is the next one reused."""
+    old, new = before.pool.free, after.pool.free
+    common = 0
+    for page_before, page_after in zip(old, new, strict=False):
+        if page_before != page_after:
+            break
+        common += 1
+    popped, pushed = old[common:], new[common:]
+    held_now = all(0 <= page < len(after.pool.refs) and after.pool.refs[page] > 0 for page in popped)
+    held_before = all(0 <= page < len(before.pool.refs) and before.pool.refs[page] > 0 for page in pushed)
+    return held_now and held_before
+
+
+def post_drained_all_free(state: SystemState) -> bool:
+    """After every request finished, every entry was removed and every outside hold dropped, every
+    page is free (nothing leaks)."""
+    return all(count == 0 for count in state.pool.refs) and len(state.pool.free) == len(state.pool.refs)
 
 
 def post_written_page_exclusive(state: SystemState, request_id: int, logical_page: int) -> bool:

@@ -32,10 +32,11 @@ from kvsched.spec import Copy, KvschedError, PrefixIdentity, PrefixPageSet, Requ
 from kvsched.spec.invariants import (
     INVARIANTS,
     check_invariants,
+    post_drained_all_free,
     post_failure_changes_nothing,
+    post_lifo_reuse,
     post_written_page_exclusive,
 )
-from kvsched.spec.pool import PoolState
 from kvsched.spec.slots import Slot, is_live
 from kvsched.spec.system import SystemState
 from kvsched.testing.backends import FAULTS, HarnessBackend
@@ -155,7 +156,10 @@ class KvschedMachine(RuleBasedStateMachine):
             unchanged = post_failure_changes_nothing(SystemState(*before), SystemState(*self.sut.snapshot()))
             assert unchanged, f"{description} raised {type(error).__name__} but changed state"
         else:
-            _check_lifo(before[0], self.sut.snapshot()[0], description)
+            after = SystemState(*self.sut.snapshot())
+            assert post_lifo_reuse(SystemState(*before), after), (
+                f"{description}: a page left the free stack out of order"
+            )
         if self.ref is not None:
             ref_result, ref_error = _attempt(operation, self.ref, "ref")
             assert type(error) is type(ref_error), (
@@ -567,20 +571,9 @@ class KvschedMachine(RuleBasedStateMachine):
                 self.sut.pool.release(page)
         except KvschedError as error:
             raise AssertionError(f"cleanup at teardown failed: {type(error).__name__}: {error}") from error
-        pool = self.sut.snapshot()[0]
-        assert len(pool.free) == len(pool.refs), f"leak: {len(pool.refs) - len(pool.free)} pages still held"
-
-
-def _check_lifo(before: PoolState, after: PoolState, description: str) -> None:
-    """The free stack changes only at its top: pops hand out held pages, pushes return freed ones."""
-    common = 0
-    for old, new in zip(before.free, after.free, strict=False):
-        if old != new:
-            break
-        common += 1
-    popped, pushed = before.free[common:], after.free[common:]
-    assert all(after.refs[page] > 0 for page in popped), f"{description}: a page left the free stack out of order"
-    assert all(before.refs[page] > 0 for page in pushed), f"{description}: a free page was pushed again"
+        drained = SystemState(*self.sut.snapshot())
+        held = len(drained.pool.refs) - len(drained.pool.free)
+        assert post_drained_all_free(drained), f"leak: {held} pages still held"
 
 
 def _attempt(operation: Callable[[SystemUnderTest, str], Any], system: SystemUnderTest, role: str) -> Outcome:

@@ -215,3 +215,17 @@ def test_every_variant_of_the_harness_is_caught_in_lockstep(name: str) -> None:
     violation = explorer.run(max_states=LIMIT).violation
     assert violation is not None, f"{name} was not caught"
     reproduce(explorer, violation)  # raises unless the replay shows it again
+
+
+def test_fifo_reuse_is_caught_without_lockstep() -> None:
+    """The explorer checks the machine's `post_*` predicates too: FIFO page reuse breaks no
+    invariant of a single state, yet it is caught with no reference beside it, and the printed
+    program shows the out-of-order free stack."""
+    explorer = Explorer(SMALL, variant("pages reused first-in-first-out"), None)
+    violation = explorer.run(max_states=LIMIT).violation
+    assert violation is not None and violation.kind == "LIFO", violation
+    program = reproduce(explorer, violation)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(program, {})
+    assert "freed pages reused last-in-first-out: False" in printed.getvalue()
