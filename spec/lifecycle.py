@@ -84,8 +84,10 @@ def admit(
         store, table, pool, tokens = attach_prefix(store, table, pool, identity)
     prefix_tokens = tokens or 0
     request_state = RequestState.DECODE if prefix_tokens else RequestState.PREFILL
-    slot = Slot(table, request_id, request_state, prefix_tokens, prefix_tokens)
-    admission = Admission(index, prefix_tokens != 0, prefix_tokens)
+    slot = Slot(
+        table=table, request_id=request_id, state=request_state, token_count=prefix_tokens, prefix_tokens=prefix_tokens
+    )
+    admission = Admission(slot=index, prefix_hit=prefix_tokens != 0, prefix_tokens=prefix_tokens)
     return with_slot(state, index, slot), pool, store, admission
 
 
@@ -225,4 +227,4 @@ def finish(state: SchedulerState, pool: PoolState, request_id: int) -> tuple[Sch
     """Release every page the request holds and empty its slot (cancel and finish alike)."""
     index = require_request(state, request_id)
     table, pool = table_ops.release_all(state.slots[index].table, pool)
-    return with_slot(state, index, Slot(table)), pool
+    return with_slot(state, index, Slot(table=table)), pool

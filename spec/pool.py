@@ -61,7 +61,8 @@ def initial_pool(physical_pages: int, max_references: int = U32_MAX) -> PoolStat
     """A pool whose stack hands out page 0 first."""
     physical_pages = require_size("physical_pages", physical_pages, 0, MAX_PAGES)
     max_references = require_size("max_references", max_references, 1, U32_MAX)
-    return PoolState((0,) * physical_pages, tuple(reversed(range(physical_pages))), max_references)
+    free = tuple(reversed(range(physical_pages)))
+    return PoolState(refs=(0,) * physical_pages, free=free, max_references=max_references)
 
 
 def get_ref_count(state: PoolState, page: int) -> int | None:

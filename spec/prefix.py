@@ -77,7 +77,7 @@ def initial_store(entries: int, pages: int) -> StoreState:
     """An empty store of `entries` slots, each holding at most `pages` pages."""
     entries = require_size("entries", entries, 0, MAX_ENTRIES)
     pages = require_size("pages", pages, 1, MAX_SET_PAGES)
-    return StoreState((None,) * entries, pages)
+    return StoreState(entries=(None,) * entries, page_capacity=pages)
 
 
 def find_entry(state: StoreState, identity: PrefixIdentity) -> int | None:
@@ -122,7 +122,7 @@ def publish(state: StoreState, pool: PoolState, page_set: PrefixPageSet) -> tupl
         index = next_victim % len(state.entries)
         next_victim += 1
     replaced = state.entries[index]
-    entry = StoreEntry(page_set, state.clock)
+    entry = StoreEntry(page_set=page_set, last_used=state.clock)
     state = replace(state, entries=_with_entry(state, index, entry), next_victim=next_victim, clock=state.clock + 1)
     return state, _release_set(pool, replaced)
 
@@ -139,7 +139,7 @@ def attach(
     entry = state.entries[index]
     assert entry is not None
     table, pool = install_shared_prefix(table, pool, entry.page_set.pages)
-    touched = StoreEntry(entry.page_set, state.clock)
+    touched = StoreEntry(page_set=entry.page_set, last_used=state.clock)
     state = replace(state, entries=_with_entry(state, index, touched), clock=state.clock + 1)
     return state, table, pool, entry.page_set.token_count
 

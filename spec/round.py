@@ -58,7 +58,14 @@ def lower_item(state: SchedulerState, index: int, offset: int) -> RaggedBatchIte
     """The ABI item for the DECODE slot `index` whose table starts at `offset`."""
     require_input_token(state, index)
     slot = state.slots[index]
-    return RaggedBatchItem(slot.request_id, index, slot.next_token_id, slot.token_count, offset, len(slot.table))
+    return RaggedBatchItem(
+        request_id=slot.request_id,
+        slot=index,
+        token_id=slot.next_token_id,
+        position=slot.token_count,
+        block_table_offset=offset,
+        logical_pages=len(slot.table),
+    )
 
 
 def lower_round(

@@ -76,7 +76,7 @@ class RequestView:
 def initial_scheduler(requests: int, logical_pages: int) -> SchedulerState:
     """`requests` empty slots, each with an empty table of `logical_pages` entries."""
     requests = require_size("requests", requests, 1, MAX_REQUESTS)
-    return SchedulerState((Slot(table_ops.empty_table(logical_pages)),) * requests)
+    return SchedulerState(slots=(Slot(table=table_ops.empty_table(logical_pages)),) * requests)
 
 
 def is_live(slot: Slot) -> bool:
@@ -115,7 +115,13 @@ def with_slot(state: SchedulerState, index: int, slot: Slot) -> SchedulerState:
 def get_views(state: SchedulerState) -> tuple[RequestView, ...]:
     """Every live request, in slot order."""
     return tuple(
-        RequestView(slot.request_id, index, slot.state, slot.token_count, slot.prefix_tokens)
+        RequestView(
+            request_id=slot.request_id,
+            slot=index,
+            state=slot.state,
+            token_count=slot.token_count,
+            prefix_tokens=slot.prefix_tokens,
+        )
         for index, slot in enumerate(state.slots)
         if is_live(slot)
     )
