@@ -141,6 +141,16 @@ MUTANTS: tuple[Mutant, ...] = (
         ("        require_disjoint(buffers, supplied, (*self._slots, self._round_slots, *self._writes))\n", ""),
     ),
     _mutant(
+        "a prefill chunk is counted as one token",
+        "scheduler",
+        "record_tokens",
+        None,
+        (
+            "    count = min(int(counts[slot]) + tokens, U32_MAX)\n",
+            "    count = min(int(counts[slot]) + min(tokens, 1), U32_MAX)\n",
+        ),
+    ),
+    _mutant(
         "admission takes the highest empty slot",
         "scheduler",
         "_require_free_slot",

@@ -8,6 +8,9 @@ Workloads (page size 16):
 - shared prefix: publish a 1024-token prefix, admit 256 requests attaching it, then each request
   rewrites the prefix's last token (the last prompt token is always recomputed), so its first
   write is a copy-on-write of the shared last page; then finish.
+- admission: admit 256 requests, each making room for its 512-token prompt in one
+  `ensure_writable_batch` and counting it in one `record_tokens` (a prefill chunk is one
+  accounting step).
 
 A round is, in impl, `prepare_decode_round` + `execute_decode_round`; in the spec, which has no
 batched form, one `ensure_writable` per decoding request + `execute_decode_round`. The spec is
@@ -224,10 +227,35 @@ def bench_shared_prefix(plan: Plan) -> dict[str, Timings]:
     return results
 
 
+def bench_admission(plan: Plan) -> dict[str, Timings]:
+    """Admission as an engine does it with the bulk forms: per request, admit, make room for the
+    whole prompt in one `ensure_writable_batch` and count it in one `record_tokens`."""
+    requests, prompt_pages = plan.prefix_requests, plan.prompt_tokens // PAGE_SIZE
+    results: dict[str, Timings] = {"spec": Timings(), "impl": Timings()}
+    states: dict[str, SystemState] = {}
+    pages = list(range(prompt_pages))
+    for name, module in (("spec", spec), ("impl", impl)):
+        timings = results[name]
+        _log(f"admission {name}: {requests} requests, {plan.prompt_tokens}-token prompts")
+        pool = module.BlockPool(requests * prompt_pages)
+        store = module.PrefixKvStore(1, 1, pool=pool)
+        scheduler = module.RequestScheduler(requests, prompt_pages, pool=pool, prefixes=store, page_size=PAGE_SIZE)
+        with timings.measure(f"admit + make room for + account a {plan.prompt_tokens}-token prompt", requests):
+            for request in range(requests):
+                scheduler.admit_with_prefix(request, None, store, pool)
+                scheduler.ensure_writable_batch([request] * prompt_pages, pages, pool)
+                scheduler.record_tokens(request, plan.prompt_tokens)
+        states[name] = _states(pool, store, scheduler)
+    if states["spec"] != states["impl"]:
+        raise AssertionError("admission: spec and impl disagree")
+    return results
+
+
 def _warm_up() -> None:
     """Compile every kernel the timed sections call (numba compiles on first use)."""
     bench_decode(2, Plan(requests=(2,), prompt_tokens=16, rounds=2, spec_rounds=1))
     bench_shared_prefix(Plan(prefix_requests=2, prefix_tokens=32))
+    bench_admission(Plan(prefix_requests=2, prompt_tokens=32))
 
 
 def _best(runs: Sequence[Timings], operation: str) -> float | None:
@@ -352,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         ("decode", requests, partial(bench_decode, requests, plan)) for requests in plan.requests
     ]
     workloads.append(("shared prefix", plan.prefix_requests, partial(bench_shared_prefix, plan)))
+    workloads.append(("admission", plan.prefix_requests, partial(bench_admission, plan)))
     results = []
     for workload, requests, run in workloads:
         runs = []

@@ -267,6 +267,16 @@ class RequestScheduler:
         counts[slot] = count
         return count
 
+    def record_tokens(self, request_id: int, tokens: int) -> int:
+        """Count a chunk of `tokens` tokens written outside a decode round; the new count
+        (saturating), in O(1): a prefill chunk is one accounting step."""
+        slot = self._require_request(request_id)
+        tokens = tokens if type(tokens) is int and 0 <= tokens <= U32_MAX else require_u32("tokens", tokens)
+        counts = self._slots.token_counts
+        count = min(int(counts[slot]) + tokens, U32_MAX)
+        counts[slot] = count
+        return count
+
     def page_table(self, request_id: int) -> Table:
         """The request's logical page table (`None` where unmapped)."""
         return to_spec_table(self._slots.tables[self._require_request(request_id)])

@@ -215,12 +215,19 @@ def seed_decode_token(state: SchedulerState, request_id: int, token_id: int) -> 
     return with_slot(state, index, replace(state.slots[index], next_token_id=token, token_ready=True))
 
 
+def record_tokens(state: SchedulerState, request_id: int, tokens: int) -> tuple[SchedulerState, int]:
+    """Count `tokens` tokens written outside a decode round (a prefill chunk: `record_token`
+    `tokens` times, in one step); the new count (saturating at 2**32 - 1)."""
+    index = require_request(state, request_id)
+    tokens = require_u32("tokens", tokens)
+    slot = state.slots[index]
+    count = min(slot.token_count + tokens, U32_MAX)
+    return with_slot(state, index, replace(slot, token_count=count)), count
+
+
 def record_token(state: SchedulerState, request_id: int) -> tuple[SchedulerState, int]:
     """Count one token written outside a decode round; the new count (saturating)."""
-    index = require_request(state, request_id)
-    slot = state.slots[index]
-    count = min(slot.token_count + 1, U32_MAX)
-    return with_slot(state, index, replace(slot, token_count=count)), count
+    return record_tokens(state, request_id, 1)
 
 
 def finish(state: SchedulerState, pool: PoolState, request_id: int) -> tuple[SchedulerState, PoolState]:

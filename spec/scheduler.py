@@ -25,6 +25,7 @@ from kvsched.spec.lifecycle import (
     mark_prefill_complete,
     prepare_decode_round,
     record_token,
+    record_tokens,
     require_request,
     seed_decode_token,
 )
@@ -161,6 +162,11 @@ class RequestScheduler:
     def record_token(self, request_id: int) -> int:
         """Count one token written outside a decode round; the new count."""
         self._state, count = record_token(self._state, request_id)
+        return count
+
+    def record_tokens(self, request_id: int, tokens: int) -> int:
+        """Count a chunk of `tokens` tokens written outside a decode round; the new count."""
+        self._state, count = record_tokens(self._state, request_id, tokens)
         return count
 
     def page_table(self, request_id: int) -> Table:

@@ -312,6 +312,20 @@ class KvschedMachine(RuleBasedStateMachine):
             self.ghost.histories[request_id] = self.ghost.histories.get(request_id, ()) + (None,)
 
     @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS, tokens=st.sampled_from([0, 1, 2, 3, 2**32 - 1, 2**32, -1]), form=FORMS)
+    def record_tokens(self, pick: int, tokens: int, form: str) -> None:
+        """A prefill chunk counted in one call (its writes unknown to the harness, as above)."""
+        request_id = self._request(pick)
+        passed = integer_as(tokens, form)
+        _, error = self._step(
+            f"record_tokens({request_id}, {passed!r})", lambda s, _: s.scheduler.record_tokens(request_id, passed)
+        )
+        if error is None:  # positions past the table never hold a page: the history stops there
+            capacity = self.config.logical_pages * self.config.page_size + 1
+            history = self.ghost.histories.get(request_id, ())
+            self.ghost.histories[request_id] = history + (None,) * min(tokens, max(capacity - len(history), 0))
+
+    @precondition(lambda self: self.has_live_request())
     @rule(pick=PICKS)
     def mark_prefill_complete(self, pick: int) -> None:
         request_id = self._request(pick)

@@ -24,7 +24,7 @@ HUNT = settings(
 )
 
 EXPECTED = {
-    "finish leaks one page": "leak",
+    "finish leaks one page": "inv_refcount_equals_owners",
     "install_shared_prefix without rollback": "but changed state",
     "outputs applied before the identity check": "but changed state",
     "pages reused first-in-first-out": "out of order",
