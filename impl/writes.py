@@ -197,20 +197,28 @@ def ensure_writable_batch(
     width = slots.tables.shape[1]
     buffers = new_write_buffers(len(ids))
     failure: KvschedError | None = None
-    count = 0
+    step_slots: list[int] = []
+    step_pages: list[int] = []
     for request_id, logical_page in zip(ids, targets, strict=True):
-        try:
-            number = require_u64("request_id", request_id)
-            slot = slot_of.get(number)
-            if slot is None:
-                raise refusals.unknown_request(number)
-            logical = require_int("logical page", logical_page)
-        except KvschedError as error:
-            failure = error
-            break
-        buffers.slots[count] = slot
-        buffers.logical_pages[count] = logical if 0 <= logical < width else -1
-        count += 1
+        # Only valid u64 ids are keys, so a plain int's hit needs no domain check; anything else
+        # (another integer, a miss, a bad value) takes the spec's checks and errors.
+        slot = slot_of.get(request_id) if type(request_id) is int else None
+        logical = logical_page if type(logical_page) is int else None
+        if slot is None or logical is None:
+            try:
+                number = require_u64("request_id", request_id)
+                slot = slot_of.get(number)
+                if slot is None:
+                    raise refusals.unknown_request(number)
+                logical = require_int("logical page", logical_page)
+            except KvschedError as error:
+                failure = error
+                break
+        step_slots.append(slot)
+        step_pages.append(logical if 0 <= logical < width else -1)
+    count = len(step_slots)
+    buffers.slots[:count] = step_slots
+    buffers.logical_pages[:count] = step_pages
     refs, free, top, _ = get_arrays(pool)
     code, at, detail = ensure_rows(
         slots.tables, buffers.slots, buffers.logical_pages, count, refs, free, top, *buffers[2:5]
