@@ -1,0 +1,42 @@
+"""The stateful harness, for checking kvsched or your own page manager (`kvsched[testing]`).
+
+Wrap your pool, prefix store and scheduler in a `SystemUnderTest` adapter (three objects with
+the spec's API, `snapshot()` as your abstraction function to the spec's states, and round
+scratch in your form; `kvsched.testing.impl_system` is the twenty-line example), then run
+`KvschedMachine(your_factory, spec_system)` under hypothesis, or `run_campaign` for a bounded
+campaign with a summary and a runnable counterexample. `Explorer` (from `kvsched.proofs`)
+searches every reachable state of small bounds exhaustively.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsched.testing.campaign import CampaignResult, run_campaign, run_machine
+from kvsched.testing.impl_system import impl_system
+from kvsched.testing.machine import CampaignStats, KvschedMachine
+from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, SystemUnderTest, spec_system
+
+__all__ = [
+    "CampaignResult",
+    "CampaignStats",
+    "Explorer",
+    "KvschedMachine",
+    "SpecSystem",
+    "SystemConfig",
+    "SystemFactory",
+    "SystemUnderTest",
+    "impl_system",
+    "run_campaign",
+    "run_machine",
+    "spec_system",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the explorer lives in kvsched.proofs, which imports this package.
+    if name == "Explorer":
+        from kvsched.proofs.explorer import Explorer
+
+        return Explorer
+    raise AttributeError(f"module 'kvsched.testing' has no attribute {name!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import settings
 
+from kvsched import testing
 from kvsched.testing.campaign import run_machine
 from kvsched.testing.impl_system import impl_system
 from kvsched.testing.machine import CampaignStats, KvschedMachine
@@ -29,3 +30,15 @@ def test_impl_in_lockstep_with_the_spec() -> None:
     stats = CampaignStats()
     run_machine(lambda: KvschedMachine(impl_system, spec_system, stats=stats), settings(derandomize=True))
     assert stats.decoded_tokens > 0
+
+
+def test_the_public_api_checks_a_user_system() -> None:
+    """What a user imports from `kvsched.testing` runs the lockstep machine on an adapter."""
+    stats = testing.CampaignStats()
+    config = testing.SystemConfig()
+    testing.run_machine(
+        lambda: testing.KvschedMachine(testing.impl_system, testing.spec_system, config, stats),
+        settings(max_examples=5, stateful_step_count=20, deadline=None, database=None, derandomize=True),
+    )
+    assert stats.examples >= 5 and stats.steps > 0 and stats.invariant_checks > 0
+    assert testing.Explorer.__name__ == "Explorer"
