@@ -208,7 +208,7 @@ class RequestScheduler:
             request_id = int(self._slots.request_ids[slot])
             pages = pool.physical_pages
             raise refusals.no_page_for(
-                request_id, slot, logical_page, needed=1, free=0, pages=pages, batch=False
+                request_id, slot, logical_page, needed=1, free=pool.free_count(), pages=pages, batch=False
             ) from None
         tables[slot, logical_page] = action.destination if isinstance(action, Copy) else action.page
         self._pool.bound = pool

@@ -27,7 +27,7 @@ from dataclasses import replace
 from kvsched.spec import refusals
 from kvsched.spec import table as table_ops
 from kvsched.spec.batch import U32_MAX
-from kvsched.spec.domain import as_int, require_int, require_u32, require_u64
+from kvsched.spec.domain import as_int, require_u32, require_u64
 from kvsched.spec.errors import Exhausted, InvalidArgument
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.plan import WritePlan, pages_needed
@@ -111,15 +111,14 @@ def _write_step(
     pool is named with the request."""
     index = require_request(state, request_id)
     slot = state.slots[index]
+    logical = table_ops.require_logical_page(slot.table, logical_page)
     try:
-        table, pool, action = table_ops.ensure_writable(slot.table, pool, logical_page)
+        table, pool, action = table_ops.ensure_writable(slot.table, pool, logical)
     except Exhausted:
-        logical = require_int("logical page", logical_page)
         raise refusals.no_page_for(
             slot.request_id, index, logical, needed=1, free=len(pool.free), pages=len(pool.refs), batch=False
         ) from None
-    target = (index, require_int("logical page", logical_page))
-    return with_slot(state, index, replace(slot, table=table)), pool, target, action
+    return with_slot(state, index, replace(slot, table=table)), pool, (index, logical), action
 
 
 def ensure_writable(

@@ -41,7 +41,8 @@ def to_abi(table: Table) -> tuple[int, ...]:
     return tuple(INVALID_BLOCK if entry is None else entry for entry in table)
 
 
-def _require_logical_page(table: Table, logical_page: object) -> int:
+def require_logical_page(table: Table, logical_page: object) -> int:
+    """`logical_page` as an index into `table`, or `InvalidArgument` / `OutOfRange`."""
     logical_page = require_int("logical page", logical_page)
     if not 0 <= logical_page < len(table):
         raise refusals.logical_page_out_of_range(logical_page, len(table))
@@ -50,7 +51,7 @@ def _require_logical_page(table: Table, logical_page: object) -> int:
 
 def ensure_writable(table: Table, pool: PoolState, logical_page: int) -> tuple[Table, PoolState, CopyOnWrite]:
     """Map `logical_page` to a page only this table holds (allocate or copy-on-write)."""
-    index = _require_logical_page(table, logical_page)
+    index = require_logical_page(table, logical_page)
     pool, action = pool_ops.writable(pool, table[index])
     page = action.destination if isinstance(action, pool_ops.Copy) else action.page
     return table[:index] + (page,) + table[index + 1 :], pool, action
