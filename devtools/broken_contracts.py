@@ -15,7 +15,6 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from kvsched import impl as impl_package
 from kvsched.contracts import (
     impl_kernels,
     spec_pool,
@@ -223,8 +222,9 @@ def system_with(
     pool_class: type[BlockPool] = BlockPool,
     store_class: type[PrefixKvStore] = PrefixKvStore,
     scheduler_class: type[RequestScheduler] = RequestScheduler,
+    table_class: type[SequenceBlockTable] = SequenceBlockTable,
 ) -> Callable[[SystemConfig], SystemUnderTest]:
-    """A factory of impl systems built from these classes."""
+    """A factory of impl systems built from these classes (standalone tables of `table_class`)."""
 
     def factory(config: SystemConfig) -> SystemUnderTest:
         pool = pool_class(config.physical_pages, max_references=config.max_references)
@@ -232,7 +232,15 @@ def system_with(
         scheduler = scheduler_class(
             config.requests, config.logical_pages, pool=pool, prefixes=store, page_size=config.page_size
         )
-        return ImplAdapter(ImplSystem(pool, store, scheduler))
+        adapter = ImplAdapter(ImplSystem(pool, store, scheduler))
+
+        def new_table(logical_pages: int) -> SequenceBlockTable:
+            table = table_class(logical_pages)
+            adapter.tables.append(table)
+            return table
+
+        adapter.new_table = new_table
+        return adapter
 
     return factory
 
@@ -247,7 +255,7 @@ class RepeatingTable(SequenceBlockTable):
     )
 
 
-impl_install = rebind(twin_tables.impl_install, impl=module_with(impl_package, SequenceBlockTable=RepeatingTable))
+impl_install = rebind(twin_tables.impl_install, impl_system=system_with(table_class=RepeatingTable))
 impl_batch = rebind(twin_tables.impl_batch, impl_system=system_with(scheduler_class=HalfUndoneBatchScheduler))
 impl_pool = rebind(twin_systems.impl_pool, impl_system=system_with(RetainFreePool))
 impl_writable = rebind(twin_systems.impl_writable, impl_system=system_with(ReleaseFirstPool))

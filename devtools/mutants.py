@@ -3,9 +3,9 @@
 Each mutant of `devtools.mutants_corpus` replaces one impl class by a subclass with one
 bug; the harness (`KvschedMachine`, in lockstep with the spec) runs it with a fixed seed for a
 bounded number of examples and must fail. The table says, per mutant, which check caught it
-(read off the failure: lockstep result, error type or state, atomicity, LIFO order, an
-invariant by name, a ghost read, the exclusive-write postcondition, liveness, an untyped
-error), after how many examples and seconds. A control row runs the unmodified impl the same
+(the failure's `FailureKind`: lockstep, atomicity, LIFO order, an invariant, a ghost read,
+the exclusive-write postcondition, liveness, an untyped error), after how many examples and
+seconds. A control row runs the unmodified impl the same
 way (same seed, same examples) and must pass, and every failure is replayed on the unmodified
 impl, which must pass it: a catch the harness would also make on correct code is no catch. The
 command exits 1 if the control fails or any mutant survives.
@@ -35,34 +35,16 @@ from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis.stateful import get_state_machine_test
 
 from devtools.mutants_corpus import COMPONENTS, MUTANTS, Mutant
-from devtools.mutants_machine import CorpusMachine
 from kvsched.abi import empty_items, empty_outputs
 from kvsched.impl.system import ImplSystem
+from kvsched.testing.campaign import program_namespace
+from kvsched.testing.checks import CheckFailed
 from kvsched.testing.impl_system import ImplAdapter
-from kvsched.testing.machine import CampaignStats
+from kvsched.testing.machine import CampaignStats, KvschedMachine
 from kvsched.testing.system import SystemConfig, SystemFactory, SystemUnderTest, spec_system
 
 CONFIG = SystemConfig(max_references=3)  # a low maximum, so reference overflows are reachable
 CONTROL = "impl, unmodified (control)"
-
-# (text in the failure's first line, the check that raised it), first match wins.
-CHECKERS: tuple[tuple[str, str], ...] = (
-    ("raised an untyped", "untyped error"),
-    ("but changed state", "atomicity"),
-    ("a page left the free stack out of order", "LIFO order"),
-    ("a free page was pushed again", "LIFO order"),
-    ("system raised", "lockstep: error type"),
-    ("system returned", "lockstep: result"),
-    ("states diverge from the spec", "lockstep: state"),
-    ("the backends saw different batches", "lockstep: batch"),
-    ("invariants violated:", "invariant"),
-    ("wrong KV read", "ghost read"),
-    ("left the written page shared", "post: exclusive write"),
-    ("is not exclusive", "post: exclusive write"),
-    ("a read-only operation changed state", "read-only query"),
-    ("cleanup at teardown failed", "liveness"),
-    ("leak:", "liveness"),
-)
 
 
 class ReusedScratchAdapter(ImplAdapter):
@@ -121,15 +103,9 @@ class Verdict:
 
 
 def classify(error: BaseException) -> str:
-    """The check that raised `error`, read off its message."""
-    first_line = str(error).split("\n", 1)[0]
-    if isinstance(error, AssertionError):
-        for text, checker in CHECKERS:
-            if text in first_line:
-                if checker == "invariant":
-                    return "invariant: " + first_line.split("invariants violated:", 1)[1].strip()
-                return checker
-        return f"assertion: {first_line[:60]}"
+    """The check that raised `error`: its failure's kind, or the type of an error no check raised."""
+    if isinstance(error, CheckFailed):
+        return error.failure.kind.value
     return f"error: {type(error).__name__}"
 
 
@@ -151,8 +127,8 @@ def hunt(
     """
     stats = CampaignStats()
 
-    def build() -> CorpusMachine:
-        return CorpusMachine(factory, spec_system, CONFIG, stats)
+    def build() -> KvschedMachine:
+        return KvschedMachine(factory, spec_system, CONFIG, stats)
 
     run_settings = settings(
         max_examples=examples,
@@ -191,10 +167,11 @@ def program_of(error: BaseException) -> list[str]:
 
 def replay(program: Sequence[str], factory: SystemFactory) -> str | None:
     """Run a failing program on `factory` in lockstep with the spec: the failure, or None."""
-    state = CorpusMachine(factory, spec_system, CONFIG)
+    state = KvschedMachine(factory, spec_system, CONFIG)
+    namespace = program_namespace()
     try:
         for line in program:
-            exec(line, {"state": state})  # the harness's own reproduction lines
+            exec(line, {**namespace, "state": state})  # the harness's own reproduction lines
         if "state.teardown()" not in program:
             state.teardown()
     except Exception as error:

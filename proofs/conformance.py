@@ -1,7 +1,7 @@
 """The model tied to the code: does the z3 transition relation hold for a concrete spec step?
 
-`relation(enc, operation, before, after)` is the z3 formula "the model, run from the encoding
-of `before` with the operation's arguments, reaches the encoding of `after`". For a concrete
+`relation(enc, event, before, after)` is the z3 formula "the model, run from the encoding of
+`before` with the event's arguments, reaches the encoding of `after`". For a concrete
 state the sizes are known, so the model's choices (which slot, which entry) become a finite
 disjunction and its multi-page loops unroll to the list's capacity; the composition is the same
 one the proofs use (retain steps, commit; detach, release steps). A failed step of the spec
@@ -20,8 +20,10 @@ import z3
 from kvsched.proofs.encode import array, encode, identity_value
 from kvsched.proofs.inductive import bounded_solver
 from kvsched.proofs.model import DECODE, INT_ARRAY, NONE, Arr, Bool, Int, Sys, pick, same
-from kvsched.proofs.operations import Bounds, Operation, identity
+from kvsched.proofs.operations import Bounds
 from kvsched.proofs.transitions import Encoding
+from kvsched.spec import events as ev
+from kvsched.spec.events import Event
 from kvsched.spec.system import SystemState
 
 Branch = tuple[Bool, Sys]
@@ -59,52 +61,57 @@ def _evict(enc: Encoding, s: Sys, entry: int, capacity: int) -> Branch:
     return release_all(enc, detached, s.ent[entry], s.elen[entry], capacity, holes=False)
 
 
-def _branches(enc: Encoding, operation: Operation, s: Sys, bounds: Bounds) -> Iterator[Branch]:
+def _branches(enc: Encoding, event: Event, s: Sys, bounds: Bounds) -> Iterator[Branch]:
     slots, entries, width, capacity = (
         range(bounds.requests),
         range(bounds.entries),
         bounds.logical_pages,
         bounds.entry_pages,
     )
-    a = operation.args
-    kind = operation.kind
-    if kind == "admit":
+    if isinstance(event, ev.Admit):
         for r in slots:
-            ok, post = enc.admit_miss(s, r, a[0])
-            if a[1] is None:
+            ok, post = enc.admit_miss(s, r, event.request_id)
+            if event.prefix is None:
                 yield ok, post
                 continue
-            ident = identity_value(identity(a[1]))
+            ident = identity_value(event.prefix)
             yield z3.And(ok, enc.entry_absent(s, ident)), post
             for e in entries:
-                guard = enc.admit_hit_guard(s, r, a[0], e, ident)
+                guard = enc.admit_hit_guard(s, r, event.request_id, e, ident)
                 ok, retained = retain_all(enc, s, s.ent[e], s.elen[e], capacity, holes=False)
-                yield z3.And(guard, ok), enc.commit_admit_hit(retained, r, a[0], e)
-    elif kind == "fork":
+                yield z3.And(guard, ok), enc.commit_admit_hit(retained, r, event.request_id, e)
+    elif isinstance(event, ev.Fork):
         for parent, child in product(slots, slots):
-            guard = enc.fork_guard(s, parent, a[0], child, a[1])
+            guard = enc.fork_guard(s, parent, event.parent, child, event.child)
             ok, retained = retain_all(enc, s, s.table[parent], z3.IntVal(width), width, holes=True)
-            yield z3.And(guard, ok), enc.commit_fork(retained, parent, child, a[1])
-    elif kind == "ensure_writable":
+            yield z3.And(guard, ok), enc.commit_fork(retained, parent, child, event.child)
+    elif isinstance(event, ev.EnsureWritable):
         for r in slots:
-            ok, post, _ = enc.ensure_writable(s, r, a[0], a[1])
+            ok, post, _ = enc.ensure_writable(s, r, event.request_id, event.logical_page)
             yield ok, post
-    elif kind == "ensure_writable_batch":
-        yield _batch(enc, s, list(zip(a[0], a[1], strict=False)), bounds, len(a[0]) == len(a[1]))
-    elif kind == "prepare_decode_round":
-        yield _prepare(enc, s, a[0], bounds)
-    elif kind == "finish":
+    elif isinstance(event, ev.EnsureWritableBatch):
+        steps = list(zip(event.request_ids, event.logical_pages, strict=False))
+        yield _batch(enc, s, steps, bounds, len(event.request_ids) == len(event.logical_pages))
+    elif isinstance(event, ev.PrepareDecodeRound):
+        yield _prepare(enc, s, event.page_size, bounds)
+    elif isinstance(event, ev.Finish):
         for r in slots:
             detached = enc.detach_slot(s, r)
             ok, post = release_all(enc, detached, s.table[r], z3.IntVal(width), width, holes=True)
-            yield z3.And(enc.found(s, r, a[0]), ok), post
-    elif kind in ("mark_prefill_complete", "seed_decode_token", "record_token"):
+            yield z3.And(enc.found(s, r, event.request_id), ok), post
+    elif isinstance(event, ev.MarkPrefillComplete):
         for r in slots:
-            yield getattr(enc, kind)(s, r, *a)
-    elif kind == "decode":
+            yield enc.mark_prefill_complete(s, r, event.request_id)
+    elif isinstance(event, ev.SeedDecodeToken):
+        for r in slots:
+            yield enc.seed_decode_token(s, r, event.request_id, event.token)
+    elif isinstance(event, ev.RecordToken):
+        for r in slots:
+            yield enc.record_token(s, r, event.request_id)
+    elif isinstance(event, ev.DecodeRound):
         yield enc.decode_round(s, z3.Bool("backend_answered"), z3.Const("outputs", INT_ARRAY))
-    elif kind == "publish":
-        ident, pages, tokens = identity_value(identity(a[0])), a[1], a[2]
+    elif isinstance(event, ev.Publish):
+        ident, pages, tokens = identity_value(event.identity), event.pages, event.tokens
         items = array(enumerate(pages), NONE)
         positions = array(((page, i) for i, page in enumerate(pages)), NONE)
         ok, retained = retain_all(enc, s, items, z3.IntVal(len(pages)), len(pages), holes=False)
@@ -113,20 +120,24 @@ def _branches(enc: Encoding, operation: Operation, s: Sys, bounds: Bounds) -> It
             visible = enc.make_visible(retained, e, ident, items, positions, len(pages), tokens, victim)
             ok_release, post = release_all(enc, visible, retained.ent[e], retained.elen[e], capacity, holes=False)
             yield z3.And(enc.publish_guard(s, len(pages)), ok, chosen, ok_release), post
-    elif kind == "remove":
-        ident = identity_value(identity(a[0]))
+    elif isinstance(event, ev.Remove):
+        ident = identity_value(event.identity)
         for e in entries:
             ok, post = _evict(enc, s, e, capacity)
             yield z3.And(enc.entry_found(s, e, ident), ok), post
-    elif kind == "reclaim":
-        yield z3.BoolVal(a[0] >= 0), _reclaim(enc, s, a[0], bounds)
-    elif kind == "ext_allocate":
+    elif isinstance(event, ev.Reclaim):
+        yield z3.BoolVal(event.pages >= 0), _reclaim(enc, s, event.pages, bounds)
+    elif isinstance(event, ev.ForeignPool | ev.DecodeOverlapping):
+        return  # no branch: the model never lets a foreign pool or aliased buffers change the state
+    elif isinstance(event, ev.Allocate):
         ok, post, _ = enc.ext_allocate(s)
         yield ok, post
-    elif kind in ("ext_retain", "ext_release"):
-        yield getattr(enc, kind)(s, a[0])
+    elif isinstance(event, ev.Retain):
+        yield enc.ext_retain(s, event.page)
+    elif isinstance(event, ev.Release):
+        yield enc.ext_release(s, event.page)
     else:
-        raise ValueError(f"no model for operation {operation}")
+        raise ValueError(f"no model for event {event!r}")
 
 
 def _ensure_any(enc: Encoding, s: Sys, request_id: int | Int, logical: int | Int, bounds: Bounds) -> Branch:
@@ -173,17 +184,17 @@ def _reclaim(enc: Encoding, s: Sys, target: int, bounds: Bounds) -> Sys:
     return s
 
 
-def relation(enc: Encoding, operation: Operation, before: SystemState, after: SystemState, bounds: Bounds) -> Bool:
-    """The model relates the encodings of `before` and `after` under `operation`."""
+def relation(enc: Encoding, event: Event, before: SystemState, after: SystemState, bounds: Bounds) -> Bool:
+    """The model relates the encodings of `before` and `after` under `event`."""
     s, t = encode(before), encode(after)
-    return _choose(list(_branches(enc, operation, s, bounds)), s, t)
+    return _choose(list(_branches(enc, event, s, bounds)), s, t)
 
 
-def conforms(enc: Encoding, operation: Operation, before: SystemState, after: SystemState, bounds: Bounds) -> bool:
+def conforms(enc: Encoding, event: Event, before: SystemState, after: SystemState, bounds: Bounds) -> bool:
     """The spec's step from `before` to `after` is one the model allows."""
     solver = bounded_solver()
-    solver.add(relation(enc, operation, before, after, bounds))
+    solver.add(relation(enc, event, before, after, bounds))
     answer = solver.check()
     if answer == z3.unknown:
-        raise RuntimeError(f"z3 could not decide conformance of {operation}: {solver.reason_unknown()}")
+        raise RuntimeError(f"z3 could not decide conformance of {event!r}: {solver.reason_unknown()}")
     return bool(answer == z3.sat)

@@ -1,14 +1,11 @@
 """Exhaustive bounded model checking of the real spec objects (or any system under test).
 
 Breadth-first search over every state reachable within `Bounds`, running the system's own
-code for every operation of the alphabet (operations.py) in every state. It checks:
-- every named invariant (`kvsched.spec.invariants`) in every new state;
-- an operation that raised changed nothing (`post_failure_changes_nothing`);
-- after `ensure_writable` the written page has one owner (`post_written_page_exclusive`);
-- freed pages are reused last-in-first-out (`post_lifo_reuse`);
-- liveness: from every state, finishing every live request, removing every prefix entry and
-  releasing the producer's holds gives every page back (nothing leaks);
-- with a `reference`, lockstep: the same result (or error type) and the same post-state.
+code for every event of the alphabet (operations.py) in every state. Each step is checked by
+`kvsched.testing.checks.check_step`, the checker the stateful machine uses (typed errors,
+lockstep with a `reference`, atomicity, LIFO reuse, exclusive writes), and every new state by
+every invariant; liveness: from every state, finishing every live request, removing every
+prefix entry and releasing the producer's holds gives every page back (nothing leaks).
 States are canonical (canon.py), keyed by their interned parts. Search is breadth-first,
 so the first violation found has a shortest trace; trace.py prints it as a runnable program.
 """
@@ -18,42 +15,32 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvsched.proofs.canon import Canonicalizer, Renaming
-from kvsched.proofs.operations import Bounds, Operation, alphabet, rename, run, static_alphabet, within_budget
+from kvsched.proofs.operations import Bounds, alphabet, rename, static_alphabet, within_budget
 from kvsched.proofs.subject import SPEC, Positioner, Subject, snapshot
-from kvsched.spec.errors import KvschedError
+from kvsched.spec import events as ev
+from kvsched.spec.events import Event
 from kvsched.spec.identity import PrefixIdentity
-from kvsched.spec.invariants import (
-    INVARIANTS,
-    check_invariants,
-    post_drained_all_free,
-    post_failure_changes_nothing,
-    post_lifo_reuse,
-    post_written_page_exclusive,
-)
-from kvsched.spec.plan import WritePlan
+from kvsched.spec.invariants import INVARIANTS, post_drained_all_free
 from kvsched.spec.slots import is_live
+from kvsched.spec.step import apply
 from kvsched.spec.system import SystemState
-
-Outcome = tuple[str, Any]
-Finding = tuple[str, str] | None  # (kind, detail) of a violation
+from kvsched.testing.backends import HarnessBackend
+from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture, check_state, check_step
 
 
 @dataclass
 class Violation:
-    """What went wrong, and the shortest path to it (canonical operations from the start).
+    """What went wrong (the check's kind and what it saw), and the shortest path to it
+    (canonical events from the start); `event` is the one that failed (None: the state)."""
 
-    `kind`: invariant, atomicity (a refused call changed the state), exclusive write, crash
-    (an error outside kvsched's closed set), lockstep (differs from the reference), liveness.
-    """
-
-    kind: str
+    kind: FailureKind
     detail: str
-    path: list[Operation]
-    operation: Operation | None = None
+    path: list[Event]
+    event: Event | None = None
     program: str = ""
 
 
@@ -79,40 +66,20 @@ class Exploration:
         return self.states / self.seconds if self.seconds > 0 else 0.0
 
 
-def normalize(value: Any) -> Any:
-    """A comparable form of a result: dataclasses by name and fields, numbers as ints."""
-    if isinstance(value, WritePlan):  # spec's or impl's: by its steps
-        return ("WritePlan", normalize(value.targets()), normalize(value.actions()))
-    if is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__name__, *(normalize(getattr(value, f.name)) for f in fields(value)))
-    if isinstance(value, list | tuple):
-        return tuple(normalize(item) for item in value)
-    if hasattr(value, "item") and callable(value.item):
-        return normalize(value.item())
-    return value
+def attempt(event: Event, sut: Any, state: SystemState, bounds: Bounds) -> tuple[Outcome, SystemState]:
+    """Run one event on `sut` (loaded with `state`); its outcome and post-state."""
+    fault = event.fault if isinstance(event, ev.DecodeRound) else ev.Fault.NONE
+    outcome = capture(lambda: apply(sut, event, HarnessBackend(fault, bounds.page_size)))
+    external = state.external if outcome.error is not None else ev.holds_after(state.external, event, outcome.value)
+    return outcome, snapshot(sut, external)
 
 
-def attempt(
-    operation: Operation, sut: Any, state: SystemState, bounds: Bounds, results: bool = True
-) -> tuple[Outcome, SystemState]:
-    """Run one operation; its outcome (the result compared only if `results`) and post-state."""
-    try:
-        result, external = run(operation, sut, state, bounds)
-    except KvschedError as error:
-        return ("raises", type(error).__name__), snapshot(sut, state.external)
-    except Exception as error:  # a bug in the system under test, reported with its trace
-        return ("crashes", repr(error)), snapshot(sut, state.external)
-    return ("returns", normalize(result) if results else None), snapshot(sut, external)
-
-
-def drain(state: SystemState, index_of: Callable[[PrefixIdentity], int]) -> list[Operation]:
+def drain(state: SystemState, index_of: Callable[[PrefixIdentity], int]) -> list[Event]:
     """Finish every live request, remove every entry, release every producer hold."""
-    ops = [Operation("finish", (slot.request_id,)) for slot in state.scheduler.slots if is_live(slot)]
-    ops += [
-        Operation("remove", (index_of(entry.page_set.identity),)) for entry in state.store.entries if entry is not None
-    ]
-    ops += [Operation("ext_release", (page,)) for page in state.external]
-    return ops
+    events: list[Event] = [ev.Finish(slot.request_id) for slot in state.scheduler.slots if is_live(slot)]
+    events += [ev.Remove(entry.page_set.identity) for entry in state.store.entries if entry is not None]
+    events += [ev.Release(page) for page in state.external]
+    return events
 
 
 class Explorer:
@@ -131,17 +98,19 @@ class Explorer:
         self.positioner = Positioner(subject, bounds.config())
         self.reference = Positioner(reference, bounds.config()) if reference is not None else None
         self.static = static_alphabet(bounds)
+        if not hasattr(self.positioner.fresh(), "overlapping_scratch"):  # an optional capability
+            self.static = tuple(event for event in self.static if not isinstance(event, ev.DecodeOverlapping))
         self.progress = progress
         self.states: list[SystemState] = []
         self.index: dict[tuple[int, int, int, int], int] = {}  # by `Canonicalizer.key`
         self.parent: list[int] = []
-        self.via: list[Operation | None] = []
+        self.via: list[Event | None] = []
         self.depth: list[int] = []
         self.result = Exploration(subject.name, reference.name if reference else None, bounds)
 
-    def path(self, index: int) -> list[Operation]:
-        """The canonical operations from the initial state to state `index`."""
-        ops: list[Operation] = []
+    def path(self, index: int) -> list[Event]:
+        """The canonical events from the initial state to state `index`."""
+        ops: list[Event] = []
         while index > 0:
             operation = self.via[index]
             assert operation is not None
@@ -153,7 +122,7 @@ class Explorer:
         """The index of the explored state in the class of `state` (None if not explored)."""
         return self.index.get(self.canon.key(self.canon.canonical(state)[0]))
 
-    def replay(self, sut: Any, ops: list[Operation]) -> tuple[SystemState, Renaming]:
+    def replay(self, sut: Any, ops: list[Event]) -> tuple[SystemState, Renaming]:
         """Run canonical `ops` on a fresh `sut` in its own names; its state and canonical renaming."""
         state = snapshot(sut, ())
         for operation in ops:
@@ -162,7 +131,7 @@ class Explorer:
         return state, self.canon.renaming(state)
 
     def _add(
-        self, state: SystemState, parent: int, operation: Operation | None, like: SystemState | None = None
+        self, state: SystemState, parent: int, operation: Event | None, like: SystemState | None = None
     ) -> tuple[int, bool]:
         canonical, _ = self.canon.canonical(state, like)
         key = self.canon.key(canonical)
@@ -177,8 +146,8 @@ class Explorer:
         self.depth.append(0 if parent < 0 else self.depth[parent] + 1)
         return index, True
 
-    def _fail(self, kind: str, detail: str, index: int, operation: Operation | None) -> Exploration:
-        self.result.violation = Violation(kind, detail, self.path(index), operation)
+    def _fail(self, failure: CheckFailure, index: int, operation: Event | None) -> Exploration:
+        self.result.violation = Violation(failure.kind, failure.detail, self.path(index), operation)
         return self._finish()
 
     def _finish(self) -> Exploration:
@@ -200,7 +169,7 @@ class Explorer:
         state, renaming = holder[0]
         return state, renaming.inverse()
 
-    def _alphabet(self, index: int) -> list[Operation]:
+    def _alphabet(self, index: int) -> list[Event]:
         """The operations to try from state `index` (none past a budget or the depth bound)."""
         state = self.states[index]
         limit = self.bounds.max_depth
@@ -208,53 +177,41 @@ class Explorer:
             return []
         return alphabet(state, self.bounds, self.static)
 
-    def _check_state(self, state: SystemState) -> str:
+    def _check_state(self, state: SystemState) -> CheckFailure | None:
         self.result.checks += len(INVARIANTS)
-        broken = check_invariants(state)
-        return f"invariants violated: {', '.join(broken)}" if broken else ""
+        return check_state(state)
 
-    def _check_liveness(self, index: int, state: SystemState) -> str:
+    def _check_liveness(self, state: SystemState) -> CheckFailure | None:
         sut = self.positioner.at(state)
         current = state
-        for operation in drain(state, self.canon.index_of):
-            outcome, current = attempt(operation, sut, current, self.bounds)
-            if outcome[0] == "raises":
-                return f"draining failed at {operation}: {outcome[1]}"
+        for event in drain(state, self.canon.index_of):
+            outcome, current = attempt(event, sut, current, self.bounds)
+            if outcome.error is not None:
+                return CheckFailure(FailureKind.LIVENESS, f"draining failed at {event!r}: {outcome.summary()}")
         self.result.checks += 1
-        return "" if post_drained_all_free(current) else f"pages leak after draining: refs={current.pool.refs}"
+        if post_drained_all_free(current):
+            return None
+        return CheckFailure(FailureKind.LIVENESS, f"pages leak after draining: refs={current.pool.refs}")
 
-    def _step(self, index: int, state: SystemState, back: Renaming | None, operation: Operation) -> Finding:
-        """Run one operation from state `index`; the violation it shows, if any.
+    def _step(self, index: int, state: SystemState, back: Renaming | None, event: Event) -> CheckFailure | None:
+        """Run one event from state `index`; the violation it shows, if any.
 
         `back` maps canonical names to the names of `state` (None: `state` is canonical).
         """
-        real = operation if back is None else rename(operation, back.ids, back.identities, back.pages)
-        lockstep = self.reference is not None
-        outcome, post = attempt(real, self.positioner.at(state), state, self.bounds, lockstep)
+        real = event if back is None else rename(event, back.ids, back.identities, back.pages)
+        outcome, post = attempt(real, self.positioner.at(state), state, self.bounds)
         self.result.transitions += 1
-        if outcome[0] == "crashes":
-            return "crash", f"{real} raised {outcome[1]}, not a kvsched error"
+        reference = None
         if self.reference is not None:
-            expected, reference_post = attempt(real, self.reference.at(state), state, self.bounds)
-            if expected != outcome:
-                return "lockstep", f"{real} gave {outcome}, the reference {expected}"
-            if reference_post != post:
-                return "lockstep", f"{real} left {post}, the reference {reference_post}"
-        if outcome[0] == "raises":
-            self.result.checks += 1
-            if not post_failure_changes_nothing(state, post):
-                return "atomicity", f"{real} raised {outcome[1]} but changed the state from {state} to {post}"
-            return None
+            reference = attempt(real, self.reference.at(state), state, self.bounds)
         self.result.checks += 1
-        if not post_lifo_reuse(state, post):
-            return "LIFO", f"{real} took a page off the free stack out of order: {state.pool.free} -> {post.pool.free}"
-        if real.kind == "ensure_writable":
-            self.result.checks += 1
-            if not post_written_page_exclusive(post, *real.args):
-                return "exclusive write", f"{real} returned but the written page is shared: {post}"
-        _, new = self._add(post, index, operation, state if back is None else None)
-        detail = self._check_state(post) if new else ""
-        return ("invariant", detail) if detail else None
+        lockstep = self.reference is not None
+        if failure := check_step(state, real, outcome, post, reference, results=lockstep, invariants=False):
+            return failure
+        if outcome.error is not None:
+            return None
+        _, new = self._add(post, index, event, state if back is None else None)
+        return self._check_state(post) if new else None
 
     def run(self, max_states: int | None = None) -> Exploration:
         """Explore until done, a violation or `max_states` states (never a time limit: the states
@@ -262,18 +219,18 @@ class Explorer:
         start = last = time.perf_counter()
         initial = snapshot(self.positioner.fresh(), ())
         self._add(initial, -1, None)
-        if detail := self._check_state(initial):
-            return self._fail("invariant", detail, 0, None)
+        if failure := self._check_state(initial):
+            return self._fail(failure, 0, None)
         done = 0
         while done < len(self.states):
             state, back = self._position(done)
             for operation in self._alphabet(done):
-                if finding := self._step(done, state, back, operation):
+                if failure := self._step(done, state, back, operation):
                     self.result.seconds = time.perf_counter() - start
-                    return self._fail(*finding, done, operation)
-            if detail := self._check_liveness(done, state):
+                    return self._fail(failure, done, operation)
+            if failure := self._check_liveness(state):
                 self.result.seconds = time.perf_counter() - start
-                return self._fail("liveness", detail, done, None)
+                return self._fail(failure, done, None)
             done += 1
             now = time.perf_counter()
             if self.progress is not None and now - last > 2.0:

@@ -1,32 +1,30 @@
-"""The explorer's alphabet: every operation, with every argument in range and out of range.
+"""The explorer's alphabet: every event of `kvsched.spec.events`, with every argument in range
+and out of range.
 
-An `Operation` is a value (kind and arguments) that runs against any system under test with the
-spec's public API (kvsched.testing.system) and renders as the Python call it makes, so a
-counterexample trace is a runnable program. Request ids are drawn from 0..requests (one more
-than the slots, so a fresh id always exists) plus -1 (not a u64); prefix identities from
-`prefix_identity(0..entries)` (one more than the entries, so a full store replaces); pages and
-logical pages from -1 to one past the end.
+Request ids are drawn from 0..requests (one more than the slots, so a fresh id always exists)
+plus -1 (not a u64); prefix identities from `prefix_identity(0..entries)` (one more than the
+entries, so a full store replaces); pages and logical pages from -1 to one past the end. Events
+run on any system under test through `kvsched.spec.step.apply`, the same call the stateful
+machine makes, and print as the Python that builds them, so a trace is a runnable program.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from functools import cache
 from itertools import permutations, product
 from typing import Any
 
-from kvsched.spec.errors import KvschedError
+from kvsched.spec import events as ev
+from kvsched.spec.events import Event
 from kvsched.spec.identity import PrefixIdentity
-from kvsched.spec.prefix import PrefixPageSet
 from kvsched.spec.slots import RequestState
 from kvsched.spec.system import SystemState
-from kvsched.testing.backends import FAULTS, HarnessBackend
-from kvsched.testing.machine import prefix_identity
-from kvsched.testing.system import SystemConfig, SystemUnderTest
+from kvsched.testing.harness import prefix_identity, prefix_index
+from kvsched.testing.system import SystemConfig
 
 INVALID_ID = -1  # not a u64: every operation taking a request id must refuse it
-SHORT_BUFFERS = ("items", "tables", "outputs")
 
 
 @dataclass(frozen=True)
@@ -76,51 +74,45 @@ class Bounds:
         return range(self.entries + 1)
 
 
-@dataclass(frozen=True)
-class Operation:
-    """One call on the system: `kind` names it, `args` are its arguments."""
-
-    kind: str
-    args: tuple[Any, ...] = ()
-
-    def __repr__(self) -> str:
-        return f"{self.kind}{self.args!r}"
-
-
-REQUEST_ARGS = {
-    "ensure_writable_batch": (0,),
-    "admit": (0,),
-    "fork": (0, 1),
-    "ensure_writable": (0,),
-    "mark_prefill_complete": (0,),
-    "seed_decode_token": (0,),
-    "record_token": (0,),
-    "finish": (0,),
+# The fields of each event that name a request id, a prefix identity or a page (renamed by
+# the explorer's symmetries, canon.py); a tuple field names one per element.
+REQUEST_FIELDS: dict[type[Any], tuple[str, ...]] = {
+    ev.ForeignPool: ("request_id",),
+    ev.Admit: ("request_id",),
+    ev.Fork: ("parent", "child"),
+    ev.EnsureWritable: ("request_id",),
+    ev.EnsureWritableBatch: ("request_ids",),
+    ev.MarkPrefillComplete: ("request_id",),
+    ev.SeedDecodeToken: ("request_id",),
+    ev.RecordToken: ("request_id",),
+    ev.Finish: ("request_id",),
 }
-IDENTITY_ARGS = {"admit": (1,), "publish": (0,), "remove": (0,)}
-PAGE_ARGS = {"publish": (1,), "ext_retain": (0,), "ext_release": (0,)}
+IDENTITY_FIELDS: dict[type[Any], tuple[str, ...]] = {
+    ev.Admit: ("prefix",),
+    ev.Publish: ("identity",),
+    ev.Remove: ("identity",),
+}
+PAGE_FIELDS: dict[type[Any], tuple[str, ...]] = {ev.Publish: ("pages",), ev.Retain: ("page",), ev.Release: ("page",)}
 
 
-def rename(
-    operation: Operation, ids: dict[int, int], identities: dict[int, int], pages: dict[int, int] | None = None
-) -> Operation:
-    """The same operation with request ids, identity indices and pages mapped (others kept)."""
-    args = list(operation.args)
-    if pages:
-        for index in PAGE_ARGS.get(operation.kind, ()):
-            if isinstance(args[index], tuple):
-                args[index] = tuple(pages.get(value, value) for value in args[index])
-            else:
-                args[index] = pages.get(args[index], args[index])
-    for index in REQUEST_ARGS.get(operation.kind, ()):
-        if isinstance(args[index], tuple):
-            args[index] = tuple(ids.get(value, value) for value in args[index])
-        else:
-            args[index] = ids.get(args[index], args[index])
-    for index in IDENTITY_ARGS.get(operation.kind, ()):
-        if args[index] is not None:
-            args[index] = identities.get(args[index], args[index])
-    return Operation(operation.kind, tuple(args))
+def _mapped(value: Any, names: dict[Any, Any]) -> Any:
+    if isinstance(value, tuple):
+        return tuple(names.get(item, item) for item in value)
+    return names.get(value, value)
+
+
+def rename(event: Event, ids: dict[int, int], identities: dict[int, int], pages: dict[int, int] | None = None) -> Event:
+    """The same event with request ids, identity indices and pages mapped (others kept)."""
+    changes: dict[str, Any] = {}
+    for name in PAGE_FIELDS.get(type(event), ()) if pages else ():
+        changes[name] = _mapped(getattr(event, name), pages or {})
+    for name in REQUEST_FIELDS.get(type(event), ()):
+        changes[name] = _mapped(getattr(event, name), ids)
+    for name in IDENTITY_FIELDS.get(type(event), ()):
+        index = prefix_index(getattr(event, name))
+        if index is not None:
+            changes[name] = identity(identities.get(index, index))
+    return replace(event, **changes) if changes else event
 
 
 def _page_sets(bounds: Bounds) -> Iterator[tuple[int, ...]]:
@@ -147,28 +139,30 @@ def _batches(bounds: Bounds) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]
     yield (0,), ()  # mismatched lengths
 
 
-def static_alphabet(bounds: Bounds) -> tuple[Operation, ...]:
-    """Every operation whose arguments do not depend on the state."""
+def static_alphabet(bounds: Bounds) -> tuple[Event, ...]:
+    """Every event whose arguments do not depend on the state."""
     ids = (*bounds.request_ids, INVALID_ID)
-    identities = (None, *bounds.identities)
-    ops: list[Operation] = []
-    ops += [Operation("admit", (r, i)) for r in ids for i in identities]
-    ops += [Operation("fork", (p, c)) for p in ids for c in ids]
-    ops += [Operation("ensure_writable", (r, k)) for r in ids for k in range(-1, bounds.logical_pages + 1)]
-    ops += [Operation("ensure_writable_batch", batch) for batch in _batches(bounds)]
-    ops += [Operation("prepare_decode_round", (size,)) for size in (bounds.page_size, 0)]
-    ops += [Operation("mark_prefill_complete", (r,)) for r in ids]
-    ops += [Operation("seed_decode_token", (r, t)) for r in ids for t in (*bounds.seed_tokens, -1, 2**32)]
-    ops += [Operation("record_token", (r,)) for r in ids]
-    ops += [Operation("finish", (r,)) for r in ids]
-    ops += [Operation("decode", (fault, "")) for fault in FAULTS]
-    ops += [Operation("decode", ("none", short)) for short in SHORT_BUFFERS]
-    ops += [Operation("publish", (i, pages, 1)) for i in bounds.identities for pages in _page_sets(bounds)]
-    ops += [Operation("remove", (i,)) for i in bounds.identities]
-    ops += [Operation("reclaim", (n,)) for n in range(-1, bounds.pages + 2)]
-    ops += [Operation("ext_allocate")]
-    ops += [Operation("ext_retain", (p,)) for p in range(-1, bounds.pages + 1)]
-    return tuple(ops)
+    prefixes = (None, *(identity(i) for i in bounds.identities))
+    events: list[Event] = []
+    events += [ev.Admit(r, prefix) for r in ids for prefix in prefixes]
+    events += [ev.Fork(p, c) for p in ids for c in ids]
+    events += [ev.EnsureWritable(r, k) for r in ids for k in range(-1, bounds.logical_pages + 1)]
+    events += [ev.EnsureWritableBatch(*batch) for batch in _batches(bounds)]
+    events += [ev.PrepareDecodeRound(size) for size in (bounds.page_size, 0)]
+    events += [ev.MarkPrefillComplete(r) for r in ids]
+    events += [ev.SeedDecodeToken(r, t) for r in ids for t in (*bounds.seed_tokens, -1, 2**32)]
+    events += [ev.RecordToken(r) for r in ids]
+    events += [ev.Finish(r) for r in ids]
+    events += [ev.DecodeRound(fault) for fault in ev.Fault]
+    events += [ev.DecodeRound(ev.Fault.NONE, short) for short in ev.SHORT_BUFFERS]
+    events += [ev.DecodeOverlapping()]
+    events += [ev.ForeignPool(r, call) for r in ids for call in ("finish", "ensure_writable")]
+    events += [ev.Publish(identity(i), pages, 1) for i in bounds.identities for pages in _page_sets(bounds)]
+    events += [ev.Remove(identity(i)) for i in bounds.identities]
+    events += [ev.Reclaim(n) for n in range(-1, bounds.pages + 2)]
+    events += [ev.Allocate()]
+    events += [ev.Retain(p) for p in range(-1, bounds.pages + 1)]
+    return tuple(events)
 
 
 def _decoding(state: SystemState) -> list[int]:
@@ -180,144 +174,29 @@ def within_budget(state: SystemState, bounds: Bounds) -> bool:
     return all(slot.token_count <= bounds.max_tokens for slot in state.scheduler.slots)
 
 
-def enabled(operation: Operation, state: SystemState, bounds: Bounds) -> bool:
-    """False for the counting operations once a budget is spent (the state space is finite)."""
-    if operation.kind == "decode" and operation.args == ("none", ""):
+def enabled(event: Event, state: SystemState, bounds: Bounds) -> bool:
+    """False for the counting events once a budget is spent (the state space is finite)."""
+    if event == ev.DecodeRound():
         return all(count < bounds.max_tokens for count in _decoding(state))
-    if operation.kind in ("ext_allocate", "ext_retain"):
+    if isinstance(event, ev.Allocate | ev.Retain):
         return len(state.external) < bounds.max_external
-    if operation.kind == "record_token":
+    if isinstance(event, ev.RecordToken):
         return all(
-            slot.token_count < bounds.max_tokens or slot.request_id != operation.args[0]
+            slot.token_count < bounds.max_tokens or slot.request_id != event.request_id
             for slot in state.scheduler.slots
             if slot.state is not RequestState.EMPTY
         )
     return True
 
 
-def alphabet(state: SystemState, bounds: Bounds, static: tuple[Operation, ...]) -> list[Operation]:
-    """The operations to try in `state`: the static ones within budget, plus the producer's releases."""
-    ops = [operation for operation in static if enabled(operation, state, bounds)]
-    ops += [Operation("ext_release", (page,)) for page in sorted(set(state.external))]
-    return ops
+def alphabet(state: SystemState, bounds: Bounds, static: tuple[Event, ...]) -> list[Event]:
+    """The events to try in `state`: the static ones within budget, plus the producer's releases."""
+    events = [event for event in static if enabled(event, state, bounds)]
+    events += [ev.Release(page) for page in sorted(set(state.external))]
+    return events
 
 
 @cache
 def identity(index: int) -> PrefixIdentity:
     """The prefix identity of alphabet index `index` (derived once)."""
     return prefix_identity(index)
-
-
-@cache
-def page_set(index: int, pages: tuple[int, ...], tokens: int) -> PrefixPageSet:
-    """The page set a publish operation offers (validated once; a bad one raises every time)."""
-    return PrefixPageSet(identity(index), pages, tokens)
-
-
-def _page_set(index: int, pages: tuple[int, ...], tokens: int) -> PrefixPageSet:
-    try:
-        return page_set(index, pages, tokens)
-    except KvschedError:
-        return PrefixPageSet(identity(index), pages, tokens)  # raises again, uncached
-
-
-def _decode(sut: SystemUnderTest, state: SystemState, bounds: Bounds, fault: str, short: str) -> Any:
-    count = len(_decoding(state))
-    sizes = {"items": count, "tables": count * bounds.logical_pages, "outputs": count}
-    if short:
-        sizes[short] = max(sizes[short] - 1, 0)
-    scratch = sut.scratch(sizes["items"], sizes["tables"], sizes["outputs"])
-    return sut.scheduler.execute_decode_round(HarnessBackend(fault, bounds.page_size), *scratch)
-
-
-Runner = Callable[[SystemUnderTest, SystemState, Bounds, tuple[Any, ...]], Any]
-
-_RUNNERS: dict[str, Runner] = {
-    "admit": lambda s, _, __, a: s.scheduler.admit_with_prefix(
-        a[0], None if a[1] is None else identity(a[1]), s.store, s.pool
-    ),
-    "fork": lambda s, _, __, a: s.scheduler.fork(a[0], a[1], s.pool),
-    "ensure_writable": lambda s, _, __, a: s.scheduler.ensure_writable(a[0], a[1], s.pool),
-    "ensure_writable_batch": lambda s, _, __, a: s.scheduler.ensure_writable_batch(list(a[0]), list(a[1]), s.pool),
-    "prepare_decode_round": lambda s, _, __, a: s.scheduler.prepare_decode_round(s.pool, a[0]),
-    "mark_prefill_complete": lambda s, _, __, a: s.scheduler.mark_prefill_complete(a[0]),
-    "seed_decode_token": lambda s, _, __, a: s.scheduler.seed_decode_token(a[0], a[1]),
-    "record_token": lambda s, _, __, a: s.scheduler.record_token(a[0]),
-    "finish": lambda s, _, __, a: s.scheduler.finish(a[0], s.pool),
-    "decode": lambda s, state, bounds, a: _decode(s, state, bounds, a[0], a[1]),
-    "publish": lambda s, _, __, a: s.store.publish(_page_set(a[0], a[1], a[2]), s.pool),
-    "remove": lambda s, _, __, a: s.store.remove(identity(a[0]), s.pool),
-    "reclaim": lambda s, _, __, a: s.store.reclaim(s.pool, a[0]),
-    "ext_allocate": lambda s, _, __, a: s.pool.allocate(),
-    "ext_retain": lambda s, _, __, a: s.pool.retain(a[0]),
-    "ext_release": lambda s, _, __, a: s.pool.release(a[0]),
-}
-
-
-def run(operation: Operation, sut: SystemUnderTest, state: SystemState, bounds: Bounds) -> tuple[Any, tuple[int, ...]]:
-    """Run the operation on `sut` (loaded with `state`); its result and the producer's new holds.
-
-    Raises whatever the system raises; the producer's holds change only when the call returned.
-    """
-    result = _RUNNERS[operation.kind](sut, state, bounds, operation.args)
-    external = state.external
-    if operation.kind == "ext_allocate":
-        external = tuple(sorted((*external, int(result))))
-    elif operation.kind == "ext_retain":
-        external = tuple(sorted((*external, operation.args[0])))
-    elif operation.kind == "ext_release":
-        held = list(external)
-        held.remove(operation.args[0])
-        external = tuple(held)
-    return result, external
-
-
-def call_source(operation: Operation, state: SystemState, bounds: Bounds) -> str:
-    """The Python expression that performs the operation on `pool`, `store`, `scheduler`."""
-    a = operation.args
-
-    def named(index: int | None) -> str:
-        return "None" if index is None else f"prefix_identity({index})"
-
-    if operation.kind == "decode":
-        count = len(_decoding(state))
-        sizes = [count, count * bounds.logical_pages, count]
-        if a[1]:
-            sizes[SHORT_BUFFERS.index(a[1])] = max(sizes[SHORT_BUFFERS.index(a[1])] - 1, 0)
-        backend = f"HarnessBackend({a[0]!r}, {bounds.page_size})"
-        return f"scheduler.execute_decode_round({backend}, *system.scratch({sizes[0]}, {sizes[1]}, {sizes[2]}))"
-    calls: dict[str, Callable[[], str]] = {
-        "admit": lambda: f"scheduler.admit_with_prefix({a[0]}, {named(a[1])}, store, pool)",
-        "fork": lambda: f"scheduler.fork({a[0]}, {a[1]}, pool)",
-        "ensure_writable": lambda: f"scheduler.ensure_writable({a[0]}, {a[1]}, pool)",
-        "ensure_writable_batch": lambda: f"scheduler.ensure_writable_batch({list(a[0])}, {list(a[1])}, pool)",
-        "prepare_decode_round": lambda: f"scheduler.prepare_decode_round(pool, {a[0]})",
-        "mark_prefill_complete": lambda: f"scheduler.mark_prefill_complete({a[0]})",
-        "seed_decode_token": lambda: f"scheduler.seed_decode_token({a[0]}, {a[1]})",
-        "record_token": lambda: f"scheduler.record_token({a[0]})",
-        "finish": lambda: f"scheduler.finish({a[0]}, pool)",
-        "publish": lambda: f"store.publish(PrefixPageSet({named(a[0])}, {a[1]!r}, {a[2]}), pool)",
-        "remove": lambda: f"store.remove({named(a[0])}, pool)",
-        "reclaim": lambda: f"store.reclaim(pool, {a[0]})",
-        "ext_allocate": lambda: "pool.allocate()",
-        "ext_retain": lambda: f"pool.retain({a[0]})",
-        "ext_release": lambda: f"pool.release({a[0]})",
-    }
-    return calls[operation.kind]()
-
-
-def statements(operation: Operation, state: SystemState, bounds: Bounds, refused: bool) -> list[str]:
-    """The lines of a printed program that perform the operation (and track the producer's holds).
-
-    A call the system refuses is wrapped in `attempt(...)`, which prints the refusal.
-    """
-    call = call_source(operation, state, bounds)
-    if refused:
-        return [f"attempt(lambda: {call})"]
-    if operation.kind == "ext_allocate":
-        return [f"external.append({call})"]
-    if operation.kind == "ext_retain":
-        return [call, f"external.append({operation.args[0]})"]
-    if operation.kind == "ext_release":
-        return [call, f"external.remove({operation.args[0]})"]
-    return [call]

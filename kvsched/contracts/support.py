@@ -16,16 +16,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from kvsched.spec.batch import RaggedDecodeBackend
 from kvsched.spec.errors import KvschedError
+from kvsched.spec.events import Event
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.invariants import check_invariants
 from kvsched.spec.pool import PoolState
 from kvsched.spec.prefix import PrefixPageSet, StoreEntry, StoreState
 from kvsched.spec.slots import RequestState, SchedulerState, Slot
+from kvsched.spec.step import apply
 from kvsched.spec.system import SystemState, get_owner_references
 from kvsched.spec.table import Table
+from kvsched.testing.checks import capture
 
 T = TypeVar("T")
 
@@ -59,6 +63,19 @@ def run_step(before: SystemState, transition: Callable[[], tuple[SystemState, T]
     except KvschedError as error:
         return Step(before, type(error).__name__, before, None)
     return Step(before, None, after, value)
+
+
+def play(system: Any, events: Sequence[Event]) -> None:
+    """Run a twin program's set-up events, each of which must succeed (a refusal propagates)."""
+    for event in events:
+        apply(system, event)
+
+
+def observe(system: Any, event: Event, backend: RaggedDecodeBackend | None = None) -> tuple[Any, ...]:
+    """A twin program's observed step: the event's outcome (its value, or its error's type,
+    message and details), then the abstract state and the standalone tables after it."""
+    outcome = capture(lambda: apply(system, event, backend))
+    return (outcome.summary(), system.snapshot(), system.table_states())
 
 
 def identity(index: int) -> PrefixIdentity:

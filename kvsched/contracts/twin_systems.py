@@ -10,13 +10,11 @@ preconditions): outside the domain both return None.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
-from kvsched.contracts.support import ORDERS, PAGES, identity, in_range, mask_pages
-from kvsched.spec import PrefixPageSet, RequestState
-from kvsched.spec.errors import KvschedError
+from kvsched.contracts.support import ORDERS, PAGES, identity, in_range, mask_pages, observe, play
+from kvsched.spec import events as ev
+from kvsched.spec.events import Event
 from kvsched.testing.backends import FAULTS, HarnessBackend
 from kvsched.testing.impl_system import impl_system
 from kvsched.testing.system import SystemConfig, SystemUnderTest, spec_system
@@ -25,15 +23,6 @@ CONFIG = SystemConfig(
     requests=2, logical_pages=2, physical_pages=PAGES, store_entries=2, store_pages=2, max_references=4, page_size=2
 )
 Outcome = tuple[Any, ...] | None
-
-
-def _attempt(system: SystemUnderTest, call: Callable[[], object]) -> tuple[Any, ...]:
-    """What the call returned, or its error's type and message; then the abstract state."""
-    try:
-        result: object = call()
-    except KvschedError as error:
-        return (type(error).__name__, str(error), system.snapshot())
-    return (result, system.snapshot())
 
 
 def _pool_domain(e0: int, e1: int, e2: int, order: int, operation: int, page: int) -> bool:
@@ -47,22 +36,12 @@ def pool_program(
     """Hold `extras[p]` references on page p (the free stack ordered by `order`), then one
     operation: 0 allocate, 1 retain(page), 2 release(page), 3 writable(page, None for -1)
     (the `pool` twin runs 0..2, the `writable` twin 3)."""
-    pool = system.pool
-    for _ in range(PAGES):
-        pool.allocate()
-    for held, count in enumerate(extras):
-        for _ in range(count - 1):
-            pool.retain(held)
-    for freed in ORDERS[order]:
-        if extras[freed] == 0:
-            pool.release(freed)
-    calls: tuple[Callable[[], object], ...] = (
-        pool.allocate,
-        lambda: pool.retain(page),
-        lambda: pool.release(page),
-        lambda: pool.writable(None if page < 0 else page),
-    )
-    return _attempt(system, calls[operation])
+    setup: list[Event] = [ev.Allocate() for _ in range(PAGES)]
+    setup += [ev.Retain(held) for held, count in enumerate(extras) for _ in range(count - 1)]
+    setup += [ev.Release(freed) for freed in ORDERS[order] if extras[freed] == 0]
+    play(system, setup)
+    events = (ev.Allocate(), ev.Retain(page), ev.Release(page), ev.Writable(None if page < 0 else page))
+    return observe(system, events[operation])
 
 
 def spec_pool(e0: int, e1: int, e2: int, order: int, operation: int, page: int) -> Outcome:
@@ -109,20 +88,12 @@ def store_program(
     """The producer allocates every page and publishes prefixes 0, 1, 2 (their masks' pages; a
     third set replaces a victim); request 1 attaches prefix 0 when `attach`; the producer keeps
     page p only when `extras[p]`; then `reclaim(target)`. Every call's outcome."""
-    pool, store = system.pool, system.store
-    for _ in range(PAGES):
-        pool.allocate()
-    trace = []
-    for ident, mask in enumerate(masks):
-        if mask:
-            page_set = PrefixPageSet(identity(ident), mask_pages(mask), 3)
-            trace.append(_attempt(system, partial(store.publish, page_set, pool)))
-    if attach:
-        trace.append(_attempt(system, lambda: system.scheduler.admit_with_prefix(1, identity(0), store, pool)))
-    for page, keep in enumerate(extras):
-        if not keep:
-            pool.release(page)
-    trace.append(_attempt(system, lambda: store.reclaim(pool, target)))
+    play(system, [ev.Allocate() for _ in range(PAGES)])
+    steps: list[Event] = [ev.Publish(identity(i), mask_pages(mask), 3) for i, mask in enumerate(masks) if mask]
+    steps += [ev.Admit(1, identity(0))] if attach else []
+    trace = [observe(system, event) for event in steps]
+    play(system, [ev.Release(page) for page, keep in enumerate(extras) if not keep])
+    trace.append(observe(system, ev.Reclaim(target)))
     return tuple(trace)
 
 
@@ -140,18 +111,17 @@ def impl_store(a_mask: int, b_mask: int, c_mask: int, e0: int, e1: int, e2: int,
     return store_program(impl_system(CONFIG), (a_mask, b_mask, c_mask), (e0, e1, e2), attach, target)
 
 
-def _call(system: SystemUnderTest, operation: int, request_id: int) -> Callable[[], object]:
-    pool, store, scheduler = system.pool, system.store, system.scheduler
-    calls: tuple[Callable[[], object], ...] = (
-        lambda: scheduler.admit_with_prefix(request_id, None, store, pool),
-        lambda: scheduler.admit_with_prefix(request_id, identity(0), store, pool),
-        lambda: scheduler.finish(request_id, pool),
-        lambda: scheduler.fork(request_id, request_id + 1, pool),
-        lambda: scheduler.ensure_writable(request_id, 0, pool),
-        lambda: scheduler.fork(request_id, -1, pool),
-        lambda: scheduler.seed_decode_token(request_id, 2**32),
+def _event(operation: int, request_id: int) -> Event:
+    events: tuple[Event, ...] = (
+        ev.Admit(request_id, None),
+        ev.Admit(request_id, identity(0)),
+        ev.Finish(request_id),
+        ev.Fork(request_id, request_id + 1),
+        ev.EnsureWritable(request_id, 0),
+        ev.Fork(request_id, -1),
+        ev.SeedDecodeToken(request_id, 2**32),
     )
-    return calls[operation]
+    return events[operation]
 
 
 def _scheduler_domain(*steps: int) -> bool:
@@ -162,10 +132,8 @@ def scheduler_program(system: SystemUnderTest, steps: tuple[int, ...]) -> Outcom
     """Prefix 0 is published on page 0 (one token), then each (operation, request id) step runs:
     0 admit, 1 admit with prefix 0, 2 finish, 3 fork into id + 1, 4 ensure_writable(id, 0),
     5 fork into the invalid id -1, 6 seed the out-of-range token 2**32 (errors compare by message)."""
-    page = system.pool.allocate()
-    system.store.publish(PrefixPageSet(identity(0), (page,), 1), system.pool)
-    system.pool.release(page)
-    return tuple(_attempt(system, _call(system, op, arg)) for op, arg in zip(steps[::2], steps[1::2], strict=True))
+    play(system, [ev.Allocate(), ev.Publish(identity(0), (0,), 1), ev.Release(0)])
+    return tuple(observe(system, _event(op, arg)) for op, arg in zip(steps[::2], steps[1::2], strict=True))
 
 
 def spec_scheduler(o0: int, a0: int, o1: int, a1: int, o2: int, a2: int, o3: int, a3: int) -> Outcome:
@@ -202,26 +170,17 @@ def round_program(
     first), seeded when `seeds[i]`, given a writable next page, and one decode round runs with
     backend fault `FAULTS[fault]` and, for `short` 1..3, one record too few in the items, tables
     or outputs buffer. The round's outcome, and the batch the backend saw."""
-    pool, store, scheduler = system.pool, system.store, system.scheduler
-    page = pool.allocate()
-    store.publish(PrefixPageSet(identity(0), (page,), 1), pool)
-    pool.release(page)
+    setup: list[Event] = [ev.Allocate(), ev.Publish(identity(0), (0,), 1), ev.Release(0)]
     for index, request_id in enumerate((10, 11)):
-        scheduler.admit_with_prefix(request_id, identity(0) if hits[index] else None, store, pool)
+        setup.append(ev.Admit(request_id, identity(0) if hits[index] else None))
         if not hits[index]:
-            scheduler.ensure_writable(request_id, 0, pool)
-            scheduler.record_token(request_id)
-            scheduler.mark_prefill_complete(request_id)
+            setup += [ev.EnsureWritable(request_id, 0), ev.RecordToken(request_id), ev.MarkPrefillComplete(request_id)]
         if seeds[index]:
-            scheduler.seed_decode_token(request_id, tokens[index])
-        scheduler.ensure_writable(request_id, 0, pool)
-    decoding = sum(1 for slot in system.snapshot()[2].slots if slot.state is RequestState.DECODE)
-    sizes = [decoding, decoding * CONFIG.logical_pages, decoding]
-    if short:
-        sizes[short - 1] -= 1
+            setup.append(ev.SeedDecodeToken(request_id, tokens[index]))
+        setup.append(ev.EnsureWritable(request_id, 0))
+    play(system, setup)
     backend = HarnessBackend(FAULTS[fault], CONFIG.page_size)
-    scratch = system.scratch(*(max(size, 0) for size in sizes))
-    outcome = _attempt(system, lambda: scheduler.execute_decode_round(backend, *scratch))
+    outcome = observe(system, ev.DecodeRound(FAULTS[fault], ev.SHORT_BUFFERS[short - 1] if short else ""), backend)
     return outcome, backend.seen
 
 

@@ -11,12 +11,11 @@ return None.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from kvsched import impl, spec
-from kvsched.contracts.support import first, in_range
-from kvsched.spec.errors import KvschedError
+from kvsched.contracts.support import first, in_range, observe, play
+from kvsched.spec import events as ev
+from kvsched.spec.events import Event
 from kvsched.testing.impl_system import impl_system
 from kvsched.testing.system import SystemConfig, SystemUnderTest, spec_system
 
@@ -25,29 +24,14 @@ PAGE_CODES: tuple[object, ...] = (0, 1, 2, 6, -1, "1", 2**64)  # 6 = the pool's 
 CONFIG = SystemConfig(requests=3, logical_pages=2, physical_pages=6, store_entries=1, store_pages=2, max_references=4)
 
 
-def _attempt(system: SystemUnderTest, call: Callable[[], object], table: Any = None) -> tuple[Any, ...]:
-    try:
-        result: object = call()
-    except KvschedError as error:
-        result = (type(error).__name__, str(error))
-    return (result, system.snapshot(), None if table is None else table.entries())
-
-
-def install_program(
-    system: SystemUnderTest, table: Any, extras: tuple[int, int, int], codes: tuple[int, ...]
-) -> Outcome:
+def install_program(system: SystemUnderTest, extras: tuple[int, int, int], codes: tuple[int, ...]) -> Outcome:
     """Pages 0..2 with `extras[p]` outside holds each (0: free), then one install of the pages
-    `PAGE_CODES[c]` for each code into an empty 2-entry table: all of them or none."""
-    pool = system.pool
-    for _ in range(3):
-        pool.allocate()
+    `PAGE_CODES[c]` for each code into an empty 2-entry standalone table: all of them or none."""
+    setup: list[Event] = [ev.NewTable(2), ev.Allocate(), ev.Allocate(), ev.Allocate()]
     for page, count in enumerate(extras):
-        for _ in range(count - 1):
-            pool.retain(page)
-        if count == 0:
-            pool.release(page)
-    pages = [PAGE_CODES[code] for code in codes]
-    return _attempt(system, lambda: table.install_shared_prefix(pages, pool), table)
+        setup += [ev.Retain(page) for _ in range(count - 1)] + ([ev.Release(page)] if count == 0 else [])
+    play(system, setup)
+    return observe(system, ev.TableInstall(0, tuple(PAGE_CODES[code] for code in codes)))
 
 
 def _install_domain(e0: int, e1: int, e2: int, c0: int, c1: int, c2: int, count: int) -> bool:
@@ -58,14 +42,14 @@ def spec_install(e0: int, e1: int, e2: int, c0: int, c1: int, c2: int, count: in
     """`install_program` on the spec."""
     if not _install_domain(e0, e1, e2, c0, c1, c2, count):
         return None
-    return install_program(spec_system(CONFIG), spec.SequenceBlockTable(2), (e0, e1, e2), first(count, c0, c1, c2))
+    return install_program(spec_system(CONFIG), (e0, e1, e2), first(count, c0, c1, c2))
 
 
 def impl_install(e0: int, e1: int, e2: int, c0: int, c1: int, c2: int, count: int) -> Outcome:
     """`install_program` on impl."""
     if not _install_domain(e0, e1, e2, c0, c1, c2, count):
         return None
-    return install_program(impl_system(CONFIG), impl.SequenceBlockTable(2), (e0, e1, e2), first(count, c0, c1, c2))
+    return install_program(impl_system(CONFIG), (e0, e1, e2), first(count, c0, c1, c2))
 
 
 REQUEST_CODES = (10, 11, 12, 99, -1)  # three live requests, an unknown one, an invalid one
@@ -76,22 +60,18 @@ def batch_program(system: SystemUnderTest, forks: int, held: int, steps: tuple[i
     the producer takes `held` pages; then one `ensure_writable_batch` over the steps (pairs of
     a `REQUEST_CODES` index and a logical page) or, with `prepare`, every request decodes and
     one `prepare_decode_round(pool, 1)`: each step's action, all or nothing."""
-    pool, store, scheduler = system.pool, system.store, system.scheduler
-    scheduler.admit_with_prefix(10, None, store, pool)
-    scheduler.ensure_writable(10, 0, pool)
-    if held:
-        scheduler.ensure_writable(10, 1, pool)
-    for child in range(11, 11 + forks):
-        scheduler.fork(10, child, pool)
-    for _ in range(held):
-        pool.allocate()
+    setup: list[Event] = [ev.Admit(10, None), ev.EnsureWritable(10, 0)]
+    setup += [ev.EnsureWritable(10, 1)] if held else []
+    setup += [ev.Fork(10, child) for child in range(11, 11 + forks)]
+    setup += [ev.Allocate() for _ in range(held)]
     if prepare:
         for request_id in range(10, 11 + forks):
-            scheduler.record_token(request_id)
-            scheduler.mark_prefill_complete(request_id)
-        return _attempt(system, lambda: scheduler.prepare_decode_round(pool, 1))
-    ids = [REQUEST_CODES[code] for code in steps[::2]]
-    return _attempt(system, lambda: scheduler.ensure_writable_batch(ids, list(steps[1::2]), pool))
+            setup += [ev.RecordToken(request_id), ev.MarkPrefillComplete(request_id)]
+        play(system, setup)
+        return observe(system, ev.PrepareDecodeRound(1))
+    play(system, setup)
+    ids = tuple(REQUEST_CODES[code] for code in steps[::2])
+    return observe(system, ev.EnsureWritableBatch(ids, tuple(steps[1::2])))
 
 
 def _batch_domain(forks: int, held: int, steps: tuple[int, ...], prepare: bool) -> bool:

@@ -1,8 +1,8 @@
-"""Decode backends for the harness: a well-behaved one that writes ghost KV, and faulty ones.
+"""The harness's decode backend: a well-behaved one that writes ghost KV, or one that breaks the
+round's contract in a chosen way (`kvsched.spec.events.Fault`).
 
-One class serves both batch forms (the spec's record lists and impl's structured arrays).
-`FAULTS` names every way a backend can break the round's contract; the harness checks that each
-one is refused and changes nothing.
+One class serves both batch forms (the spec's record lists and impl's structured arrays). The
+harness checks that every fault is refused and changes nothing.
 """
 
 from __future__ import annotations
@@ -14,21 +14,12 @@ import numpy as np
 from kvsched.abi import item_columns, table_array, write_outputs
 from kvsched.spec.batch import INVALID_BLOCK, RaggedBatchReceipt
 from kvsched.spec.errors import BackendRejected
+from kvsched.spec.events import Fault
 from kvsched.testing.ghost import GhostMemory
 
-FAULTS = (
-    "none",
-    "raise",
-    "wrong_batch",
-    "two_launches",
-    "zero_launches",
-    "corrupt_identity",
-    "wrong_slot",
-    "no_write",
-    "bad_receipt",
-)
-
+FAULTS = tuple(Fault)
 Batch = tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]
+COLUMNS = ("request_id", "slot", "token_id", "position", "block_table_offset", "logical_pages", "reserved")
 
 
 def compute_next_token(token: int, position: int) -> int:
@@ -37,14 +28,25 @@ def compute_next_token(token: int, position: int) -> int:
 
 
 class HarnessBackend:
-    """Answers every item with `compute_next_token`, writing its KV into the ghost first."""
+    """Answers every item with `compute_next_token`, writing its KV into the ghost first.
 
-    def __init__(self, fault: str, page_size: int, ghost: GhostMemory | None = None) -> None:
-        if fault not in FAULTS:
-            raise ValueError(f"unknown fault {fault!r}; one of {FAULTS}")
-        self.fault = fault
+    `fault` breaks the contract: a corrupted output is the one at `position`, modulo the batch
+    (by default the first for a corrupted identity, the last for a wrong slot, so a bad later
+    output meets earlier matching ones);
+    with a `page_size`, an item whose position has no page in its table is refused, as a real
+    backend must refuse to write nowhere."""
+
+    def __init__(
+        self,
+        fault: Fault = Fault.NONE,
+        page_size: int | None = None,
+        ghost: GhostMemory | None = None,
+        position: int | None = None,
+    ) -> None:
+        self.fault = Fault(fault)
         self.page_size = page_size
         self.ghost = ghost
+        self.position = position
         self.calls = 0
         self.seen: Batch | None = None
 
@@ -52,35 +54,37 @@ class HarnessBackend:
         self.calls += 1
         columns = item_columns(items)
         tables = table_array(block_tables)
-        names = ("request_id", "slot", "token_id", "position", "block_table_offset", "logical_pages", "reserved")
-        rows = tuple(zip(*(columns[name].tolist() for name in names), strict=True))
+        rows = tuple(zip(*(columns[name].tolist() for name in COLUMNS), strict=True))
         self.seen = (tuple(tuple(int(v) for v in row) for row in rows), tuple(int(v) for v in tables))
-        if self.fault == "raise":
+        if self.fault is Fault.RAISE:
             raise RuntimeError("injected backend fault")
+        if self.fault is Fault.REJECT:
+            raise BackendRejected("bucket too small")
         count = len(rows)
-        self._write_kv(rows, tables)
+        if self.page_size is not None:
+            self._write_kv(rows, tables, self.page_size)
         request_ids = columns["request_id"].astype(np.uint64)
         slots = columns["slot"].astype(np.uint32)
-        tokens = np.array(
-            [compute_next_token(row[2], row[3]) for row in rows],
-            dtype=np.uint32,
-        )
-        if self.fault == "corrupt_identity":
-            request_ids[0] ^= np.uint64(1)
-        if self.fault == "wrong_slot":
-            slots[-1] += np.uint32(1)
-        if self.fault != "no_write":
-            write_outputs(out, request_ids, slots, tokens)
-        if self.fault == "bad_receipt":
+        tokens = np.array([compute_next_token(row[2], row[3]) for row in rows], dtype=np.uint32)
+        if self.fault is Fault.CORRUPT_IDENTITY:
+            request_ids[self._at(0, count)] ^= np.uint64(1)
+        if self.fault is Fault.WRONG_SLOT:
+            slots[self._at(-1, count)] += np.uint32(1)
+        written = {Fault.NO_WRITE: 0, Fault.PARTIAL: count // 2}.get(self.fault, count)
+        write_outputs(out, request_ids[:written], slots[:written], tokens[:written])
+        if self.fault is Fault.BAD_RECEIPT:
             return None
-        batch = count + 1 if self.fault == "wrong_batch" else count
-        launches = {"two_launches": 2, "zero_launches": 0}.get(self.fault, 1)
+        batch = count + 1 if self.fault is Fault.WRONG_BATCH else count
+        launches = {Fault.TWO_LAUNCHES: 2, Fault.ZERO_LAUNCHES: 0}.get(self.fault, 1)
         return RaggedBatchReceipt(batch, launches, count * 16)
 
-    def _write_kv(self, rows: tuple[tuple[int, ...], ...], tables: Any) -> None:
+    def _at(self, default: int, count: int) -> int:
+        return (default if self.position is None else self.position) % count
+
+    def _write_kv(self, rows: tuple[tuple[int, ...], ...], tables: Any, page_size: int) -> None:
         """Write each item's KV at its position; a position without a page is refused."""
         for request_id, slot, token, position, offset, width, _ in rows:
-            logical = position // self.page_size
+            logical = position // page_size
             page = int(tables[offset + logical]) if logical < width else INVALID_BLOCK
             if page == INVALID_BLOCK:
                 raise BackendRejected(f"request {request_id} slot {slot}: position {position} has no page")

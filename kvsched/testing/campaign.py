@@ -18,6 +18,20 @@ from hypothesis.stateful import get_state_machine_test, run_state_machine_as_tes
 from kvsched.testing.machine import CampaignStats, KvschedMachine
 from kvsched.testing.system import SystemConfig, SystemFactory
 
+# What a printed program's lines name: the machine, its configuration, and the events (a rule
+# may take an event or a fault as its argument).
+PROGRAM_IMPORTS = """from kvsched.spec import PrefixIdentity
+from kvsched.spec.events import *  # noqa: F403
+from kvsched.testing.machine import KvschedMachine
+from kvsched.testing.system import SystemConfig"""
+
+
+def program_namespace() -> dict[str, Any]:
+    """The names `PROGRAM_IMPORTS` binds, for running a program's lines with `exec`."""
+    namespace: dict[str, Any] = {}
+    exec(PROGRAM_IMPORTS, namespace)
+    return namespace
+
 
 @dataclass(frozen=True, slots=True)
 class CampaignResult:
@@ -85,8 +99,7 @@ def run_campaign(
         test()
     except Exception as error:
         header = [
-            "from kvsched.testing.machine import KvschedMachine",
-            "from kvsched.testing.system import SystemConfig",
+            PROGRAM_IMPORTS,
             setup,
             f"config = {config or SystemConfig()!r}",
             f"# expected failure: {type(error).__name__}: {error}",

@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from kvsched.abi import OUTPUT_DTYPE, empty_items, empty_outputs
+from kvsched.impl.refinement import check_representation
 from kvsched.impl.system import ImplSystem, make_impl_system
+from kvsched.spec.table import Table
 from kvsched.testing.system import Snapshot, SystemConfig, SystemUnderTest
 
 
@@ -23,9 +25,18 @@ class ImplAdapter:
         self.pool = system.pool
         self.store = system.store
         self.scheduler = system.scheduler
+        self.tables = system.tables
+        self.new_table = system.new_table
 
     def snapshot(self) -> Snapshot:
         return self.pool.to_spec(), self.store.to_spec(), self.scheduler.to_spec()
+
+    def table_states(self) -> tuple[Table, ...]:
+        return tuple(table.to_spec() for table in self.tables)
+
+    def representation(self) -> tuple[str, ...]:
+        """impl's own representation invariants (`kvsched.impl.refinement`): the broken ones."""
+        return check_representation(self.pool, self.store, self.scheduler)
 
     def scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
         return empty_items(items), np.zeros(tables, dtype=np.uint32), empty_outputs(outputs)

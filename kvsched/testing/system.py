@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kvsched.spec import BlockPool, PrefixKvStore, RaggedBatchItem, RaggedBatchOutput, RequestScheduler
+from kvsched.spec import BlockPool, PrefixKvStore, RequestScheduler
 from kvsched.spec.pool import PoolState
 from kvsched.spec.prefix import StoreState
 from kvsched.spec.slots import SchedulerState
+from kvsched.spec.step import SpecObjects
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +51,16 @@ class SystemUnderTest(Protocol):
         """Decode-round scratch buffers of these lengths, in the form the scheduler takes.
 
         An adapter may also offer `overlapping_scratch` (same signature): buffers that share
-        memory, which the round must refuse; the machine then drives that refusal too."""
+        memory, which the round must refuse; the machine then drives that refusal too. An
+        adapter with standalone tables (a list `tables`, `new_table(logical_pages)` and
+        `table_states()`, the tables as the spec's values) gets the table events too."""
         ...
 
 
 SystemFactory = Callable[[SystemConfig], SystemUnderTest]
 
 
-class SpecSystem:
+class SpecSystem(SpecObjects):
     """The reference implementation: `kvsched.spec` itself."""
 
     def __init__(
@@ -69,22 +72,13 @@ class SpecSystem:
         scheduler: type[RequestScheduler] = RequestScheduler,
     ) -> None:
         """Build the three of these classes (subclasses for broken variants), bound together."""
-        self.pool = pool(config.physical_pages, max_references=config.max_references)
-        self.store = store(config.store_entries, config.store_pages, pool=self.pool)
-        self.scheduler = scheduler(
-            config.requests, config.logical_pages, pool=self.pool, prefixes=self.store, page_size=config.page_size
+        built = pool(config.physical_pages, max_references=config.max_references)
+        prefixes = store(config.store_entries, config.store_pages, pool=built)
+        super().__init__(
+            built,
+            prefixes,
+            scheduler(config.requests, config.logical_pages, pool=built, prefixes=prefixes, page_size=config.page_size),
         )
-
-    def snapshot(self) -> Snapshot:
-        return self.pool.state, self.store.state, self.scheduler.state
-
-    def scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
-        return [RaggedBatchItem()] * items, [0] * tables, [RaggedBatchOutput()] * outputs
-
-    def overlapping_scratch(self, items: int, tables: int, outputs: int) -> tuple[Any, Any, Any]:
-        """Round buffers that share memory: one list as both the block tables and the outputs."""
-        shared: list[Any] = [0] * max(tables, outputs)
-        return [RaggedBatchItem()] * items, shared, shared
 
 
 def spec_system(config: SystemConfig) -> SystemUnderTest:

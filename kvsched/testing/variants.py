@@ -25,8 +25,7 @@ from kvsched.spec import (
 )
 from kvsched.spec import round as round_ops
 from kvsched.spec.pool import PoolState
-from kvsched.spec.slots import Admission, SchedulerState, Slot, get_decoding_slots, is_live
-from kvsched.spec.table import to_abi
+from kvsched.spec.slots import Admission, SchedulerState, Slot, is_live
 from kvsched.testing.patching import swap
 from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, SystemUnderTest
 
@@ -60,12 +59,10 @@ class MutateBeforeCheckScheduler(RequestScheduler):
         output_scratch: MutableSequence[RaggedBatchOutput],
     ) -> RaggedBatchReceipt:
         round_ops.require_round_buffers(item_scratch, block_table_scratch, output_scratch)
-        decoding = get_decoding_slots(self.state)
-        width = self.logical_pages
-        items = tuple(round_ops.lower_item(self.state, index, n * width) for n, index in enumerate(decoding))
+        bound = self._pool.bound  # lowered as the real round lowers (write targets checked)
+        items, tables = round_ops.lower_round(self.state, None if bound is None else bound.state, self._page_size)
         if not items:
             return RaggedBatchReceipt()
-        tables = tuple(page for index in decoding for page in to_abi(self.state.slots[index].table))
         outputs = [UNANSWERED] * len(items)
         try:
             receipt = backend.execute_ragged(items, tables, outputs)

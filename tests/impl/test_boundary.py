@@ -11,7 +11,8 @@ import pytest
 
 from kvsched.spec import InvalidArgument, PrefixIdentity, PrefixPageSet, UnknownRequest
 from kvsched.spec.errors import UnpreparedWrite
-from tests.impl.support import FaultBackend, Flavor, flavors
+from kvsched.testing.backends import HarnessBackend
+from tests.impl.support import Flavor, flavors
 
 FLAVORS = flavors()
 IDS = [flavor.name for flavor in FLAVORS]
@@ -40,7 +41,7 @@ def test_a_round_refuses_to_write_a_shared_page(flavor: Flavor, page_size: int |
     """Without `prepare_decode_round`, the round wrote the token's KV into the page the store
     (and every later request attaching the prefix) reads, and committed."""
     system = _decoding_on_a_shared_prefix(flavor, page_size)
-    backend, before = FaultBackend(), system.snapshot()
+    backend, before = HarnessBackend(), system.snapshot()
     with pytest.raises(UnpreparedWrite, match="request 7 in slot 0") as caught:
         system.scheduler.execute_decode_round(backend, *flavor.scratch(2, 4, 2))
     assert backend.calls == 0 and system.snapshot() == before
@@ -58,11 +59,11 @@ def test_a_round_refuses_an_unmapped_write_target(flavor: Flavor) -> None:
     system.scheduler.mark_prefill_complete(3)
     system.scheduler.seed_decode_token(3, 1)
     with pytest.raises(UnpreparedWrite, match="writes position 0 into logical page 0, which is unmapped"):
-        system.scheduler.execute_decode_round(FaultBackend(), *flavor.scratch(2, 4, 2))
+        system.scheduler.execute_decode_round(HarnessBackend(), *flavor.scratch(2, 4, 2))
     for _ in range(4):
         system.scheduler.record_token(3)  # position 4: logical page 2, past a 2-page table
     with pytest.raises(UnpreparedWrite, match="into logical page 2, past its table of 2"):
-        system.scheduler.execute_decode_round(FaultBackend(), *flavor.scratch(2, 4, 2))
+        system.scheduler.execute_decode_round(HarnessBackend(), *flavor.scratch(2, 4, 2))
 
 
 @pytest.mark.parametrize("flavor", FLAVORS, ids=IDS)

@@ -38,7 +38,9 @@ from kvsched.spec import (
     TargetNotEmpty,
 )
 from kvsched.spec.batch import INVALID_BLOCK
-from tests.impl.support import FaultBackend, Flavor, records
+from kvsched.spec.events import Fault
+from kvsched.testing.backends import HarnessBackend
+from tests.impl.support import Flavor, records
 
 IDENTITY = PrefixIdentity((1, 2, 3, 4))
 OTHER = PrefixIdentity((5, 6, 7, 8))
@@ -236,7 +238,7 @@ def _two_decoding_requests(kv: Flavor) -> tuple[object, object, object]:
 
 def test_decode_round_lowers_ragged_tables_and_calls_backend_once(kv: Flavor) -> None:
     _, _, scheduler = _two_decoding_requests(kv)
-    backend = FaultBackend()
+    backend = HarnessBackend()
     items, tables, outputs = kv.scratch(3, 12, 3)
     receipt = scheduler.execute_decode_round(backend, items, tables, outputs)  # type: ignore[attr-defined]
     assert (receipt.batch_size, receipt.backend_launches, backend.calls) == (2, 1, 1)
@@ -256,10 +258,10 @@ def test_decode_round_refusals_change_nothing(kv: Flavor) -> None:
     pool, store, scheduler = _two_decoding_requests(kv)
     before = (pool.state, store.state, scheduler.state)  # type: ignore[attr-defined]
     with pytest.raises(OutputIdentityMismatch, match="output 0 answers request 10 slot 0, expected request 11"):
-        scheduler.execute_decode_round(FaultBackend("corrupt_request"), *kv.scratch(3, 12, 3))  # type: ignore[attr-defined]
-    with pytest.raises(BackendFailed, match="backend raised ValueError: device lost") as caught:
-        scheduler.execute_decode_round(FaultBackend("raise_value_error"), *kv.scratch(3, 12, 3))  # type: ignore[attr-defined]
-    assert isinstance(caught.value.__cause__, ValueError)
+        scheduler.execute_decode_round(HarnessBackend(Fault.CORRUPT_IDENTITY), *kv.scratch(3, 12, 3))  # type: ignore[attr-defined]
+    with pytest.raises(BackendFailed, match="backend raised RuntimeError: injected backend fault") as caught:
+        scheduler.execute_decode_round(HarnessBackend(Fault.RAISE), *kv.scratch(3, 12, 3))  # type: ignore[attr-defined]
+    assert isinstance(caught.value.__cause__, RuntimeError)
     assert (pool.state, store.state, scheduler.state) == before  # type: ignore[attr-defined]
 
 
@@ -285,7 +287,7 @@ def test_an_unwritten_output_never_passes_even_for_request_0_in_slot_0(kv: Flavo
 
 def test_empty_round_calls_no_backend(kv: Flavor) -> None:
     scheduler = kv.module.RequestScheduler(2, 2)
-    backend = FaultBackend()
+    backend = HarnessBackend()
     assert scheduler.execute_decode_round(backend, *kv.scratch(0, 0, 0)) == kv.module.RaggedBatchReceipt()
     assert backend.calls == 0
 

@@ -1,4 +1,4 @@
-"""The lockstep machine can fail: planted impl bugs are caught.
+"""The machine in lockstep can fail: planted impl bugs are caught.
 
 Each variant breaks one spec promise without breaking impl's own bookkeeping, so only the
 comparison with the spec can notice (the kernel-level variants live in `kvsched.testing`).
@@ -10,13 +10,15 @@ from collections.abc import Callable
 
 import pytest
 from hypothesis import Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
 
 from kvsched.impl import pool as pool_module
 from kvsched.impl import scheduler as scheduler_module
 from kvsched.impl import slots as slots_module
 from kvsched.spec.errors import Exhausted
-from tests.impl.lockstep import Lockstep
+from kvsched.testing.campaign import run_machine
+from kvsched.testing.impl_system import impl_system
+from kvsched.testing.machine import KvschedMachine
+from kvsched.testing.system import spec_system
 
 SEARCH = settings(max_examples=300, phases=[Phase.generate], database=None, derandomize=True, deadline=None)
 
@@ -62,4 +64,4 @@ def test_a_planted_bug_is_caught(variant: str, monkeypatch: pytest.MonkeyPatch) 
     owner, name, replacement = VARIANTS[variant]
     monkeypatch.setattr(owner, name, replacement)
     with pytest.raises(AssertionError):
-        run_state_machine_as_test(Lockstep, settings=SEARCH)
+        run_machine(lambda: KvschedMachine(impl_system, spec_system), SEARCH)

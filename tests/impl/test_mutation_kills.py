@@ -22,7 +22,10 @@ from kvsched.impl.scheduler import get_indexes, get_slots
 from kvsched.impl.table import get_row
 from kvsched.spec import Copy, PrefixIdentity, PrefixPageSet
 from kvsched.spec.errors import InvalidArgument, OutOfRange
-from tests.impl.support import FaultBackend, Flavor, Outcome, flavors, make_spec_system, outcome
+from kvsched.spec.events import Fault
+from kvsched.testing.backends import HarnessBackend
+from kvsched.testing.checks import Outcome, capture
+from tests.impl.support import Flavor, flavors, make_spec_system
 
 
 def _two_decoding(system: Any) -> None:
@@ -49,8 +52,8 @@ def test_a_failing_round_preparation_ignores_the_previous_rounds_steps() -> None
         system.scheduler.record_token(1)  # request 1 now writes logical page 2: outside its table
     before = actual.snapshot()
     assert before == expected.snapshot()
-    spec_failure = outcome(lambda: expected.scheduler.prepare_decode_round(expected.pool, 1))
-    impl_failure = outcome(lambda: actual.scheduler.prepare_decode_round(actual.pool, 1))
+    spec_failure = capture(lambda: expected.scheduler.prepare_decode_round(expected.pool, 1))
+    impl_failure = capture(lambda: actual.scheduler.prepare_decode_round(actual.pool, 1))
     assert spec_failure.error is OutOfRange
     assert (impl_failure.error, impl_failure.message, impl_failure.details) == (
         spec_failure.error,
@@ -128,7 +131,7 @@ def _release_into(flavor: Flavor, mapped: tuple[int, int], pool_pages: int, setu
         for _ in range(2):
             pool.allocate()  # pages 0 and 1, as in the table
         pool.retain(0)
-    result = outcome(lambda: table.release_all(pool))
+    result = capture(lambda: table.release_all(pool))
     return result.error, result.message, pool.state, table.entries()
 
 
@@ -172,7 +175,7 @@ def _reclaim(flavor: Flavor, case: str) -> tuple[object, ...]:
         pool, target = module.BlockPool(2), 1  # page 2 is outside it; page 0 held there once
         pool.allocate()
         pool.allocate()
-    freed = outcome(lambda: store.reclaim(pool, target))
+    freed = capture(lambda: store.reclaim(pool, target))
     return freed, store.state, pool.state
 
 
@@ -246,17 +249,17 @@ def test_writing_a_page_outside_the_pool_is_refused_and_undone(call: str) -> Non
     bounding `current > size`, and without its out-of-pool status or `break`.)"""
     expected, actual = make_spec_system(2, 2, 8, 1, 1), impl.make_impl_system(2, 2, 8, 1, 1)
     spec_pool, impl_pool = _outside_the_pool(expected), _outside_the_pool(actual)
-    bound = outcome(lambda: actual.scheduler.prepare_decode_round(impl_pool, 16))
+    bound = capture(lambda: actual.scheduler.prepare_decode_round(impl_pool, 16))
     assert bound.error is InvalidArgument and "than the one this scheduler is bound to" in bound.message
     state, slots = expected.scheduler.state, get_slots(actual.scheduler)
     buffers = impl.writes.new_write_buffers(2)
     if call == "prepare_decode_round":
-        spec_call = outcome(lambda: spec.lifecycle.prepare_decode_round(state, spec_pool.state, 16)[2])
-        impl_call = outcome(lambda: impl.writes.prepare_decode_round(slots, impl_pool, 16, buffers))
+        spec_call = capture(lambda: spec.lifecycle.prepare_decode_round(state, spec_pool.state, 16)[2])
+        impl_call = capture(lambda: impl.writes.prepare_decode_round(slots, impl_pool, 16, buffers))
     else:  # request 2's allocation comes first and is undone
         slot_of = get_indexes(actual.scheduler)[0]
-        spec_call = outcome(lambda: spec.lifecycle.ensure_writable_batch(state, spec_pool.state, [2, 1], [0, 0])[2])
-        impl_call = outcome(lambda: impl.writes.ensure_writable_batch(slots, slot_of, [2, 1], [0, 0], impl_pool))
+        spec_call = capture(lambda: spec.lifecycle.ensure_writable_batch(state, spec_pool.state, [2, 1], [0, 0])[2])
+        impl_call = capture(lambda: impl.writes.ensure_writable_batch(slots, slot_of, [2, 1], [0, 0], impl_pool))
     assert spec_call.message == "page 3 is out of range for a pool of 3 pages"
     assert impl_call == spec_call
     assert (impl_pool.to_spec(), actual.scheduler.to_spec()) == (spec_pool.state, expected.scheduler.state)
@@ -292,8 +295,8 @@ def test_a_batch_exhausted_after_a_copy_undoes_the_copy() -> None:
     for system in (expected, actual):
         _three_sharers(system)
     before = actual.snapshot()
-    spec_call = outcome(lambda: expected.scheduler.ensure_writable_batch([2, 3], [0, 0], expected.pool))
-    impl_call = outcome(lambda: actual.scheduler.ensure_writable_batch([2, 3], [0, 0], actual.pool))
+    spec_call = capture(lambda: expected.scheduler.ensure_writable_batch([2, 3], [0, 0], expected.pool))
+    impl_call = capture(lambda: actual.scheduler.ensure_writable_batch([2, 3], [0, 0], actual.pool))
     assert spec_call.message == (
         "no free page for request 3 in slot 2 (logical page 0): the batch needs 2 new pages, 1 of 2 pages are free"
     )
@@ -305,7 +308,7 @@ class _NotAReceipt:
     """A backend that answers every item, then returns a number instead of a receipt."""
 
     def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> Any:
-        FaultBackend().execute_ragged(items, block_tables, out)
+        HarnessBackend().execute_ragged(items, block_tables, out)
         return 42
 
 
@@ -313,10 +316,10 @@ def _refused_round(flavor: Flavor, backend: Any) -> tuple[object, object]:
     system = flavor.system(2, 2, 4, 1, 1)
     _two_decoding(system)
     scratch = flavor.scratch(2, 4, 2)
-    return outcome(lambda: system.scheduler.execute_decode_round(backend, *scratch)), system.snapshot()
+    return capture(lambda: system.scheduler.execute_decode_round(backend, *scratch)), system.snapshot()
 
 
-@pytest.mark.parametrize("backend", [_NotAReceipt(), FaultBackend("wrong_batch_size")], ids=["int", "size"])
+@pytest.mark.parametrize("backend", [_NotAReceipt(), HarnessBackend(Fault.WRONG_BATCH)], ids=["int", "size"])
 def test_a_round_refused_for_its_receipt_says_what_the_spec_says(backend: Any) -> None:
     """A receipt that is not one, or counts the wrong batch size, is refused with the spec's
     message. (Kills `lowering.execute_round` naming `type(None)` for the receipt's type, and
@@ -329,7 +332,7 @@ def test_a_round_refused_for_its_receipt_says_what_the_spec_says(backend: Any) -
 
 def _fork_to(system: Any, child_id: object) -> Outcome:
     system.scheduler.admit_with_prefix(1, None, system.store, system.pool)
-    return outcome(lambda: system.scheduler.fork(1, child_id, system.pool))
+    return capture(lambda: system.scheduler.fork(1, child_id, system.pool))
 
 
 def test_an_invalid_child_id_is_named_in_the_error() -> None:
@@ -370,8 +373,8 @@ class _PageId(int):
 def _page_zero_by_subclass(flavor: Flavor) -> tuple[object, ...]:
     pool = flavor.module.BlockPool(2)
     pool.allocate()
-    results: list[object] = [outcome(lambda: pool.retain(_PageId(0))), pool.ref_count(_PageId(0))]
-    results += [outcome(lambda: pool.release(_PageId(0))), outcome(lambda: pool.writable(_PageId(0)))]
+    results: list[object] = [capture(lambda: pool.retain(_PageId(0))), pool.ref_count(_PageId(0))]
+    results += [capture(lambda: pool.release(_PageId(0))), capture(lambda: pool.writable(_PageId(0)))]
     return (*results, pool.state)
 
 
@@ -392,7 +395,7 @@ def test_a_refused_scratch_buffer_is_named(position: int, name: str) -> None:
     buffers: list[Any] = [empty_items(2), np.zeros(4, np.uint32), empty_outputs(2)]
     buffers[position] = [0] * 4
     with pytest.raises(InvalidArgument, match=f"^{name} must be a writable contiguous 1-D array of "):
-        system.scheduler.execute_decode_round(FaultBackend(), *buffers)
+        system.scheduler.execute_decode_round(HarnessBackend(), *buffers)
 
 
 def _install(flavor: Flavor, pages: list[object]) -> tuple[object, ...]:
@@ -401,7 +404,7 @@ def _install(flavor: Flavor, pages: list[object]) -> tuple[object, ...]:
     pool.allocate()
     pool.allocate()
     table = flavor.module.SequenceBlockTable(4)
-    result = outcome(lambda: table.install_shared_prefix(pages, pool))
+    result = capture(lambda: table.install_shared_prefix(pages, pool))
     return result, pool.state, table.entries()
 
 
@@ -427,7 +430,7 @@ def _replace_a_set_someone_released(flavor: Flavor) -> tuple[object, ...]:
     store.publish(PrefixPageSet(identity, (old,), 2), pool)
     pool.release(old)
     pool.release(old)  # the store's own reference: its entry names a free page
-    result = outcome(lambda: store.publish(PrefixPageSet(identity, (new,), 3), pool))
+    result = capture(lambda: store.publish(PrefixPageSet(identity, (new,), 3), pool))
     return result, store.state, pool.state
 
 
@@ -452,14 +455,14 @@ def _fork_into_a_smaller_pool(system: Any) -> tuple[object, ...]:
     other = type(pool)(3)
     other.allocate()
     other.allocate()
-    refused = outcome(lambda: scheduler.fork(1, 2, other))  # the scheduler is bound to `pool`
+    refused = capture(lambda: scheduler.fork(1, 2, other))  # the scheduler is bound to `pool`
     assert refused.error is InvalidArgument and "than the one this scheduler is bound to" in refused.message
     if isinstance(scheduler, impl.RequestScheduler):  # the kernel's own check, reached directly
         tables = get_slots(scheduler).tables
-        result = outcome(lambda: impl.table.fork_row(tables[0], tables[1], other))
+        result = capture(lambda: impl.table.fork_row(tables[0], tables[1], other))
         return result, other.state, tuple(tables[1].tolist())
     parent, child = (slot.table for slot in scheduler.state.slots[:2])
-    result = outcome(lambda: other.commit(spec.table.fork(parent, child, other.state)[1]))
+    result = capture(lambda: other.commit(spec.table.fork(parent, child, other.state)[1]))
     return result, other.state, spec.table.to_abi(child)
 
 
@@ -477,7 +480,7 @@ def test_a_fork_retaining_a_page_outside_the_pool_is_refused_and_undone() -> Non
 
 def _seed(system: Any, token: object) -> Outcome:
     system.scheduler.admit_with_prefix(1, None, system.store, system.pool)
-    return outcome(lambda: system.scheduler.seed_decode_token(1, token))
+    return capture(lambda: system.scheduler.seed_decode_token(1, token))
 
 
 def test_an_invalid_token_id_is_named_in_the_error() -> None:
@@ -490,7 +493,7 @@ def test_an_invalid_token_id_is_named_in_the_error() -> None:
 
 def _write_logical(system: Any, logical_page: object) -> tuple[object, ...]:
     system.scheduler.admit_with_prefix(1, None, system.store, system.pool)
-    result = outcome(lambda: system.scheduler.ensure_writable(1, logical_page, system.pool))
+    result = capture(lambda: system.scheduler.ensure_writable(1, logical_page, system.pool))
     return result, system.snapshot()
 
 

@@ -1,5 +1,5 @@
 """The kernels as plain Python (`NUMBA_DISABLE_JIT=1`, the mode CrossHair and debuggers use)
-refine the spec too: the lockstep machines run against impl in that mode, in a subprocess."""
+refine the spec too: the lockstep machine runs against impl in that mode, in a subprocess."""
 
 from __future__ import annotations
 
@@ -11,14 +11,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 from hypothesis import settings
-from hypothesis.stateful import run_state_machine_as_test
 from kvsched.impl.lowering import lower_round
-from tests.impl.lockstep import Lockstep, OwnershipAbuse
+from kvsched.testing.campaign import run_machine
+from kvsched.testing.impl_system import impl_system
+from kvsched.testing.machine import KvschedMachine, OwnershipAbuse
+from kvsched.testing.system import spec_system
 
 assert not hasattr(lower_round, "py_func"), "the kernels are still compiled"
-for machine in (Lockstep, OwnershipAbuse):
-    run_state_machine_as_test(
-        machine, settings=settings(max_examples=25, deadline=None, database=None, derandomize=True)
+for machine in (KvschedMachine, OwnershipAbuse):
+    run_machine(
+        lambda: machine(impl_system, spec_system),
+        settings(max_examples=25, deadline=None, database=None, derandomize=True),
     )
 print("refined")
 """

@@ -27,7 +27,9 @@ from kvsched.spec import (
 )
 from kvsched.spec.domain import as_int
 from kvsched.spec.plan import pages_needed
-from tests.impl.support import FaultBackend, Flavor, flavors, make_spec_system, outcome
+from kvsched.testing.backends import HarnessBackend
+from kvsched.testing.checks import capture
+from tests.impl.support import Flavor, flavors, make_spec_system
 
 FLAVORS = flavors()
 IDS = [flavor.name for flavor in FLAVORS]
@@ -104,7 +106,7 @@ def test_the_spec_round_refuses_impl_arrays() -> None:
     before = system.snapshot()
     scratch = impl.empty_items(1), np.zeros(1, dtype=np.uint32), impl.empty_outputs(1)
     with pytest.raises(InvalidArgument, match=r"item_scratch must be a mutable sequence \(a list\), not ndarray"):
-        system.scheduler.execute_decode_round(FaultBackend(), *scratch)  # type: ignore[arg-type]
+        system.scheduler.execute_decode_round(HarnessBackend(), *scratch)  # type: ignore[arg-type]
     assert system.snapshot() == before
 
 
@@ -178,7 +180,7 @@ def test_refusals_carry_typed_details(flavor: Flavor) -> None:
         (lambda: scheduler.mark_prefill_complete(4), InvalidState, {"request_id": 4, "slot": 0}),
         (lambda: scheduler.ensure_writable(4, 0, pool), None, {}),
         (
-            lambda: scheduler.execute_decode_round(FaultBackend(), *flavor.scratch(1, 2, 1)),
+            lambda: scheduler.execute_decode_round(HarnessBackend(), *flavor.scratch(1, 2, 1)),
             MissingInputToken,
             {"request_id": 4, "slot": 0},
         ),
@@ -187,7 +189,7 @@ def test_refusals_carry_typed_details(flavor: Flavor) -> None:
         (lambda: pool.release(2), spec.InvalidBlock, {"page": 2}),
     ]
     for call, error, details in cases:
-        result = outcome(call)
+        result = capture(call)
         assert result.error is error, (result, error)
         assert {name: value for name, value in result.details if value is not None} == details
 

@@ -21,7 +21,8 @@ from kvsched.abi import ITEM_DTYPE, OUTPUT_DTYPE, empty_items, empty_outputs
 from kvsched.impl.scheduler import get_slots
 from kvsched.spec.batch import U32_MAX, U64_MAX, UNANSWERED, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.errors import BackendFailed, InvalidArgument, MissingInputToken
-from tests.impl.support import FaultBackend, make_spec_system
+from kvsched.testing.backends import HarnessBackend
+from tests.impl.support import make_spec_system
 
 u32 = st.integers(0, U32_MAX)
 
@@ -45,7 +46,7 @@ class Capture:
     def __init__(self) -> None:
         self.args: tuple[Any, Any, Any] | None = None
         self.unanswered = False
-        self.answer = FaultBackend()
+        self.answer = HarnessBackend()
 
     def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> RaggedBatchReceipt:
         self.args = (items, block_tables, out)
@@ -123,9 +124,9 @@ def test_own_scratch_and_caller_scratch_give_the_same_round() -> None:
     systems = [impl.make_impl_system(4, 2, 8, 1, 1) for _ in range(2)]
     for system in systems:
         _decoding(system, 4)
-    first = systems[0].scheduler.execute_decode_round(FaultBackend())
+    first = systems[0].scheduler.execute_decode_round(HarnessBackend())
     second = systems[1].scheduler.execute_decode_round(
-        FaultBackend(), empty_items(3), np.zeros(6, np.uint32), empty_outputs(3)
+        HarnessBackend(), empty_items(3), np.zeros(6, np.uint32), empty_outputs(3)
     )
     assert first == second
     assert systems[0].snapshot() == systems[1].snapshot()
@@ -148,7 +149,7 @@ def test_scratch_of_the_wrong_form_is_refused_before_anything(position: int, buf
     _decoding(system, 3)
     buffers: list[Any] = [empty_items(4), np.zeros(8, np.uint32), empty_outputs(4)]
     buffers[position] = buffer
-    backend = FaultBackend()
+    backend = HarnessBackend()
     before = system.snapshot()
     with pytest.raises(InvalidArgument, match="must be a writable contiguous 1-D array"):
         system.scheduler.execute_decode_round(backend, *buffers)
@@ -160,7 +161,7 @@ def test_read_only_scratch_is_refused() -> None:
     items = empty_items(2)
     items.flags.writeable = False
     with pytest.raises(InvalidArgument):
-        system.scheduler.execute_decode_round(FaultBackend(), items)
+        system.scheduler.execute_decode_round(HarnessBackend(), items)
 
 
 def test_missing_input_token_writes_no_scratch() -> None:
@@ -170,7 +171,7 @@ def test_missing_input_token_writes_no_scratch() -> None:
     system.scheduler.mark_prefill_complete(7)  # slot 0, decoding, never seeded
     items = empty_items(3)
     with pytest.raises(MissingInputToken, match="request 7 in slot 0 has no seeded input token"):
-        system.scheduler.execute_decode_round(FaultBackend(), items)
+        system.scheduler.execute_decode_round(HarnessBackend(), items)
     assert not items.view(np.uint8).any()  # the spec may lower earlier items; impl lowers none
 
 
@@ -187,8 +188,8 @@ def test_token_count_saturates_in_a_round() -> None:
     assert actual.snapshot() == expected.snapshot()
     for _ in range(2):
         scratch = expected.new_item_scratch(1), expected.new_table_scratch(1), expected.new_output_scratch(1)
-        expected.scheduler.execute_decode_round(FaultBackend(), *scratch)
-        actual.scheduler.execute_decode_round(FaultBackend())
+        expected.scheduler.execute_decode_round(HarnessBackend(), *scratch)
+        actual.scheduler.execute_decode_round(HarnessBackend())
     assert actual.scheduler.to_spec().slots[0].token_count == U32_MAX
     assert actual.snapshot() == expected.snapshot()
 
@@ -213,7 +214,7 @@ def test_scratch_sharing_memory_is_refused_before_anything(case: str) -> None:
     another request's page) while the round committed."""
     system = impl.make_impl_system(4, 2, 8, 1, 1)
     _decoding(system, 3)
-    backend = FaultBackend()
+    backend = HarnessBackend()
     before = system.snapshot()
     with pytest.raises(InvalidArgument, match="share" if case != "scheduler's own state" else "own state"):
         system.scheduler.execute_decode_round(backend, *_overlapping(system)[case])
@@ -226,5 +227,5 @@ def test_the_spec_refuses_one_list_as_two_buffers() -> None:
     shared: list[Any] = [RaggedBatchItem()] * 8
     before = system.snapshot()
     with pytest.raises(InvalidArgument, match="item_scratch and output_scratch share memory"):
-        system.scheduler.execute_decode_round(FaultBackend(), shared, [0] * 8, shared)
+        system.scheduler.execute_decode_round(HarnessBackend(), shared, [0] * 8, shared)
     assert system.snapshot() == before

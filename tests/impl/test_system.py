@@ -8,7 +8,8 @@ import pytest
 from kvsched import impl
 from kvsched.abi import ITEM_DTYPE, OUTPUT_DTYPE
 from kvsched.spec.errors import InvalidConfig
-from tests.impl.support import make_spec_system, outcome
+from kvsched.testing.checks import capture
+from tests.impl.support import make_spec_system
 
 
 @pytest.mark.parametrize(
@@ -24,7 +25,7 @@ from tests.impl.support import make_spec_system, outcome
     ],
 )
 def test_construction_refuses_what_the_spec_refuses(sizes: tuple[int, ...]) -> None:
-    expected, actual = outcome(lambda: make_spec_system(*sizes)), outcome(lambda: impl.make_impl_system(*sizes))
+    expected, actual = capture(lambda: make_spec_system(*sizes)), capture(lambda: impl.make_impl_system(*sizes))
     assert expected.error is InvalidConfig
     assert (actual.error, actual.message, actual.details) == (expected.error, expected.message, expected.details)
 

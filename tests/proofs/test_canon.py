@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from kvsched.proofs.canon import Canonicalizer
 from kvsched.proofs.explorer import Explorer, attempt
-from kvsched.proofs.operations import Bounds, Operation, alphabet, rename, static_alphabet
+from kvsched.proofs.operations import Bounds, alphabet, rename, static_alphabet
 from kvsched.proofs.subject import SPEC, Positioner, snapshot
+from kvsched.spec.events import Event
 from kvsched.spec.invariants import check_invariants
 from kvsched.spec.prefix import StoreState
 from kvsched.spec.slots import SchedulerState
@@ -65,18 +66,19 @@ def walk(choices: list[int]) -> list[SystemState]:
         ops = alphabet(state, ISSUE, STATIC)
         for offset in range(len(ops)):
             operation = ops[(choice + offset) % len(ops)]
-            outcome, post = attempt(operation, SYSTEM.at(state), state, ISSUE, results=False)
-            if outcome[0] == "returns" and post != state:
+            outcome, post = attempt(operation, SYSTEM.at(state), state, ISSUE)
+            if outcome.error is None and post != state:
                 state = post
                 break
         states.append(state)
     return states
 
 
-def step(state: SystemState, operation: Operation) -> tuple[str, object, SystemState]:
-    """Outcome kind, error type (results name pages, so only their kind is compared), post-state."""
-    (kind, detail), post = attempt(operation, SYSTEM.at(state), state, ISSUE, results=False)
-    return kind, detail, post
+def step(state: SystemState, event: Event) -> tuple[str, object, SystemState]:
+    """Returned or raised, the error type (results and messages name pages, so only their kind
+    is compared), and the post-state."""
+    outcome, post = attempt(event, SYSTEM.at(state), state, ISSUE)
+    return outcome.summary(results=False)[0], outcome.error, post
 
 
 PERMUTATIONS = st.permutations(range(ISSUE.pages)).map(lambda order: dict(enumerate(order)))

@@ -46,7 +46,7 @@ def test_a_counterexample_fails_the_run_and_is_printed(
     monkeypatch.setattr(entry, "CI", (entry.Run(variant("finish leaks one page"), TINY),))
     assert entry.main(["--only", "explore", "--no-manifest"]) == 1
     out = capsys.readouterr().out
-    assert "FAIL" in out and "scheduler.finish(0, pool)" in out
+    assert "FAIL" in out and "Finish(request_id=0)" in out
 
 
 def test_summary_rows_have_the_verify_table_shape(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from kvsched.testing.campaign import run_machine
+from kvsched.testing.checks import CheckFailed, FailureKind
 from kvsched.testing.machine import KvschedMachine
 from kvsched.testing.system import SystemConfig
 from kvsched.testing.variants import VARIANTS
@@ -24,13 +25,13 @@ HUNT = settings(
 )
 
 EXPECTED = {
-    "finish leaks one page": "inv_refcount_equals_owners",
-    "install_shared_prefix without rollback": "but changed state",
-    "outputs applied before the identity check": "but changed state",
-    "pages reused first-in-first-out": "out of order",
-    "a round that writes shared pages": "which it does not hold alone",
-    "finish in another pool": "inv_refcount_equals_owners",
-    "a round on buffers that share memory": "share memory",
+    "finish leaks one page": (FailureKind.INVARIANT, "inv_refcount_equals_owners"),
+    "install_shared_prefix without rollback": (FailureKind.ATOMICITY, ""),
+    "outputs applied before the identity check": (FailureKind.ATOMICITY, ""),
+    "pages reused first-in-first-out": (FailureKind.LIFO, ""),
+    "a round that writes shared pages": (FailureKind.EXCLUSIVE, ""),
+    "finish in another pool": (FailureKind.INVARIANT, "inv_refcount_equals_owners"),
+    "a round on buffers that share memory": (FailureKind.ATOMICITY, ""),
 }
 
 
@@ -38,8 +39,10 @@ EXPECTED = {
 def test_broken_variant_is_caught(name: str) -> None:
     factory = VARIANTS[name]
     config = SystemConfig(max_references=3)
-    with pytest.raises(AssertionError, match=EXPECTED[name]):
+    with pytest.raises(CheckFailed) as caught:
         run_machine(lambda: KvschedMachine(factory, None, config), HUNT)
+    kind, detail = EXPECTED[name]
+    assert caught.value.failure.kind is kind and detail in caught.value.failure.detail
 
 
 def test_every_variant_has_an_expected_failure() -> None:

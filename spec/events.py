@@ -1,0 +1,320 @@
+"""Every public operation of a kvsched system as a value: the one alphabet every checker speaks.
+
+An event names one call and its arguments. Arguments are whatever a caller may pass, in range or
+not (`Admit(request_id="7")` is an event too: the operation must refuse it), so one alphabet
+serves valid, invalid and out-of-domain programs alike. Each event prints as the Python that
+builds it, so a list of events is a runnable program (`kvsched.spec.step` runs it).
+
+The owners outside kvsched, an external holder of page references and standalone page tables,
+act through events too: `Allocate`, `Retain`, `Release` and `Writable` are the holder's calls on
+the pool, and the `Table*` events act on table number `table` of the system's standalone tables.
+`holds_after` says how the holder's references change with an event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from kvsched.spec.domain import require_int
+from kvsched.spec.pool import Allocated, Copy
+
+
+class Fault(Enum):
+    """How a decode backend breaks the round's contract (`NONE`: it keeps it)."""
+
+    NONE = "none"
+    RAISE = "raise"  # an untyped exception from the backend
+    WRONG_BATCH = "wrong_batch"  # the receipt counts one request too many
+    TWO_LAUNCHES = "two_launches"
+    ZERO_LAUNCHES = "zero_launches"
+    CORRUPT_IDENTITY = "corrupt_identity"  # one output names another request
+    WRONG_SLOT = "wrong_slot"  # one output names another slot
+    NO_WRITE = "no_write"  # no output written
+    BAD_RECEIPT = "bad_receipt"  # not a receipt at all
+    REJECT = "reject"  # a typed refusal (BackendRejected)
+    PARTIAL = "partial"  # only the first half of the outputs written
+
+    def __repr__(self) -> str:
+        return f"Fault.{self.name}"
+
+
+SHORT_BUFFERS = ("items", "tables", "outputs")
+
+
+# -- the external holder's calls on the pool -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate:
+    """`pool.allocate()`: the holder takes a fresh page."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retain:
+    """`pool.retain(page)`: the holder takes one more reference."""
+
+    page: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """`pool.release(page)`: the holder drops a reference (its own, unless it abuses the pool)."""
+
+    page: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Writable:
+    """`pool.writable(current)`: the holder's own copy-on-write of a page it holds (None: a new one)."""
+
+    current: Any
+
+
+# -- the request scheduler ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """`scheduler.admit_with_prefix(request_id, prefix, store, pool)`."""
+
+    request_id: Any
+    prefix: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """`scheduler.fork(parent, child, pool)`."""
+
+    parent: Any
+    child: Any
+
+
+@dataclass(frozen=True, slots=True)
+class EnsureWritable:
+    """`scheduler.ensure_writable(request_id, logical_page, pool)`."""
+
+    request_id: Any
+    logical_page: Any
+
+
+@dataclass(frozen=True, slots=True)
+class EnsureWritableBatch:
+    """`scheduler.ensure_writable_batch(request_ids, logical_pages, pool)`, as lists."""
+
+    request_ids: tuple[Any, ...]
+    logical_pages: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareDecodeRound:
+    """`scheduler.prepare_decode_round(pool, page_size)`."""
+
+    page_size: Any
+
+
+@dataclass(frozen=True, slots=True)
+class MarkPrefillComplete:
+    """`scheduler.mark_prefill_complete(request_id)`."""
+
+    request_id: Any
+
+
+@dataclass(frozen=True, slots=True)
+class SeedDecodeToken:
+    """`scheduler.seed_decode_token(request_id, token)`."""
+
+    request_id: Any
+    token: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RecordToken:
+    """`scheduler.record_token(request_id)`."""
+
+    request_id: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RecordTokens:
+    """`scheduler.record_tokens(request_id, count)`: a prefill chunk of `count` tokens."""
+
+    request_id: Any
+    count: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """`scheduler.finish(request_id, pool)`."""
+
+    request_id: Any
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRound:
+    """`scheduler.execute_decode_round(backend, items, tables, outputs)` with a backend that
+    answers every item (or breaks the contract as `fault` says), on scratch buffers sized for
+    every decoding request, less one record in the buffer `short` names ("": none short)."""
+
+    fault: Fault = Fault.NONE
+    short: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeOverlapping:
+    """`scheduler.execute_decode_round` on scratch buffers that share memory (the system's
+    `overlapping_scratch`): the round must refuse them, or its backend reads tables the outputs
+    overwrote."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignPool:
+    """`scheduler.finish(request_id, other)` or `scheduler.ensure_writable(request_id, 0, other)`
+    (`call`) with a pool the scheduler is not bound to, every page of it held: it must refuse."""
+
+    request_id: Any
+    call: str = "finish"
+
+
+# -- the prefix store -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """`store.publish(PrefixPageSet(identity, pages, tokens), pool)` (a set the page-set type
+    refuses to build is refused by the call)."""
+
+    identity: Any
+    pages: tuple[Any, ...]
+    tokens: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    """`store.remove(identity, pool)`."""
+
+    identity: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """`store.reclaim(pool, pages)`."""
+
+    pages: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """`store.attach(identity, tables[table], pool)` into a standalone table."""
+
+    identity: Any
+    table: int
+
+
+# -- standalone page tables -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewTable:
+    """A new standalone `SequenceBlockTable(logical_pages)`, appended to the system's tables."""
+
+    logical_pages: Any
+
+
+@dataclass(frozen=True, slots=True)
+class TableWritable:
+    """`tables[table].ensure_writable(logical_page, pool)`."""
+
+    table: int
+    logical_page: Any
+
+
+@dataclass(frozen=True, slots=True)
+class TableFork:
+    """`tables[source].fork_into(tables[target], pool)`."""
+
+    source: int
+    target: int
+
+
+@dataclass(frozen=True, slots=True)
+class TableInstall:
+    """`tables[table].install_shared_prefix(pages, pool)`."""
+
+    table: int
+    pages: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TableRelease:
+    """`tables[table].release_all(pool)`."""
+
+    table: int
+
+
+# -- every read-only query at once ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Every read-only query: `store.get(identity)`, `pool.ref_count(page)`, `pool.free_count()`,
+    `scheduler.active_count()`, `scheduler.page_table(request_id)` (unless None) and
+    `scheduler.runnable_into` a list of `views` views. Reads change nothing."""
+
+    identity: Any = None
+    page: Any = 0
+    request_id: Any = None
+    views: int = 0
+
+
+Event = (
+    Allocate
+    | Retain
+    | Release
+    | Writable
+    | Admit
+    | Fork
+    | EnsureWritable
+    | EnsureWritableBatch
+    | PrepareDecodeRound
+    | MarkPrefillComplete
+    | SeedDecodeToken
+    | RecordToken
+    | RecordTokens
+    | Finish
+    | DecodeRound
+    | DecodeOverlapping
+    | ForeignPool
+    | Publish
+    | Remove
+    | Reclaim
+    | Attach
+    | NewTable
+    | TableWritable
+    | TableFork
+    | TableInstall
+    | TableRelease
+    | Read
+)
+EVENTS: tuple[type[Any], ...] = Event.__args__
+
+
+def holds_after(external: tuple[int, ...], event: Event, result: object) -> tuple[int, ...]:
+    """The holder's references (a sorted multiset of pages) after `event` returned `result`.
+
+    A `Release` of a page the holder does not hold changes nothing here: it is a reference
+    taken from another owner (the ownership abuse a checker may drive on purpose)."""
+    held = list(external)
+    if isinstance(event, Allocate):
+        held.append(require_int("page id", result))
+    elif isinstance(event, Retain):
+        held.append(int(event.page))
+    elif isinstance(event, Release) and int(event.page) in held:
+        held.remove(int(event.page))
+    elif isinstance(event, Writable) and isinstance(result, Allocated):
+        held.append(result.page)
+    elif isinstance(event, Writable) and isinstance(result, Copy) and result.source in held:
+        held.remove(result.source)
+        held.append(result.destination)
+    return tuple(sorted(held))
