@@ -37,8 +37,8 @@ lint: setup
 demo: setup
 	$(BIN)/kvsched verify
 
-## Tests, contracts and proofs: the CI gate.
-verify: test contracts proofs
+## Tests, contracts, proofs and the impl mutant corpus: the CI gate.
+verify: test contracts proofs mutants
 
 ## The CrossHair gate on every contract and twin pair, then on the broken targets (each must fail).
 contracts: setup

@@ -15,6 +15,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from devtools.mutants_corpus import NO_ROLLBACK, RELEASE_BEFORE_ALLOCATE
 from kvsched.contracts import (
     impl_kernels,
     spec_pool,
@@ -103,14 +104,12 @@ scheduler_admit = rebind(
 
 # -- impl kernels with one bug, under the kernels' contracts and twins --------------------------
 
-_retain_without_rollback = patch_source(
-    retain_pages, (("    if code != OK:\n        for index", "    if False:\n        for index"),), "no rollback"
-)
+_retain_without_rollback = patch_source(retain_pages, (NO_ROLLBACK,), "no rollback")
 kernel_retain_pages = rebind(impl_kernels.kernel_retain_pages, RETAIN_PAGES=pure(_retain_without_rollback))
 
 _copy_keeps_source = patch_source(
     ensure_rows,
-    (("refs[current] -= 1  # held > 1: never reaches zero, never pushes", "pass"),),
+    (("refs[current] -= 1\n", "pass\n"),),
     "copy-on-write keeps the source's reference",
 )
 kernel_ensure_rows = rebind(impl_kernels.kernel_ensure_rows, ENSURE_ROWS=pure(_copy_keeps_source))
@@ -131,17 +130,7 @@ class ReleaseFirstPool(BlockPool):
     """`writable` that releases the shared source before allocating its copy: an exhausted
     pool then refuses the copy with the source's reference already gone."""
 
-    writable = patch_source(
-        BlockPool.writable,
-        (
-            (
-                "    destination = self.allocate()\n"
-                "    self._refs[page] = count - 1  # count > 1: the source stays held\n",
-                "    self._refs[page] = count - 1\n    destination = self.allocate()\n",
-            ),
-        ),
-        "writable releases before it allocates",
-    )
+    writable = patch_source(BlockPool.writable, (RELEASE_BEFORE_ALLOCATE,), "writable releases before it allocates")
 
 
 class RetainFreePool(BlockPool):

@@ -18,6 +18,7 @@ from kvsched.impl.page_kernels import retain_pages
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore, attach_row, find_idle_lru
 from kvsched.impl.scheduler import RequestScheduler
+from kvsched.impl.slots import clear_slot
 from kvsched.impl.table import fork_row, release_row
 from kvsched.testing.patching import Function, patch_source, python_function, swap
 
@@ -60,12 +61,18 @@ _FIFO = (
     "        self._free[top] = page\n",
     "        self._free[1 : top + 1] = self._free[:top].copy()\n        self._free[0] = page\n",
 )
+# Edits other corpora reuse (the contract gate's broken targets break the same code).
+NO_ROLLBACK = ("    if code != OK:\n        for index", "    if False:\n        for index")
+RELEASE_BEFORE_ALLOCATE = (
+    "    destination = self.allocate()\n    self._refs[page] = count - 1\n",
+    "    self._refs[page] = count - 1\n    destination = self.allocate()\n",
+)
 _DUPLICATE = "    if request_id in self._slot_of:\n        raise refusals.duplicate_request(request_id)\n"
 _FULL = "    if not self._empty:\n        raise refusals.scheduler_full(request_id, self.requests)\n"
 _ZEROING = (
     "        output = outputs[index]\n"
     '        output["request_id"] = 0\n'
-    '        output["slot"] = U32_MAX  # no scheduler has this slot: an unwritten output never matches\n'
+    '        output["slot"] = U32_MAX\n'
     '        output["next_token_id"] = 0\n'
 )
 _RELEASE_OLD = "            release_array(pool, self._pages[entry, : self._page_counts[entry]])\n"
@@ -77,10 +84,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "pool",
         "writable",
         None,
-        (
-            "    destination = self.allocate()\n    self._refs[page] = count - 1  # count > 1: the source stays held\n",
-            "    self._refs[page] = count - 1\n    destination = self.allocate()\n",
-        ),
+        RELEASE_BEFORE_ALLOCATE,
     ),
     _mutant("freed pages reused first-in-first-out", "pool", "release", None, _FIFO),
     _mutant("release never frees a page at zero", "pool", "release", None, (_PUSH, "")),
@@ -107,7 +111,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "scheduler",
         "admit_with_prefix",
         retain_pages,
-        ("    if code != OK:\n        for index", "    if False:\n        for index"),
+        NO_ROLLBACK,
     ),
     _mutant(
         "finish leaks the first page",
@@ -118,6 +122,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _mutant(
         "stale request-id entry after finish", "scheduler", "finish", None, ("    del self._slot_of[request_id]\n", "")
+    ),
+    _mutant(
+        "finish leaves the token count", "scheduler", "finish", clear_slot, ("    slots.token_counts[slot] = 0\n", "")
+    ),
+    _mutant(
+        "mark_prefill_complete moves a decoding request",
+        "scheduler",
+        "mark_prefill_complete",
+        None,
+        ("    if state != PREFILL:\n", "    if state not in (PREFILL, DECODE):\n"),
     ),
     _mutant(
         "duplicate check after the capacity check",

@@ -206,7 +206,9 @@ class Explorer:
             reference = attempt(real, self.reference.at(state), state, self.bounds)
         self.result.checks += 1
         lockstep = self.reference is not None
-        if failure := check_step(state, real, outcome, post, reference, results=lockstep, invariants=False):
+        if failure := check_step(
+            state, real, outcome, post, reference, results=lockstep, invariants=False, page_size=self.bounds.page_size
+        ):
             return failure
         if outcome.error is not None:
             return None

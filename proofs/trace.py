@@ -138,7 +138,10 @@ def _reproduces(explorer: Explorer, violation: Violation, replay: Replay, last: 
             other.canonical(event)
         other.real(last)
         reference = other.outcome, other.state
-    failure = check_step(replay.before, last, replay.outcome, replay.state, reference, invariants=False)
+    bounds = explorer.bounds
+    failure = check_step(
+        replay.before, last, replay.outcome, replay.state, reference, invariants=False, page_size=bounds.page_size
+    )
     return failure is not None and failure.kind is violation.kind
 
 

@@ -7,8 +7,9 @@ Read top to bottom: `domain` (what an integer argument may be), `errors` and `re
 refusal, its message and details), `pool` (pages and their references), `table` (one request's
 logical pages), `identity` and `prefix` (named shared prefixes), `plan` (what a batch of writes
 did), `slots`, `lifecycle` and `round` (requests, their transitions, the decode round),
-`scheduler` (the object API), `system` and `invariants` (the whole state and what always holds);
-`batch` is the ragged batch ABI, `batching` and `sequence` seed B's iteration scheduler.
+`scheduler` (the object API), `system` and `invariants` (the whole state and what always holds),
+`events` and `step` (every operation as a value, and running one); `batch` is the ragged batch
+ABI, `batching` and `sequence` seed B's iteration scheduler.
 
 Glossary:
     page          a physical KV page of the pool, holding `page_size` token positions
@@ -19,6 +20,7 @@ Glossary:
     write target  the page holding a decoding request's position `token_count`
     plan          the steps of a batched ensure_writable: per step a target and its action
     round         one ragged decode step over every DECODE slot, one backend call
+    event         one public operation and its arguments, as a value (`kvsched.spec.events`)
 """
 
 from kvsched.spec.batch import (

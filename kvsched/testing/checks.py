@@ -147,6 +147,7 @@ def check_step(
     results: bool = True,
     ownership: bool = True,
     invariants: bool = True,
+    page_size: int | None = None,
 ) -> CheckFailure | None:
     """What is wrong with one step, or None.
 
@@ -154,7 +155,9 @@ def check_step(
     (lockstep); `results`: compare returned values, not only error types and states;
     `ownership`: the caller kept the ownership model (else only lockstep and atomicity apply,
     for a caller that releases pages it does not own on purpose); `invariants`: check them on
-    `after` (a caller that has already checked an equal state skips them)."""
+    `after` (a caller that has already checked an equal state skips them); `page_size`: the
+    scheduler's, with which a committed round's writes are checked (each request's token lands
+    in the page holding its position, which it must hold alone)."""
     error = outcome.error
     if not outcome.typed:
         return CheckFailure(FailureKind.UNTYPED, f"{event!r} raised {outcome.summary()}")
@@ -180,4 +183,19 @@ def check_step(
     for request_id, logical_page in written_pages(event, after):
         if not post_written_page_exclusive(after, request_id, logical_page):
             return CheckFailure(FailureKind.EXCLUSIVE, f"{event!r} left logical page {logical_page} shared")
+    shared = round_wrote_shared(before, after, page_size) if isinstance(event, ev.DecodeRound) and page_size else None
+    if shared is not None:
+        return CheckFailure(FailureKind.EXCLUSIVE, f"{event!r} wrote request {shared}'s token into a shared page")
     return check_state(after) if invariants else None
+
+
+def round_wrote_shared(before: SystemState, after: SystemState, page_size: int) -> int | None:
+    """A request whose token a committed round wrote into a page it did not hold alone, if any."""
+    for was, now in zip(before.scheduler.slots, after.scheduler.slots, strict=True):
+        if was.state is not RequestState.DECODE or now.token_count == was.token_count:
+            continue  # not in the round
+        logical = was.token_count // page_size
+        page = was.table[logical] if logical < len(was.table) else None
+        if page is None or before.pool.refs[page] != 1:
+            return was.request_id
+    return None

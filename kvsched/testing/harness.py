@@ -123,7 +123,16 @@ class MachineBase(RuleBasedStateMachine):
                 self.fail(CheckFailure(FailureKind.LOCKSTEP, f"{event!r}: the backends saw different batches"))
             if _table_states(self.sut) != _table_states(self.ref):
                 self.fail(CheckFailure(FailureKind.LOCKSTEP, f"{event!r}: the standalone tables diverge"))
-        failure = check_step(before, event, outcome, after, reference, ownership=self.ownership, invariants=False)
+        failure = check_step(
+            before,
+            event,
+            outcome,
+            after,
+            reference,
+            ownership=self.ownership,
+            invariants=False,
+            page_size=self.config.page_size,
+        )
         if failure is not None:
             self.fail(failure)
         if outcome.error is not None:

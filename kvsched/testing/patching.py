@@ -1,8 +1,10 @@
 """Patched copies of impl functions: one deliberate bug, without touching the real impl.
 
 `patch_source(function, edits)` recompiles the function's source with each `(old, new)` edit
-applied (each `old` must occur exactly once, so a patch that no longer fits the source fails
-loudly instead of silently testing the unchanged code). A numba kernel's copy is its plain
+applied to its code with the comments removed (so rewording a comment never breaks a patch; an
+edit naming a comment fails, as one that matches nothing does). Each `old` must occur exactly
+once, so a patch that no longer fits the code fails loudly instead of silently testing the
+unchanged code. A numba kernel's copy is its plain
 Python function: impl's kernels give identical results in both modes.
 
 `swap(root, target, replacement)` copies `root` so that, directly or through the impl functions
@@ -17,7 +19,9 @@ The real impl modules are never modified: the copies live in their own namespace
 from __future__ import annotations
 
 import inspect
+import io
 import textwrap
+import tokenize
 import types
 from collections.abc import Callable
 from typing import Any
@@ -49,10 +53,25 @@ def _copy(function: types.FunctionType, namespace: dict[str, Any]) -> types.Func
     return copy
 
 
+def without_comments(source: str) -> str:
+    """`source` with every comment removed (and the spaces before it): only its code."""
+    lines = source.splitlines(keepends=True)
+    comments = [
+        token.start
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
+    for row, column in reversed(comments):
+        line = lines[row - 1]
+        lines[row - 1] = line[:column].rstrip() + ("\n" if line.endswith("\n") else "")
+    return "".join(lines)
+
+
 def patch_source(function: Function, edits: tuple[tuple[str, str], ...], label: str) -> types.FunctionType:
-    """`function` recompiled with every `(old, new)` edit applied, in its module's namespace."""
+    """`function` recompiled with every `(old, new)` edit applied to its code (comments removed),
+    in its module's namespace."""
     plain = _plain(function)
-    lines = textwrap.dedent(inspect.getsource(plain)).splitlines(keepends=True)
+    lines = without_comments(textwrap.dedent(inspect.getsource(plain))).splitlines(keepends=True)
     while lines and lines[0].lstrip().startswith("@"):
         lines.pop(0)  # the decorator: a patched kernel runs as plain Python
     source = "".join(lines)  # dedented: a method body is indented 4 spaces, not 8

@@ -77,6 +77,20 @@ class OwnerRules(MachineBase):
         """The producer's own copy-on-write of a page it holds."""
         self.run(ev.Writable(sorted(self.external)[pick % len(self.external)]))
 
+    @rule(prefix=st.integers(0, IDENTITY_COUNT - 1), request_id=st.integers(20, 22))
+    def admit_at_the_reference_limit(self, prefix: int, request_id: int) -> None:
+        """A hot prefix: outside holds fill its last page to the pool's maximum, then a request
+        attaches it. Its earlier pages are retained first, so the refused install must undo them."""
+        pool, store, _ = self.sut.snapshot()
+        identity = prefix_identity(prefix)
+        entry = next((e for e in store.entries if e is not None and e.page_set.identity == identity), None)
+        last = entry.page_set.pages[-1] if entry is not None and len(entry.page_set.pages) > 1 else None
+        if last is None or pool.max_references - pool.refs[last] > 4:
+            return  # no such entry, or a maximum the harness cannot reach in a few holds
+        for _ in range(pool.max_references - pool.refs[last]):
+            self.run(ev.Retain(last))
+        self.run(ev.Admit(request_id, identity))
+
     @rule(prefix=st.integers(0, IDENTITY_COUNT - 1), pages=st.integers(1, 3), tokens=st.integers(1, 6))
     def publish(self, prefix: int, pages: int, tokens: int) -> None:
         """Write a prefix into pages the producer alone holds, then publish them."""

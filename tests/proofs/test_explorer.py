@@ -78,42 +78,6 @@ def test_replaying_reaches_the_same_states_as_loading() -> None:
     assert (replayed.states, replayed.transitions) == (explore(TINY).states, explore(TINY).transitions)
 
 
-@pytest.mark.parametrize(
-    ("name", "lockstep", "kind", "length"),
-    [
-        ("finish leaks one page", False, FailureKind.INVARIANT, 3),
-        ("install_shared_prefix without rollback", False, FailureKind.ATOMICITY, 6),
-        ("outputs applied before the identity check", False, FailureKind.ATOMICITY, 5),
-        ("pages reused first-in-first-out", True, FailureKind.LOCKSTEP, 2),
-    ],
-)
-def test_a_broken_variant_is_caught_with_a_shortest_trace(
-    name: str, lockstep: bool, kind: FailureKind, length: int
-) -> None:
-    explorer = Explorer(SMALL, variant(name), SPEC if lockstep else None)
-    result = explorer.run(max_states=LIMIT)
-    assert result.violation is not None, f"{name} was not caught"
-    assert result.violation.kind == kind
-    steps = len(result.violation.path) + (result.violation.event is not None)
-    assert steps == length
-    program = reproduce(explorer, result.violation)
-    output = _run_program(program)
-    expected = {
-        FailureKind.INVARIANT: "invariants violated: ('inv_",
-        FailureKind.ATOMICITY: "the refused call changed the state: True",
-        FailureKind.LOCKSTEP: "same final state as the reference: False",
-    }[kind]
-    assert expected in output
-
-
-def test_the_leak_trace_is_the_shortest_one() -> None:
-    explorer = Explorer(SMALL, variant("finish leaks one page"))
-    violation = explorer.run(max_states=LIMIT).violation
-    assert violation is not None
-    assert violation.path == [ev.Admit(0, None), ev.EnsureWritable(0, 0)]
-    assert violation.event == ev.Finish(0)
-
-
 def _run_program(program: str, subject: Subject | None = None) -> str:
     output = io.StringIO()
     namespace = {} if subject is None else {"factory": subject.factory}
@@ -214,17 +178,3 @@ def test_every_variant_of_the_harness_is_caught_in_lockstep(name: str) -> None:
     violation = explorer.run(max_states=LIMIT).violation
     assert violation is not None, f"{name} was not caught"
     reproduce(explorer, violation)  # raises unless the replay shows it again
-
-
-def test_fifo_reuse_is_caught_without_lockstep() -> None:
-    """The explorer checks the machine's `post_*` predicates too: FIFO page reuse breaks no
-    invariant of a single state, yet it is caught with no reference beside it, and the printed
-    program shows the out-of-order free stack."""
-    explorer = Explorer(SMALL, variant("pages reused first-in-first-out"), None)
-    violation = explorer.run(max_states=LIMIT).violation
-    assert violation is not None and violation.kind is FailureKind.LIFO, violation
-    program = reproduce(explorer, violation)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        exec(program, {})
-    assert "freed pages reused last-in-first-out: False" in printed.getvalue()

@@ -1,0 +1,288 @@
+"""The catalogue of known bugs: each written once, with every layer where it is realised and the
+check expected to catch it there.
+
+A bug is one sentence about what goes wrong. Its realisations live beside the code they break:
+
+- `variant`: a broken spec system (`kvsched.testing.variants.VARIANTS`), which the stateful
+  machine and the explorer, with no reference beside them, must both catch with `kind`;
+  `tests/bugs/golden/<id>.out` holds the explorer's failure and its shortest program;
+- `mutant`: a broken impl class (`devtools.mutants_corpus.MUTANTS`, patches that match code and
+  ignore comments), which the machine in lockstep with the spec must catch with `mutant_kind`;
+- `encoding`: a broken z3 transition encoding (`kvsched.proofs.broken`), which the inductive
+  proofs refute (or, for a drifted one, the conformance test rejects);
+- `contracts`: broken CrossHair targets (`devtools.broken_contracts`), for each of which the
+  gate must find a counterexample (`make contracts`; `COUNTEREXAMPLES` pins one, replayed in the tests).
+
+This module and its golden files live with the tests: none of it is in the wheel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsched.testing.checks import FailureKind
+
+ATOMICITY, EXCLUSIVE, INVARIANT, LIFO, LOCKSTEP = (
+    FailureKind.ATOMICITY,
+    FailureKind.EXCLUSIVE,
+    FailureKind.INVARIANT,
+    FailureKind.LIFO,
+    FailureKind.LOCKSTEP,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Bug:
+    """One known bug and where it is realised (names into each layer's corpus)."""
+
+    id: str
+    sentence: str
+    variant: str | None = None
+    kind: FailureKind | None = None  # what the machine and the explorer report on the variant
+    mutant: str | None = None
+    mutant_kind: FailureKind = LOCKSTEP
+    encoding: str | None = None
+    contracts: tuple[str, ...] = ()
+
+
+CATALOGUE: tuple[Bug, ...] = (
+    # -- the pool --------------------------------------------------------------------------------
+    Bug(
+        "fifo-reuse",
+        "Freed pages are reused first-in-first-out, so the page freed last is not the next one handed out.",
+        variant="pages reused first-in-first-out",
+        kind=LIFO,
+        mutant="freed pages reused first-in-first-out",
+        encoding="FifoAllocate",
+    ),
+    Bug(
+        "release-never-frees",
+        "A page whose last reference is dropped never goes back on the free stack.",
+        mutant="release never frees a page at zero",
+        encoding="ReleaseSkipsPush",
+        contracts=("pool_release",),
+    ),
+    Bug(
+        "cow-skipped",
+        "Copy-on-write is skipped for a page two owners share, so one writes the other's page.",
+        mutant="copy-on-write skipped at refcount 2",
+        encoding="WriteSharedInPlace",
+        contracts=("pool_writable",),
+    ),
+    Bug(
+        "cow-release-first",
+        "Copy-on-write drops the source's reference before the copy is allocated; refused, the drop stays.",
+        mutant="writable releases the source before allocating",
+        encoding="ReleaseSourceFirst",
+        contracts=("impl_writable",),
+    ),
+    Bug(
+        "cow-keeps-source",
+        "Copy-on-write takes the copy but never drops the source's reference.",
+        contracts=("kernel_ensure_rows", "impl_ensure"),
+    ),
+    Bug("cow-forgets-pop", "Copy-on-write takes the top free page without popping it.", encoding="CopyForgetsToPop"),
+    Bug(
+        "retain-past-maximum",
+        "A retain takes one reference past the pool's maximum.",
+        mutant="retain allows one reference past the maximum",
+        encoding="RetainPastMaximum",
+    ),
+    Bug(
+        "retain-free-page",
+        "A retain revives a free page (a use after free): counted, yet still on the free stack.",
+        encoding="RetainFreePage",
+        contracts=("impl_pool",),
+    ),
+    Bug(
+        "allocate-leaves-free",
+        "An allocated page keeps its place on the free stack.",
+        encoding="AllocateLeavesPageFree",
+    ),
+    Bug(
+        "allocate-unowned",
+        "An outside holder's allocation is never recorded as its hold.",
+        encoding="AllocateWithoutOwner",
+    ),
+    Bug(
+        "release-keeps-reference",
+        "An outside holder's release forgets its hold but the pool keeps the reference.",
+        encoding="ReleaseSkipsDecrement",
+    ),
+    Bug("initial-misses-page", "A fresh pool's free stack is missing page 0.", encoding="InitialMissesPageZero"),
+    Bug(
+        "undo-skips-first",
+        "A refused multi-page release undoes every page but the first.",
+        contracts=("impl_release",),
+    ),
+    # -- page lists: install, fork, release --------------------------------------------------------
+    Bug(
+        "install-no-rollback",
+        "A prefix install that fails part-way keeps the references it took before the failure.",
+        variant="install_shared_prefix without rollback",
+        kind=ATOMICITY,
+        mutant="install_shared_prefix without rollback",
+        encoding="SkipRollback",
+        contracts=("kernel_retain_pages", "impl_retain"),
+    ),
+    Bug("install-repeats-page", "A prefix install accepts one page at two positions.", contracts=("impl_install",)),
+    Bug(
+        "retain-step-uncounted",
+        "A list retain takes a pool reference but records no owner for it.",
+        encoding="RetainStepUncounted",
+    ),
+    Bug(
+        "release-step-keeps",
+        "A list release forgets the hold in flight but the pool keeps the reference.",
+        encoding="ReleaseStepKeepsReference",
+    ),
+    Bug(
+        "fork-no-retain",
+        "A fork shares the parent's pages without retaining them.",
+        mutant="fork shares pages without retaining them",
+    ),
+    Bug("fork-keeps-parent-id", "A fork admits the child under the parent's request id.", encoding="ForkKeepsParentId"),
+    # -- the request lifecycle ---------------------------------------------------------------------
+    Bug(
+        "finish-leaks",
+        "Finishing a request releases all of its pages but one.",
+        variant="finish leaks one page",
+        kind=INVARIANT,
+        mutant="finish leaks the first page",
+        encoding="FinishLeaksPages",
+    ),
+    Bug(
+        "finish-foreign-pool",
+        "Finish releases a request's pages in whatever pool it is handed, not the one it is bound to.",
+        variant="finish in another pool",
+        kind=INVARIANT,
+    ),
+    Bug(
+        "stale-slot-index",
+        "Finish leaves the request's id in the slot index: the id still finds a cleared slot.",
+        mutant="stale request-id entry after finish",
+        mutant_kind=INVARIANT,
+    ),
+    Bug("finish-keeps-count", "Finish clears a slot but its token count.", mutant="finish leaves the token count"),
+    Bug(
+        "duplicate-after-capacity",
+        "Admission reports a full scheduler before it reports a duplicate id.",
+        mutant="duplicate check after the capacity check",
+        contracts=("scheduler_admit",),
+    ),
+    Bug("admit-duplicate", "Admission skips the duplicate-request check.", encoding="AdmitDuplicate"),
+    Bug(
+        "highest-empty-slot",
+        "Admission takes the highest empty slot, not the lowest.",
+        mutant="admission takes the highest empty slot",
+    ),
+    Bug(
+        "fork-full-before-unknown",
+        "A fork into a full scheduler reports Full for an unknown parent.",
+        contracts=("impl_scheduler",),
+    ),
+    Bug(
+        "numpy-id-unknown",
+        "An integer id that is not a plain int is taken for an unknown request.",
+        mutant="an integer id that is not a plain int is unknown",
+    ),
+    Bug(
+        "complete-from-decode",
+        "Completing a prefill also moves a request that is already decoding.",
+        mutant="mark_prefill_complete moves a decoding request",
+    ),
+    Bug(
+        "complete-any-slot",
+        "Completing a prefill does not look the request up: any slot becomes DECODE.",
+        encoding="CompleteAnySlot",
+    ),
+    Bug("seed-any-token", "A seeded token id outside u32 is accepted.", encoding="SeedAnyToken"),
+    Bug("record-past-u32", "The token count runs past 2**32 - 1.", encoding="RecordWithoutSaturation"),
+    Bug(
+        "chunk-counted-once",
+        "A prefill chunk of n tokens is counted as one token.",
+        mutant="a prefill chunk is counted as one token",
+    ),
+    Bug(
+        "hit-counts-no-tokens",
+        "A prefix hit records its prefix tokens but not its token count.",
+        encoding="HitCountsNoTokens",
+    ),
+    Bug(
+        "batch-half-undone",
+        "A refused write batch leaves the copies and allocations of the steps before the refusal.",
+        contracts=("impl_batch",),
+    ),
+    # -- the decode round --------------------------------------------------------------------------
+    Bug(
+        "outputs-before-check",
+        "A decode round applies its outputs before checking that they answer its items.",
+        variant="outputs applied before the identity check",
+        kind=ATOMICITY,
+        mutant="outputs applied before the identity check",
+    ),
+    Bug(
+        "round-writes-shared",
+        "A decode round writes a request's token into a page another owner still reads.",
+        variant="a round that writes shared pages",
+        kind=EXCLUSIVE,
+    ),
+    Bug(
+        "aliased-scratch",
+        "A decode round takes scratch buffers that share memory, so its outputs overwrite its tables.",
+        variant="a round on buffers that share memory",
+        kind=ATOMICITY,
+        mutant="a round takes scratch buffers that share memory",
+    ),
+    Bug(
+        "table-offset",
+        "Lowering gives each item a block-table offset one past its table.",
+        mutant="block-table offset off by one in lowering",
+    ),
+    Bug(
+        "stale-outputs",
+        "A round leaves the previous round's records in the outputs it did not write.",
+        mutant="decode round leaves stale outputs",
+    ),
+    Bug("round-every-slot", "A committed round counts a token in empty slots too.", encoding="RoundAdvancesEverySlot"),
+    Bug("zero-launches", "A round accepts a backend that reports zero launches.", contracts=("impl_round",)),
+    Bug(
+        "short-items-misnamed",
+        "A round reports a short item buffer as a short output buffer.",
+        contracts=("impl_round_buffers",),
+    ),
+    # -- the prefix store --------------------------------------------------------------------------
+    Bug(
+        "attach-no-lru",
+        "An attach does not refresh the entry's LRU stamp.",
+        mutant="attach does not refresh the LRU stamp",
+    ),
+    Bug(
+        "reclaim-most-recent",
+        "Reclaim evicts the most recently used idle entry instead of the least.",
+        mutant="reclaim evicts the most recently used",
+        contracts=("prefix_reclaim",),
+    ),
+    Bug(
+        "reclaim-in-use",
+        "Reclaim evicts entries whose pages a request still maps.",
+        mutant="reclaim evicts entries still in use",
+    ),
+    Bug("reclaim-stops-short", "Reclaim stops one page short of its target.", contracts=("impl_store",)),
+    Bug(
+        "publish-release-first",
+        "Publishing over an entry releases the old set before retaining the new one.",
+        mutant="publish releases the old set before retaining the new",
+    ),
+    Bug(
+        "publish-keeps-replaced",
+        "Publishing over an entry never releases the replaced set.",
+        encoding="PublishKeepsReplaced",
+    ),
+    Bug(
+        "remove-keeps-references",
+        "Removing (or evicting) an entry empties it without releasing its pages.",
+        mutant="remove keeps the entry's page references",
+        encoding="EvictWithoutRelease",
+    ),
+)

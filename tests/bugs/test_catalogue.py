@@ -1,0 +1,111 @@
+"""Every known bug is listed once and caught where it is realised, by the check the catalogue names.
+
+A spec variant must be caught by the stateful machine and by the explorer, both without a
+reference and both with the same `FailureKind`; the explorer's failure and shortest program must
+match the bug's golden file (`KVSCHED_UPDATE_GOLDEN=1` rewrites them after a deliberate change).
+An impl mutant must be caught by the machine in lockstep with the spec, with its named kind.
+The encodings and contract targets are refuted by the proofs' and the gate's own tests; here
+the catalogue only has to list each of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+
+from devtools import broken_contracts
+from devtools.mutants import hunt, mutant_system
+from devtools.mutants_corpus import MUTANTS
+from kvsched.proofs import broken
+from kvsched.proofs.explorer import Explorer
+from kvsched.proofs.operations import Bounds
+from kvsched.proofs.subject import variant
+from kvsched.proofs.trace import reproduce
+from kvsched.testing.campaign import run_machine
+from kvsched.testing.checks import CheckFailed, FailureKind
+from kvsched.testing.machine import KvschedMachine
+from kvsched.testing.system import SystemConfig
+from kvsched.testing.variants import VARIANTS
+from tests.bugs.catalogue import CATALOGUE, Bug
+
+GOLDEN = Path(__file__).with_name("golden")
+BOUNDS = Bounds(requests=2, pages=3, logical_pages=2, entries=1, entry_pages=2, max_references=2, max_external=1)
+STATES = 20_000  # a variant the explorer has not caught by then fails the test
+HUNT = settings(
+    max_examples=3000,
+    stateful_step_count=60,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+    report_multiple_bugs=False,
+    phases=[Phase.generate],  # the first failing program is the verdict; shrinking it takes minutes
+)
+
+
+def _listed(names: list[str], corpus: list[str]) -> None:
+    assert sorted(names) == sorted(corpus), set(names) ^ set(corpus)
+
+
+def test_every_realisation_is_listed_under_exactly_one_bug() -> None:
+    assert len({bug.id for bug in CATALOGUE}) == len(CATALOGUE)
+    _listed([bug.variant for bug in CATALOGUE if bug.variant], list(VARIANTS))
+    _listed([bug.mutant for bug in CATALOGUE if bug.mutant], [mutant.name for mutant in MUTANTS])
+    encodings = {entry.name for entry in broken.CORPUS} | {drifted.__name__ for drifted in broken.DRIFTED}
+    _listed([bug.encoding for bug in CATALOGUE if bug.encoding], sorted(encodings))
+    _listed([name for bug in CATALOGUE for name in bug.contracts], list(broken_contracts.COUNTEREXAMPLES))
+    assert all((bug.variant is None) == (bug.kind is None) for bug in CATALOGUE)
+
+
+VARIANT_BUGS = [bug for bug in CATALOGUE if bug.variant]
+MUTANT_BUGS = [bug for bug in CATALOGUE if bug.mutant]
+
+
+# What each kind's printed program says when it shows the failure (`kvsched.proofs.trace.CHECKS`).
+SHOWN = {
+    FailureKind.LIFO: "freed pages reused last-in-first-out: False",
+    FailureKind.INVARIANT: "invariants violated: ('inv_",
+    FailureKind.ATOMICITY: "the refused call changed the state: True",
+    FailureKind.EXCLUSIVE: "page reference counts: (",
+}
+SHOWN_BY_ID = {"aliased-scratch": "DecodeOverlapping() -> ('returns',"}  # a round that should have been refused
+
+
+def golden_text(bug: Bug, program: str) -> str:
+    """A golden file: the bug, the check that caught it, and the explorer's shortest program."""
+    return f"bug: {bug.id}\n{bug.sentence}\ncaught by: {bug.kind and bug.kind.value}\n\n{program}"
+
+
+@pytest.mark.parametrize("bug", VARIANT_BUGS, ids=lambda bug: bug.id)
+def test_the_machine_and_the_explorer_catch_a_spec_variant_by_the_same_check(bug: Bug) -> None:
+    assert bug.variant is not None
+    explorer = Explorer(BOUNDS, variant(bug.variant))
+    violation = explorer.run(max_states=STATES).violation
+    assert violation is not None and violation.kind is bug.kind, violation
+    factory = VARIANTS[bug.variant]
+    with pytest.raises(CheckFailed) as caught:
+        run_machine(lambda: KvschedMachine(factory, None, SystemConfig(max_references=3)), HUNT)
+    assert caught.value.failure.kind is bug.kind, caught.value.failure
+    text = golden_text(bug, reproduce(explorer, violation))
+    path = GOLDEN / f"{bug.id}.out"
+    if os.environ.get("KVSCHED_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"no golden file {path.name}: run with KVSCHED_UPDATE_GOLDEN=1 to write it"
+    assert text == path.read_text()
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # the golden program runs, and shows the failure
+        exec(compile(path.read_text().split("\n\n", 1)[1], str(path), "exec"), {})
+    assert bug.kind is not None and SHOWN_BY_ID.get(bug.id, SHOWN[bug.kind]) in printed.getvalue()
+
+
+@pytest.mark.parametrize("bug", MUTANT_BUGS, ids=lambda bug: bug.id)
+def test_the_machine_in_lockstep_catches_an_impl_mutant_by_the_named_check(bug: Bug) -> None:
+    mutant = next(mutant for mutant in MUTANTS if mutant.name == bug.mutant)
+    verdict = hunt(mutant.name, mutant_system(mutant), examples=400, steps=40, random_seed=0)
+    assert verdict.caught, f"{mutant.name} survived {verdict.examples} examples"
+    assert verdict.checker == bug.mutant_kind.value, verdict.failure
