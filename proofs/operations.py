@@ -85,6 +85,7 @@ REQUEST_FIELDS: dict[type[Any], tuple[str, ...]] = {
     ev.MarkPrefillComplete: ("request_id",),
     ev.SeedDecodeToken: ("request_id",),
     ev.RecordToken: ("request_id",),
+    ev.RecordTokens: ("request_id",),
     ev.Finish: ("request_id",),
 }
 IDENTITY_FIELDS: dict[type[Any], tuple[str, ...]] = {
@@ -152,6 +153,7 @@ def static_alphabet(bounds: Bounds) -> tuple[Event, ...]:
     events += [ev.MarkPrefillComplete(r) for r in ids]
     events += [ev.SeedDecodeToken(r, t) for r in ids for t in (*bounds.seed_tokens, -1, 2**32)]
     events += [ev.RecordToken(r) for r in ids]
+    events += [ev.RecordTokens(r, n) for r in ids for n in (0, 2)]  # a prefill chunk, within the budget
     events += [ev.Finish(r) for r in ids]
     events += [ev.DecodeRound(fault) for fault in ev.Fault]
     events += [ev.DecodeRound(ev.Fault.NONE, short) for short in ev.SHORT_BUFFERS]
@@ -180,9 +182,10 @@ def enabled(event: Event, state: SystemState, bounds: Bounds) -> bool:
         return all(count < bounds.max_tokens for count in _decoding(state))
     if isinstance(event, ev.Allocate | ev.Retain):
         return len(state.external) < bounds.max_external
-    if isinstance(event, ev.RecordToken):
+    if isinstance(event, ev.RecordToken | ev.RecordTokens):
+        count = 1 if isinstance(event, ev.RecordToken) else event.count
         return all(
-            slot.token_count < bounds.max_tokens or slot.request_id != event.request_id
+            slot.token_count + count <= bounds.max_tokens or slot.request_id != event.request_id
             for slot in state.scheduler.slots
             if slot.state is not RequestState.EMPTY
         )

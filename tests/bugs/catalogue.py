@@ -7,7 +7,9 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
   machine and the explorer, with no reference beside them, must both catch with `kind`;
   `tests/bugs/golden/<id>.out` holds the explorer's failure and its shortest program;
 - `mutant`: a broken impl class (`devtools.mutants_corpus.MUTANTS`, patches that match code and
-  ignore comments), which the machine in lockstep with the spec must catch with `mutant_kind`;
+  ignore comments), which the machine in lockstep with the spec must catch with `mutant_kind`
+  and, where `explored`, the explorer in lockstep too (the others need a plain-int-free id, two
+  store entries or more decoding states than its bounds hold);
 - `encoding`: a broken z3 transition encoding (`kvsched.proofs.broken`), which the inductive
   proofs refute (or, for a drifted one, the conformance test rejects);
 - `contracts`: broken CrossHair targets (`devtools.broken_contracts`), for each of which the
@@ -41,6 +43,7 @@ class Bug:
     kind: FailureKind | None = None  # what the machine and the explorer report on the variant
     mutant: str | None = None
     mutant_kind: FailureKind = LOCKSTEP
+    explored: bool = True  # the explorer in lockstep catches the mutant within the catalogue's bounds
     encoding: str | None = None
     contracts: tuple[str, ...] = ()
 
@@ -185,6 +188,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "numpy-id-unknown",
         "An integer id that is not a plain int is taken for an unknown request.",
         mutant="an integer id that is not a plain int is unknown",
+        explored=False,
     ),
     Bug(
         "complete-from-decode",
@@ -202,6 +206,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "chunk-counted-once",
         "A prefill chunk of n tokens is counted as one token.",
         mutant="a prefill chunk is counted as one token",
+        explored=False,
     ),
     Bug(
         "hit-counts-no-tokens",
@@ -220,6 +225,7 @@ CATALOGUE: tuple[Bug, ...] = (
         variant="outputs applied before the identity check",
         kind=ATOMICITY,
         mutant="outputs applied before the identity check",
+        explored=False,
     ),
     Bug(
         "round-writes-shared",
@@ -261,6 +267,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "reclaim-most-recent",
         "Reclaim evicts the most recently used idle entry instead of the least.",
         mutant="reclaim evicts the most recently used",
+        explored=False,
         contracts=("prefix_reclaim",),
     ),
     Bug(

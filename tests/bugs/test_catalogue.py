@@ -3,7 +3,8 @@
 A spec variant must be caught by the stateful machine and by the explorer, both without a
 reference and both with the same `FailureKind`; the explorer's failure and shortest program must
 match the bug's golden file (`KVSCHED_UPDATE_GOLDEN=1` rewrites them after a deliberate change).
-An impl mutant must be caught by the machine in lockstep with the spec, with its named kind.
+An impl mutant must be caught by the machine in lockstep with the spec, with its named kind,
+and, where the catalogue says `explored`, by the explorer in lockstep as well.
 The encodings and contract targets are refuted by the proofs' and the gate's own tests; here
 the catalogue only has to list each of them.
 """
@@ -24,7 +25,7 @@ from devtools.mutants_corpus import MUTANTS
 from kvsched.proofs import broken
 from kvsched.proofs.explorer import Explorer
 from kvsched.proofs.operations import Bounds
-from kvsched.proofs.subject import variant
+from kvsched.proofs.subject import SPEC, Subject, variant
 from kvsched.proofs.trace import reproduce
 from kvsched.testing.campaign import run_machine
 from kvsched.testing.checks import CheckFailed, FailureKind
@@ -109,3 +110,11 @@ def test_the_machine_in_lockstep_catches_an_impl_mutant_by_the_named_check(bug: 
     verdict = hunt(mutant.name, mutant_system(mutant), examples=400, steps=40, random_seed=0)
     assert verdict.caught, f"{mutant.name} survived {verdict.examples} examples"
     assert verdict.checker == bug.mutant_kind.value, verdict.failure
+
+
+@pytest.mark.parametrize("bug", [bug for bug in MUTANT_BUGS if bug.explored], ids=lambda bug: bug.id)
+def test_the_explorer_in_lockstep_catches_an_impl_mutant(bug: Bug) -> None:
+    mutant = next(mutant for mutant in MUTANTS if mutant.name == bug.mutant)
+    explorer = Explorer(BOUNDS, Subject(mutant.name, mutant_system(mutant), "", ""), SPEC)
+    violation = explorer.run(max_states=3_000).violation
+    assert violation is not None and violation.kind is FailureKind.LOCKSTEP, violation

@@ -72,6 +72,7 @@ SCENARIO: list[Event] = [
     ev.Remove(identity(0)),
     ev.Remove(identity(0)),
     ev.Reclaim(-1),
+    ev.RecordTokens(1, 2),
     ev.Finish(1),
     ev.ForeignPool(1, "finish"),
     ev.DecodeOverlapping(),
