@@ -113,7 +113,7 @@ def _branches(enc: Encoding, event: Event, s: Sys, bounds: Bounds) -> Iterator[B
             ok, post = enc.found(s, r, event.request_id), s
             for _ in range(event.count):
                 _, post = enc.record_token(post, r, event.request_id)
-            yield z3.And(ok, 0 <= event.count), post
+            yield z3.And(ok, event.count >= 0), post
     elif isinstance(event, ev.DecodeRound):
         yield enc.decode_round(s, z3.Bool("backend_answered"), z3.Const("outputs", INT_ARRAY))
     elif isinstance(event, ev.Publish):

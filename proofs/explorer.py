@@ -66,10 +66,15 @@ class Exploration:
         return self.states / self.seconds if self.seconds > 0 else 0.0
 
 
-def attempt(event: Event, sut: Any, state: SystemState, bounds: Bounds) -> tuple[Outcome, SystemState]:
-    """Run one event on `sut` (loaded with `state`); its outcome and post-state."""
+def attempt(
+    event: Event, sut: Any, state: SystemState, bounds: Bounds, detailed: bool = True
+) -> tuple[Outcome, SystemState]:
+    """Run one event on `sut` (loaded with `state`); its outcome (an error's message and details
+    only if `detailed`) and post-state."""
+    rounds = isinstance(event, ev.DecodeRound | ev.DecodeOverlapping)
     fault = event.fault if isinstance(event, ev.DecodeRound) else ev.Fault.NONE
-    outcome = capture(lambda: apply(sut, event, HarnessBackend(fault, bounds.page_size)))
+    backend = HarnessBackend(fault, bounds.page_size) if rounds else None
+    outcome = capture(lambda: apply(sut, event, backend), detailed)
     external = state.external if outcome.error is not None else ev.holds_after(state.external, event, outcome.value)
     return outcome, snapshot(sut, external)
 
@@ -199,13 +204,13 @@ class Explorer:
         `back` maps canonical names to the names of `state` (None: `state` is canonical).
         """
         real = event if back is None else rename(event, back.ids, back.identities, back.pages)
-        outcome, post = attempt(real, self.positioner.at(state), state, self.bounds)
+        lockstep = self.reference is not None
+        outcome, post = attempt(real, self.positioner.at(state), state, self.bounds, lockstep)
         self.result.transitions += 1
         reference = None
         if self.reference is not None:
             reference = attempt(real, self.reference.at(state), state, self.bounds)
         self.result.checks += 1
-        lockstep = self.reference is not None
         if failure := check_step(
             state, real, outcome, post, reference, results=lockstep, invariants=False, page_size=self.bounds.page_size
         ):

@@ -176,9 +176,12 @@ def within_budget(state: SystemState, bounds: Bounds) -> bool:
     return all(slot.token_count <= bounds.max_tokens for slot in state.scheduler.slots)
 
 
+CLEAN_ROUND = ev.DecodeRound()
+
+
 def enabled(event: Event, state: SystemState, bounds: Bounds) -> bool:
     """False for the counting events once a budget is spent (the state space is finite)."""
-    if event == ev.DecodeRound():
+    if event == CLEAN_ROUND:
         return all(count < bounds.max_tokens for count in _decoding(state))
     if isinstance(event, ev.Allocate | ev.Retain):
         return len(state.external) < bounds.max_external

@@ -300,11 +300,16 @@ Event = (
 EVENTS: tuple[type[Any], ...] = Event.__args__
 
 
+HOLDER_EVENTS = frozenset({Allocate, Retain, Release, Writable})  # the events that change the holder's references
+
+
 def holds_after(external: tuple[int, ...], event: Event, result: object) -> tuple[int, ...]:
     """The holder's references (a sorted multiset of pages) after `event` returned `result`.
 
     A `Release` of a page the holder does not hold changes nothing here: it is a reference
     taken from another owner (the ownership abuse a checker may drive on purpose)."""
+    if type(event) not in HOLDER_EVENTS:
+        return external
     held = list(external)
     if isinstance(event, Allocate):
         held.append(require_int("page id", result))

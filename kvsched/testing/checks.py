@@ -90,11 +90,15 @@ class Outcome:
         return self.error is None or issubclass(self.error, KvschedError)
 
 
-def capture(call: Callable[[], Any]) -> Outcome:
-    """Run `call`; its value or whatever it raised (every exception, typed or not)."""
+def capture(call: Callable[[], Any], detailed: bool = True) -> Outcome:
+    """Run `call`; its value or whatever it raised (every exception, typed or not). Unless
+    `detailed`, a kvsched error is kept by its type alone (a search that compares no messages
+    skips formatting them)."""
     try:
         return Outcome(call())
     except KvschedError as error:
+        if not detailed:
+            return Outcome(None, type(error))
         return Outcome(None, type(error), str(error), tuple(error.details().items()))
     except Exception as error:  # an untyped error is a finding, compared like any other
         return Outcome(None, type(error), str(error))
