@@ -26,7 +26,7 @@ from kvsched.spec.events import Event
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.invariants import INVARIANTS, post_drained_all_free
 from kvsched.spec.slots import is_live
-from kvsched.spec.step import apply
+from kvsched.spec.step import apply, holds_after
 from kvsched.spec.system import SystemState
 from kvsched.testing.backends import HarnessBackend
 from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture, check_state, check_step
@@ -75,7 +75,7 @@ def attempt(
     fault = event.fault if isinstance(event, ev.DecodeRound) else ev.Fault.NONE
     backend = HarnessBackend(fault, bounds.page_size) if rounds else None
     outcome = capture(lambda: apply(sut, event, backend), detailed)
-    external = state.external if outcome.error is not None else ev.holds_after(state.external, event, outcome.value)
+    external = state.external if outcome.error is not None else holds_after(state.external, event, outcome.value)
     return outcome, snapshot(sut, external)
 
 

@@ -25,7 +25,7 @@ PREAMBLE = '''"""kvsched explorer counterexample: {kind}.
 from kvsched.spec import PrefixIdentity
 from kvsched.spec.events import *  # noqa: F403
 from kvsched.spec.invariants import check_invariants, post_lifo_reuse
-from kvsched.spec.step import apply
+from kvsched.spec.step import apply, holds_after
 from kvsched.spec.system import SystemState
 from kvsched.testing.backends import HarnessBackend
 from kvsched.testing.checks import capture

@@ -8,7 +8,6 @@ builds it, so a list of events is a runnable program (`kvsched.spec.step` runs i
 The owners outside kvsched, an external holder of page references and standalone page tables,
 act through events too: `Allocate`, `Retain`, `Release` and `Writable` are the holder's calls on
 the pool, and the `Table*` events act on table number `table` of the system's standalone tables.
-`holds_after` says how the holder's references change with an event.
 """
 
 from __future__ import annotations
@@ -16,9 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
-
-from kvsched.spec.domain import require_int
-from kvsched.spec.pool import Allocated, Copy
 
 
 class Fault(Enum):
@@ -298,28 +294,3 @@ Event = (
     | Read
 )
 EVENTS: tuple[type[Any], ...] = Event.__args__
-
-
-HOLDER_EVENTS = frozenset({Allocate, Retain, Release, Writable})  # the events that change the holder's references
-
-
-def holds_after(external: tuple[int, ...], event: Event, result: object) -> tuple[int, ...]:
-    """The holder's references (a sorted multiset of pages) after `event` returned `result`.
-
-    A `Release` of a page the holder does not hold changes nothing here: it is a reference
-    taken from another owner (the ownership abuse a checker may drive on purpose)."""
-    if type(event) not in HOLDER_EVENTS:
-        return external
-    held = list(external)
-    if isinstance(event, Allocate):
-        held.append(require_int("page id", result))
-    elif isinstance(event, Retain):
-        held.append(int(event.page))
-    elif isinstance(event, Release) and int(event.page) in held:
-        held.remove(int(event.page))
-    elif isinstance(event, Writable) and isinstance(result, Allocated):
-        held.append(result.page)
-    elif isinstance(event, Writable) and isinstance(result, Copy) and result.source in held:
-        held.remove(result.source)
-        held.append(result.destination)
-    return tuple(sorted(held))

@@ -6,9 +6,9 @@ list `tables` of standalone tables and `new_table(logical_pages)`. `apply` makes
 event names and returns what it returned; it raises whatever the system raises.
 
 `step(state, event)` is the spec's transition on a whole `SystemState`: it runs the event on
-fresh spec objects holding `state` and returns the new state (with the external holder's
-references updated by `holds_after`) and the result. A refused event raises, and `state`, being
-a value, is unchanged.
+fresh spec objects holding `state` and returns the new state and the result; `holds_after`
+says how the external holder's references change. A refused event raises, and `state`, being a
+value, is unchanged.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 
 from kvsched.spec import events as ev
 from kvsched.spec.batch import RaggedBatchItem, RaggedBatchOutput, RaggedDecodeBackend
-from kvsched.spec.pool import BlockPool, PoolState
+from kvsched.spec.domain import require_int
+from kvsched.spec.pool import Allocated, BlockPool, Copy, PoolState
 from kvsched.spec.prefix import PrefixKvStore, PrefixPageSet, StoreState
 from kvsched.spec.scheduler import RequestScheduler
 from kvsched.spec.slots import RequestState, RequestView, SchedulerState
@@ -179,5 +180,32 @@ def step(
     `DecodeRound`. The table events need tables, which a `SystemState` has no field for."""
     system = SpecObjects.at(state, page_size)
     result = apply(system, event, backend)
-    external = ev.holds_after(state.external, event, result)
+    external = holds_after(state.external, event, result)
     return SystemState(system.pool.state, system.store.state, system.scheduler.state, external), result
+
+
+HOLDER_EVENTS = frozenset(
+    {ev.Allocate, ev.Retain, ev.Release, ev.Writable}
+)  # the events that change the holder's references
+
+
+def holds_after(external: tuple[int, ...], event: ev.Event, result: object) -> tuple[int, ...]:
+    """The holder's references (a sorted multiset of pages) after `event` returned `result`.
+
+    A `Release` of a page the holder does not hold changes nothing here: it is a reference
+    taken from another owner (the ownership abuse a checker may drive on purpose)."""
+    if type(event) not in HOLDER_EVENTS:
+        return external
+    held = list(external)
+    if isinstance(event, ev.Allocate):
+        held.append(require_int("page id", result))
+    elif isinstance(event, ev.Retain):
+        held.append(int(event.page))
+    elif isinstance(event, ev.Release) and int(event.page) in held:
+        held.remove(int(event.page))
+    elif isinstance(event, ev.Writable) and isinstance(result, Allocated):
+        held.append(result.page)
+    elif isinstance(event, ev.Writable) and isinstance(result, Copy) and result.source in held:
+        held.remove(result.source)
+        held.append(result.destination)
+    return tuple(sorted(held))

@@ -20,7 +20,7 @@ from kvsched.spec import events as ev
 from kvsched.spec.domain import as_int
 from kvsched.spec.invariants import INVARIANTS, post_drained_all_free
 from kvsched.spec.slots import Slot, is_live
-from kvsched.spec.step import apply
+from kvsched.spec.step import apply, holds_after
 from kvsched.spec.system import SystemState
 from kvsched.spec.table import get_mapped_pages
 from kvsched.testing.backends import HarnessBackend
@@ -112,7 +112,7 @@ class MachineBase(RuleBasedStateMachine):
         before = self.state()
         outcome = capture(lambda: apply(self.sut, event, sut_backend))
         if outcome.error is None:
-            self.external = ev.holds_after(self.external, event, outcome.value)
+            self.external = holds_after(self.external, event, outcome.value)
         after = self.state()
         reference = None
         if self.ref is not None:

@@ -12,7 +12,7 @@ from kvsched.spec import PrefixIdentity
 from kvsched.spec import events as ev
 from kvsched.spec.errors import DoubleRelease, KvschedError, UnknownRequest
 from kvsched.spec.pool import Allocated, Copy
-from kvsched.spec.step import SpecObjects, apply, step
+from kvsched.spec.step import SpecObjects, apply, holds_after, step
 from kvsched.spec.system import SystemState
 from kvsched.testing.backends import HarnessBackend
 from kvsched.testing.system import SystemConfig, spec_system
@@ -78,13 +78,13 @@ def test_a_refused_step_raises_and_leaves_the_value_unchanged() -> None:
 
 
 def test_the_holder_keeps_its_references_through_each_event() -> None:
-    assert ev.holds_after((), ev.Allocate(), 4) == (4,)
-    assert ev.holds_after((4,), ev.Retain(4), None) == (4, 4)
-    assert ev.holds_after((4, 4), ev.Release(4), None) == (4,)
-    assert ev.holds_after((4,), ev.Release(5), None) == (4,)  # another owner's reference
-    assert ev.holds_after((4,), ev.Writable(None), Allocated(6)) == (4, 6)
-    assert ev.holds_after((4,), ev.Writable(4), Copy(4, 2)) == (2,)
-    assert ev.holds_after((4,), ev.Finish(0), None) == (4,)
+    assert holds_after((), ev.Allocate(), 4) == (4,)
+    assert holds_after((4,), ev.Retain(4), None) == (4, 4)
+    assert holds_after((4, 4), ev.Release(4), None) == (4,)
+    assert holds_after((4,), ev.Release(5), None) == (4,)  # another owner's reference
+    assert holds_after((4,), ev.Writable(None), Allocated(6)) == (4, 6)
+    assert holds_after((4,), ev.Writable(4), Copy(4, 2)) == (2,)
+    assert holds_after((4,), ev.Finish(0), None) == (4,)
 
 
 def test_a_round_event_needs_a_backend() -> None:
