@@ -1,12 +1,12 @@
 """Deliberately broken targets for the gate: proof that every kind of check in it can fail.
 
-Each target is a contract or a twin from the real modules, *unchanged* (same code, so the same
+Each target is a contract or a pair from the real modules, *unchanged* (same code, so the same
 docstring conditions at the same source lines), rebound to a copy of one spec or impl function
 with one bug (`kvsched.testing.patching.patch_source`). Nothing real is modified.
 `python -m kvsched.contracts --broken` (`make contracts`) runs the gate on these, each search
 bounded by iterations, and must report a counterexample for every one. `COUNTEREXAMPLES` pins
 one for each, which tests/contracts/test_broken.py replays without CrossHair: the real contract
-or twin accepts it, the broken one does not.
+or pair accepts it, the broken one does not.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 from devtools.mutants_corpus import NO_ROLLBACK, RELEASE_BEFORE_ALLOCATE
 from kvsched.contracts import (
     impl_kernels,
+    pair_kernels,
+    pair_systems,
+    pair_tables,
     spec_pool,
     spec_prefix,
     spec_scheduler,
-    twin_kernels,
-    twin_systems,
-    twin_tables,
 )
 from kvsched.contracts.arrays import pure
 from kvsched.impl.lowering import execute_round
@@ -102,7 +102,7 @@ scheduler_admit = rebind(
     ),
 )
 
-# -- impl kernels with one bug, under the kernels' contracts and twins --------------------------
+# -- impl kernels with one bug, under the kernels' contracts and pairs --------------------------
 
 _retain_without_rollback = patch_source(retain_pages, (NO_ROLLBACK,), "no rollback")
 kernel_retain_pages = rebind(impl_kernels.kernel_retain_pages, RETAIN_PAGES=pure(_retain_without_rollback))
@@ -113,17 +113,17 @@ _copy_keeps_source = patch_source(
     "copy-on-write keeps the source's reference",
 )
 kernel_ensure_rows = rebind(impl_kernels.kernel_ensure_rows, ENSURE_ROWS=pure(_copy_keeps_source))
-impl_ensure = rebind(twin_kernels.impl_ensure, ENSURE_ROWS=pure(_copy_keeps_source))
-impl_retain = rebind(twin_kernels.impl_retain, RETAIN_PAGES=pure(_retain_without_rollback))
+impl_ensure = rebind(pair_kernels.impl_ensure, ENSURE_ROWS=pure(_copy_keeps_source))
+impl_retain = rebind(pair_kernels.impl_retain, RETAIN_PAGES=pure(_retain_without_rollback))
 
 _undo_skips_first = patch_source(
     release_pages,
     (("for index in range(at - 1, -1, -1):", "for index in range(at - 1, 0, -1):"),),
     "a refused release undoes all but the first page",
 )
-impl_release = rebind(twin_kernels.impl_release, RELEASE_PAGES=pure(_undo_skips_first))
+impl_release = rebind(pair_kernels.impl_release, RELEASE_PAGES=pure(_undo_skips_first))
 
-# -- impl objects with one bug each, in the system twins ----------------------------------------
+# -- impl objects with one bug each, in the system pairs ----------------------------------------
 
 
 class ReleaseFirstPool(BlockPool):
@@ -244,17 +244,17 @@ class RepeatingTable(SequenceBlockTable):
     )
 
 
-impl_install = rebind(twin_tables.impl_install, impl_system=system_with(table_class=RepeatingTable))
-impl_batch = rebind(twin_tables.impl_batch, impl_system=system_with(scheduler_class=HalfUndoneBatchScheduler))
-impl_pool = rebind(twin_systems.impl_pool, impl_system=system_with(RetainFreePool))
-impl_writable = rebind(twin_systems.impl_writable, impl_system=system_with(ReleaseFirstPool))
-impl_store = rebind(twin_systems.impl_store, impl_system=system_with(store_class=StopsShortStore))
+impl_install = rebind(pair_tables.impl_install, impl_system=system_with(table_class=RepeatingTable))
+impl_batch = rebind(pair_tables.impl_batch, impl_system=system_with(scheduler_class=HalfUndoneBatchScheduler))
+impl_pool = rebind(pair_systems.impl_pool, impl_system=system_with(RetainFreePool))
+impl_writable = rebind(pair_systems.impl_writable, impl_system=system_with(ReleaseFirstPool))
+impl_store = rebind(pair_systems.impl_store, impl_system=system_with(store_class=StopsShortStore))
 impl_scheduler = rebind(
-    twin_systems.impl_scheduler, impl_system=system_with(scheduler_class=FullBeforeUnknownScheduler)
+    pair_systems.impl_scheduler, impl_system=system_with(scheduler_class=FullBeforeUnknownScheduler)
 )
-impl_round = rebind(twin_systems.impl_round, impl_system=system_with(scheduler_class=ZeroLaunchScheduler))
+impl_round = rebind(pair_systems.impl_round, impl_system=system_with(scheduler_class=ZeroLaunchScheduler))
 impl_round_buffers = rebind(
-    twin_systems.impl_round_buffers, impl_system=system_with(scheduler_class=MisnamedShortItemsScheduler)
+    pair_systems.impl_round_buffers, impl_system=system_with(scheduler_class=MisnamedShortItemsScheduler)
 )
 
 CHECK_TARGETS = (
@@ -266,21 +266,21 @@ CHECK_TARGETS = (
     "kernel_ensure_rows",
 )
 DIFF_TARGETS = (
-    ("kvsched.contracts.twin_kernels.spec_retain", "impl_retain"),
-    ("kvsched.contracts.twin_kernels.spec_release", "impl_release"),
-    ("kvsched.contracts.twin_kernels.spec_ensure", "impl_ensure"),
-    ("kvsched.contracts.twin_systems.spec_pool", "impl_pool"),
-    ("kvsched.contracts.twin_systems.spec_writable", "impl_writable"),
-    ("kvsched.contracts.twin_systems.spec_store", "impl_store"),
-    ("kvsched.contracts.twin_systems.spec_scheduler", "impl_scheduler"),
-    ("kvsched.contracts.twin_systems.spec_round", "impl_round"),
-    ("kvsched.contracts.twin_systems.spec_round_buffers", "impl_round_buffers"),
-    ("kvsched.contracts.twin_tables.spec_install", "impl_install"),
-    ("kvsched.contracts.twin_tables.spec_batch", "impl_batch"),
+    ("kvsched.contracts.pair_kernels.spec_retain", "impl_retain"),
+    ("kvsched.contracts.pair_kernels.spec_release", "impl_release"),
+    ("kvsched.contracts.pair_kernels.spec_ensure", "impl_ensure"),
+    ("kvsched.contracts.pair_systems.spec_pool", "impl_pool"),
+    ("kvsched.contracts.pair_systems.spec_writable", "impl_writable"),
+    ("kvsched.contracts.pair_systems.spec_store", "impl_store"),
+    ("kvsched.contracts.pair_systems.spec_scheduler", "impl_scheduler"),
+    ("kvsched.contracts.pair_systems.spec_round", "impl_round"),
+    ("kvsched.contracts.pair_systems.spec_round_buffers", "impl_round_buffers"),
+    ("kvsched.contracts.pair_tables.spec_install", "impl_install"),
+    ("kvsched.contracts.pair_tables.spec_batch", "impl_batch"),
 )
 
 # A counterexample CrossHair reported for each target: arguments of the contract function, or of
-# both twins of the pair.
+# both pairs of the pair.
 COUNTEREXAMPLES: dict[str, tuple[object, ...]] = {
     "pool_release": (1, 2, 0, 5, 0),
     "pool_writable": (1, 1, 2, 5, 2),
@@ -301,7 +301,7 @@ COUNTEREXAMPLES: dict[str, tuple[object, ...]] = {
     "impl_batch": (2, 0, 1, 0, 4, 0, 0, 0, False),
 }
 
-# Each broken target's search bound, in CrossHair iterations per condition (per twin pair, split
+# Each broken target's search bound, in CrossHair iterations per condition (per diff pair, split
 # between its two call orders): the smallest of 25, 50, 100 and 200 at which CrossHair found the
 # counterexample, doubled. Iterations are counted, not timed, so these hold on any machine.
 ITERATIONS: dict[str, int] = {

@@ -18,6 +18,7 @@ there for a round that forgets to clear it.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import io
 import json
@@ -160,9 +161,22 @@ def hunt(
 
 
 def program_of(error: BaseException) -> list[str]:
-    """The failing program's steps (`state.rule(...)` lines) from hypothesis's notes."""
+    """The failing program's steps (`state.rule(...)` calls, a long one over several lines)
+    from hypothesis's notes."""
     notes = "\n".join(getattr(error, "__notes__", []))
-    return [line.strip() for line in notes.splitlines() if line.strip().startswith("state.")]
+    steps: list[str] = []
+    pending = ""
+    for line in notes.splitlines():
+        if not pending and not line.strip().startswith("state."):
+            continue
+        pending += line.strip() + "\n"
+        try:
+            ast.parse(pending)
+        except SyntaxError:
+            continue  # the call goes on in the next line
+        steps.append(pending.strip())
+        pending = ""
+    return steps
 
 
 def replay(program: Sequence[str], factory: SystemFactory) -> str | None:

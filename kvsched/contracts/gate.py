@@ -1,4 +1,4 @@
-"""The CrossHair gate: every contract and every twin pair, each in its own bounded CrossHair run.
+"""The CrossHair gate: every contract and every diff pair, each in its own bounded CrossHair run.
 
     python -m kvsched.contracts [--per-condition-timeout S] [--diff-timeout S] [--budget S]
                                 [--jobs N] [--only TEXT ...] [--broken] [--json PATH]
@@ -8,13 +8,13 @@ Targets:
   transitions, impl kernels), one process per function, `--report_all` so every condition
   reports: each must be confirmed or unrefuted ("Unable to meet precondition" is an error: a
   contract nothing satisfies checks nothing), and as many must report as the docstring has;
-- `crosshair diffbehavior spec_X impl_X` for every twin pair in `TWIN_MODULES`, after the
+- `crosshair diffbehavior spec_X impl_X` for every diff pair in `PAIR_MODULES`, after the
   pair's concrete samples (`kvsched.contracts.launch`).
 
-Before the targets start, the gate runs every real twin pair's samples once, in the gate's process:
+Before the targets start, the gate runs every real diff pair's samples once, in the gate's process:
 that compiles every kernel they reach into numba's cache, so the targets load it instead of each
 compiling the same kernels at once, against its own time limit (a cold cache took longer than
-a twin's 50 s).
+a pair's 50 s).
 
 Outcome per target: pass, COUNTEREXAMPLE (CrossHair exit 1, or a sample that differs) or ERROR
 (exit 2, e.g. an import failure; a missing condition report; a process past its CPU limit, a
@@ -56,10 +56,10 @@ CHECK_MODULES = (
     "kvsched.contracts.spec_scheduler",
     "kvsched.contracts.impl_kernels",
 )
-TWIN_MODULES = ("kvsched.contracts.twin_kernels", "kvsched.contracts.twin_systems", "kvsched.contracts.twin_tables")
+PAIR_MODULES = ("kvsched.contracts.pair_kernels", "kvsched.contracts.pair_systems", "kvsched.contracts.pair_tables")
 BROKEN_MODULE = "devtools.broken_contracts"
 # The gate's explicit bounds. CPU seconds, CrossHair's own clock: per postcondition of a `check`
-# (each is searched on its own) and per twin pair of a `diff` (both call orders together).
+# (each is searched on its own) and per diff pair of a `diff` (both call orders together).
 # 66 conditions x 2 s + 11 pairs x 4 s is 176 CPU seconds, about two minutes on two cores.
 PER_CONDITION = 2.0
 PER_DIFF = 4.0
@@ -74,13 +74,13 @@ _REPORT = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<level>info|error): (?P<
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """One CrossHair run: `check` of one contract function or `diff` of one twin pair."""
+    """One CrossHair run: `check` of one contract function or `diff` of one diff pair."""
 
     kind: str
     name: str
     qualnames: tuple[str, ...]
     conditions: int
-    samples: str | None = None  # "module:twin" whose samples run first
+    samples: str | None = None  # "module:pair" whose samples run first
     iterations: int | None = None  # the search bound per condition or pair, when not CPU seconds
 
 
@@ -132,7 +132,7 @@ def check_targets(module_name: str, names: Sequence[str] | None = None) -> list[
     return found
 
 
-def twin_targets(module_name: str) -> list[Target]:
+def pair_targets(module_name: str) -> list[Target]:
     """A diff target per `spec_X`/`impl_X` pair of `module_name`."""
     module = importlib.import_module(module_name)
     return [
@@ -151,15 +151,15 @@ def all_targets(broken: bool) -> list[Target]:
     """The gate's targets: the real ones, or the deliberately broken ones."""
     if not broken:
         targets = [target for module in CHECK_MODULES for target in check_targets(module)]
-        return targets + [target for module in TWIN_MODULES for target in twin_targets(module)]
+        return targets + [target for module in PAIR_MODULES for target in pair_targets(module)]
     module = importlib.import_module(BROKEN_MODULE)
     targets = [
         replace(target, iterations=module.ITERATIONS[target.name.rpartition(".")[2]])
         for target in check_targets(BROKEN_MODULE, module.CHECK_TARGETS)
     ]
     for spec_name, impl_name in module.DIFF_TARGETS:
-        twin_module, _, spec_function = spec_name.rpartition(".")
-        twin = spec_function.removeprefix("spec_")
+        pair_module, _, spec_function = spec_name.rpartition(".")
+        pair = spec_function.removeprefix("spec_")
         qualnames = (spec_name, f"{BROKEN_MODULE}.{impl_name}")
         targets.append(
             Target(
@@ -167,7 +167,7 @@ def all_targets(broken: bool) -> list[Target]:
                 f"{BROKEN_MODULE}.{impl_name}",
                 qualnames,
                 1,
-                f"{twin_module}:{twin}",
+                f"{pair_module}:{pair}",
                 module.ITERATIONS[impl_name],
             )
         )
@@ -175,7 +175,7 @@ def all_targets(broken: bool) -> list[Target]:
 
 
 def timeouts(target: Target, per_condition: float, per_diff: float) -> float:
-    """The CPU seconds CrossHair may spend per condition (or per twin pair) of `target`."""
+    """The CPU seconds CrossHair may spend per condition (or per diff pair) of `target`."""
     if target.iterations is not None:
         return ITERATION_GUARD
     return per_condition if target.kind == "check" else per_diff
@@ -271,12 +271,12 @@ def run_target(target: Target, per_condition: float, per_diff: float, deadline: 
 
 
 def warm_kernel_cache() -> list[str]:
-    """Run every real twin pair's samples, compiling (or loading) the kernels they reach; the impl
+    """Run every real diff pair's samples, compiling (or loading) the kernels they reach; the impl
     kernels they left uncompiled (each would compile inside CrossHair, which takes minutes).
     Outcomes are not judged here: each target runs its samples again and reports them."""
     from kvsched.contracts.launch import run_samples
 
-    for module_name in TWIN_MODULES:
+    for module_name in PAIR_MODULES:
         for name in importlib.import_module(module_name).SAMPLES:
             try:
                 run_samples(f"{module_name}:{name}")
@@ -333,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=PER_CONDITION,
         help=f"CPU seconds per condition ({PER_CONDITION})",
     )
-    parser.add_argument("--diff-timeout", type=float, default=PER_DIFF, help=f"CPU seconds per twin pair ({PER_DIFF})")
+    parser.add_argument("--diff-timeout", type=float, default=PER_DIFF, help=f"CPU seconds per diff pair ({PER_DIFF})")
     parser.add_argument(
         "--budget", type=float, default=BUDGET, help=f"wall seconds for the whole gate, against hangs ({BUDGET:.0f})"
     )

@@ -1,17 +1,17 @@
-"""Run CrossHair on one target, after running the target's twins concretely.
+"""Run CrossHair on one target, after running the target's pairs concretely.
 
-    python -m kvsched.contracts.launch [--samples MODULE:TWIN ...] [--max-iterations N]
+    python -m kvsched.contracts.launch [--samples MODULE:PAIR ...] [--max-iterations N]
                                        [--cpu-limit S] -- <crosshair arguments>
 
 CrossHair blocks side effects (file writes) from the moment it starts, and numba touches its
 kernel cache when a kernel module is imported and writes it when a kernel is first compiled. So
-the target modules are imported first; impl's system twins call the compiled kernels
+the target modules are imported first; impl's system pairs call the compiled kernels
 (numba's own code never sees a symbolic value: the ints have been concretized into arrays by
-then). So before CrossHair starts, each named twin pair runs on its `SAMPLES`: that compiles (or
-loads) every kernel the programs reach, and proves the twins non-vacuous: both must return an
+then). So before CrossHair starts, each named diff pair runs on its `SAMPLES`: that compiles (or
+loads) every kernel the programs reach, and proves the pairs non-vacuous: both must return an
 equal outcome that is not None. A sample that differs is a counterexample already (exit 1).
 
-`--max-iterations N` caps CrossHair's search at N paths per condition (a twin pair's N are
+`--max-iterations N` caps CrossHair's search at N paths per condition (a diff pair's N are
 split between its two call orders): CrossHair seeds its own random choices and z3's, so an
 iteration-bounded search finds the same counterexamples on every machine, however loaded; its
 command line has no such option, so the launcher adds it to the options CrossHair parses.
@@ -32,18 +32,18 @@ from collections.abc import Sequence
 CPU_REPORT = "launcher cpu seconds:"
 
 
-def run_samples(twin: str) -> str | None:
+def run_samples(pair: str) -> str | None:
     """Run `module:name`'s samples on `spec_name` and `impl_name`; a description of the first
     failure, or None."""
-    module_name, name = twin.split(":")
+    module_name, name = pair.split(":")
     module = importlib.import_module(module_name)
     spec, impl = getattr(module, f"spec_{name}"), getattr(module, f"impl_{name}")
     for sample in module.SAMPLES[name]:
         expected, actual = spec(*sample), impl(*sample)
         if expected is None or actual is None:
-            return f"{twin}: sample {sample} is outside the twins' domain (vacuous)"
+            return f"{pair}: sample {sample} is outside the pairs' domain (vacuous)"
         if expected != actual:
-            return f"{twin}: sample {sample}: spec returns {expected!r}, impl returns {actual!r}"
+            return f"{pair}: sample {sample}: spec returns {expected!r}, impl returns {actual!r}"
     return None
 
 
@@ -55,7 +55,7 @@ def main(argv: Sequence[str]) -> int:
     values: dict[str, list[str]] = {}
     for flag, value in itertools.pairwise(options):
         values.setdefault(flag, []).append(value)
-    twins = values.get("--samples", [])
+    pairs = values.get("--samples", [])
     if cpu_limit := values.get("--cpu-limit"):
         seconds = int(float(cpu_limit[-1])) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 10))
@@ -64,7 +64,7 @@ def main(argv: Sequence[str]) -> int:
         for qualname in crosshair_arguments:
             if qualname.startswith(("kvsched.", "devtools.")):  # a target, not an option
                 importlib.import_module(qualname.rpartition(".")[0])  # numba's cache set-up writes files
-        failures = [failure for twin in twins if (failure := run_samples(twin)) is not None]
+        failures = [failure for pair in pairs if (failure := run_samples(pair)) is not None]
     except Exception as error:  # CrossHair's own convention: 2 is an error, never a counterexample
         print(f"could not load the target: {type(error).__name__}: {error}", file=sys.stderr)
         return 2

@@ -66,13 +66,13 @@ def run_step(before: SystemState, transition: Callable[[], tuple[SystemState, T]
 
 
 def play(system: Any, events: Sequence[Event]) -> None:
-    """Run a twin program's set-up events, each of which must succeed (a refusal propagates)."""
+    """Run a pair program's set-up events, each of which must succeed (a refusal propagates)."""
     for event in events:
         apply(system, event)
 
 
 def observe(system: Any, event: Event, backend: RaggedDecodeBackend | None = None) -> tuple[Any, ...]:
-    """A twin program's observed step: the event's outcome (its value, or its error's type,
+    """A pair program's observed step: the event's outcome (its value, or its error's type,
     message and details), then the abstract state and the standalone tables after it."""
     outcome = capture(lambda: apply(system, event, backend))
     return (outcome.summary(), system.snapshot(), system.table_states())
@@ -157,7 +157,7 @@ def in_range(*values: int, low: int = 0, high: int = PAGES - 1) -> bool:
 
 def first(count: int, *values: int) -> tuple[int, ...]:
     """The first `count` values, by one comparison per value: slicing or `range(count)` makes
-    CrossHair pin `count` to one concrete value, and it rarely tries another (a twin sliced this
+    CrossHair pin `count` to one concrete value, and it rarely tries another (a pair sliced this
     way never reached a refusal at the second page); comparisons branch on it."""
     return tuple(value for index, value in enumerate(values) if index < count)
 

@@ -1,7 +1,7 @@
 """Every deliberately broken target of the gate really is broken, concretely and without
 CrossHair: its pinned counterexample (`broken.COUNTEREXAMPLES`) meets the contract's precondition
-and breaks a postcondition of the broken copy only, or makes the broken twin differ from the spec
-where the real twin agrees. The CrossHair search that found them runs in `make contracts`."""
+and breaks a postcondition of the broken copy only, or makes the broken pair differ from the spec
+where the real pair agrees. The CrossHair search that found them runs in `make contracts`."""
 
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ def test_broken_target_breaks_its_contract(name: str) -> None:
 
 
 @pytest.mark.parametrize(("spec_name", "impl_name"), broken.DIFF_TARGETS, ids=[name for _, name in broken.DIFF_TARGETS])
-def test_broken_twin_differs_from_the_spec_where_the_real_twin_agrees(spec_name: str, impl_name: str) -> None:
+def test_broken_pair_differs_from_the_spec_where_the_real_pair_agrees(spec_name: str, impl_name: str) -> None:
     module_name, _, spec_function = spec_name.rpartition(".")
     module = importlib.import_module(module_name)
     spec, real = getattr(module, spec_function), getattr(module, impl_name)
     arguments = broken.COUNTEREXAMPLES[impl_name]
     expected = spec(*arguments)
-    assert expected is not None  # inside the twins' domain
+    assert expected is not None  # inside the pairs' domain
     assert real(*arguments) == expected
     assert getattr(broken, impl_name)(*arguments) != expected

@@ -1,5 +1,5 @@
 """The contract modules themselves, concretely (no CrossHair): every contract is satisfiable and
-holds on random inputs that meet its precondition, and every twin pair agrees on its samples.
+holds on random inputs that meet its precondition, and every diff pair agrees on its samples.
 (The mutation run over impl/ includes this file: it drives impl's kernels through their failure
 and undo paths, which a request's life never reaches.)"""
 
@@ -53,7 +53,7 @@ def test_contract_holds_on_random_inputs(target: gate.Target) -> None:
 
 
 @pytest.mark.parametrize(
-    "twin", [target.samples for module in gate.TWIN_MODULES for target in gate.twin_targets(module)]
+    "pair", [target.samples for module in gate.PAIR_MODULES for target in gate.pair_targets(module)]
 )
-def test_twins_agree_on_their_samples(twin: str) -> None:
-    assert run_samples(str(twin)) is None
+def test_pairs_agree_on_their_samples(pair: str) -> None:
+    assert run_samples(str(pair)) is None

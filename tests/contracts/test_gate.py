@@ -98,7 +98,7 @@ def test_crosshair_reports_are_read_strictly() -> None:
     assert gate.interpret(diff, 0, "", "", 1.0).outcome == "ERROR"
 
 
-def test_the_gate_covers_every_contract_and_twin() -> None:
+def test_the_gate_covers_every_contract_and_pair() -> None:
     targets = gate.all_targets(broken=False)
     checks = [target for target in targets if target.kind == "check"]
     assert len(checks) >= 26 and all(target.conditions >= 1 for target in checks)
@@ -118,12 +118,12 @@ def test_the_gate_covers_every_contract_and_twin() -> None:
     }
 
 
-def _uncompiled_after_warming(twin_modules: str) -> list[str]:
+def _uncompiled_after_warming(pair_modules: str) -> list[str]:
     """`warm_kernel_cache` in a fresh process (pytest's own process has compiled everything)."""
     script = (
         "import kvsched.impl.lowering, kvsched.impl.prefix, kvsched.impl.writes\n"
         "from kvsched.contracts import gate\n"
-        f"gate.TWIN_MODULES = {twin_modules}\n"
+        f"gate.PAIR_MODULES = {pair_modules}\n"
         "print(repr(gate.warm_kernel_cache()))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
@@ -132,9 +132,9 @@ def _uncompiled_after_warming(twin_modules: str) -> list[str]:
 
 
 def test_the_gate_warms_every_impl_kernel_before_crosshair_starts() -> None:
-    """A kernel first compiled under CrossHair's tracing takes minutes (a cold cache killed a twin
+    """A kernel first compiled under CrossHair's tracing takes minutes (a cold cache killed a pair
     at its 50 s limit): the samples the gate runs first must reach every impl kernel."""
-    assert _uncompiled_after_warming("gate.TWIN_MODULES") == []
+    assert _uncompiled_after_warming("gate.PAIR_MODULES") == []
     without_samples = _uncompiled_after_warming("()")
     assert "kvsched.impl.page_kernels.ensure_rows" in without_samples
     assert len(without_samples) >= 10

@@ -65,3 +65,18 @@ def test_failures_are_attributed_to_their_check(kind: FailureKind) -> None:
     """The report reads the kind off the failure the machine raised, whatever its message."""
     assert mutants.classify(CheckFailed(CheckFailure(kind, "any words at all"))) == kind.value
     assert mutants.classify(KeyError(kind.value)) == "error: KeyError"
+
+
+def test_a_failing_program_is_read_back_call_by_call_even_when_a_call_spans_lines() -> None:
+    error = AssertionError("x")
+    error.add_note(
+        "state = KvschedMachine()\nstate.admit(form='int', prefix=0, request_id=0)\n"
+        "# Admit(request_id=0, prefix=None)\n"
+        "state.out_of_domain(\n    event=Publish(identity=None, pages=(0,), tokens=1)\n)\n"
+        "state.teardown()\n\nYou can reproduce this test case by ..."
+    )
+    assert mutants.program_of(error) == [
+        "state.admit(form='int', prefix=0, request_id=0)",
+        "state.out_of_domain(\nevent=Publish(identity=None, pages=(0,), tokens=1)\n)",
+        "state.teardown()",
+    ]

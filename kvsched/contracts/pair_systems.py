@@ -1,10 +1,10 @@
-"""System twins for `crosshair diffbehavior`: one short program of public calls, run on a spec
+"""System pairs for `crosshair diffbehavior`: one short program of public calls, run on a spec
 system and on an impl system, compared by result (or error type *and message*) and by abstract
 state after every call.
 
 impl keeps its state in numpy arrays, so CrossHair concretizes an int once it enters an array
 and then tests that concrete case; the programs are short and the domains small, so a few
-seconds cover many of them. Every twin bounds its own inputs (diffbehavior ignores
+seconds cover many of them. Every pair bounds its own inputs (diffbehavior ignores
 preconditions): outside the domain both return None.
 """
 
@@ -35,7 +35,7 @@ def pool_program(
 ) -> Outcome:
     """Hold `extras[p]` references on page p (the free stack ordered by `order`), then one
     operation: 0 allocate, 1 retain(page), 2 release(page), 3 writable(page, None for -1)
-    (the `pool` twin runs 0..2, the `writable` twin 3)."""
+    (the `pool` pair runs 0..2, the `writable` pair 3)."""
     setup: list[Event] = [ev.Allocate() for _ in range(PAGES)]
     setup += [ev.Retain(held) for held, count in enumerate(extras) for _ in range(count - 1)]
     setup += [ev.Release(freed) for freed in ORDERS[order] if extras[freed] == 0]
@@ -63,7 +63,7 @@ def _writable_domain(e0: int, e1: int, e2: int, order: int, page: int) -> bool:
 
 
 def spec_writable(e0: int, e1: int, e2: int, order: int, page: int) -> Outcome:
-    """`pool_program`'s copy-on-write step on the spec: its own twin, so every path CrossHair
+    """`pool_program`'s copy-on-write step on the spec: its own pair, so every path CrossHair
     explores reaches `writable` (shared, exclusive, free, out-of-range and None pages, with the
     pool exhausted or not)."""
     if not _writable_domain(e0, e1, e2, order, page):
@@ -185,7 +185,7 @@ def round_program(
 
 
 def spec_round(hit0: bool, hit1: bool, seed0: bool, seed1: bool, token0: int, token1: int, fault: int) -> Outcome:
-    """`round_program` on the spec, full buffers: the backend's faults (the `round_buffers` twin
+    """`round_program` on the spec, full buffers: the backend's faults (the `round_buffers` pair
     has the short buffers, which fail before the backend is called)."""
     if not _round_domain(token0, token1, fault):
         return None
@@ -217,9 +217,9 @@ def impl_round_buffers(
     return round_program(impl_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), 0, short)
 
 
-# Concrete inputs inside each twin's domain: the gate runs them before CrossHair (both twins
+# Concrete inputs inside each pair's domain: the gate runs them before CrossHair (both pairs
 # must return a non-None, equal outcome; running them also compiles every kernel the programs
-# reach before CrossHair's side-effect wall goes up), so no twin can pass vacuously.
+# reach before CrossHair's side-effect wall goes up), so no pair can pass vacuously.
 SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
     "pool": ((0, 1, 0, 2, 0, 0), (2, 0, 1, 1, 2, 0), (1, 0, 3, 4, 1, 2), (0, 0, 0, 3, 2, 1), (4, 0, 1, 2, 1, 0)),
     # shared with a free page (a copy), shared in an exhausted pool (refused), exclusive, None

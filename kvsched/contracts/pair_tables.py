@@ -1,11 +1,11 @@
-"""Table twins for `crosshair diffbehavior`: prefix installs into a standalone table, and batched
+"""Table pairs for `crosshair diffbehavior`: prefix installs into a standalone table, and batched
 copy-on-write, on a spec system and on an impl system, compared by result (or error type and
 message) and abstract state.
 
 These reach impl paths a request's life alone does not: installing a page list that goes bad
 part-way (an id out of range, not an int, past 64 bits) after earlier pages were retained, and
 batches that copy a page three owners share, copy twice, or copy and then fail (the copy undone).
-Every twin bounds its own inputs (diffbehavior ignores preconditions): outside the domain both
+Every pair bounds its own inputs (diffbehavior ignores preconditions): outside the domain both
 return None.
 """
 
@@ -95,7 +95,7 @@ def impl_batch(forks: int, held: int, r0: int, l0: int, r1: int, l1: int, r2: in
     return batch_program(impl_system(CONFIG), forks, held, steps, prepare)
 
 
-# Concrete inputs inside each twin's domain (see `kvsched.contracts.launch`): installs that go
+# Concrete inputs inside each pair's domain (see `kvsched.contracts.launch`): installs that go
 # bad on a later page (out of range, not an int, past 64 bits, free); batches that copy a page
 # three requests share, copy twice, copy and then run out of pages, and a decode round's batch.
 SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {

@@ -1,8 +1,8 @@
-"""Kernel twins for `crosshair diffbehavior`: a sequence of spec transitions against the impl
+"""Kernel pairs for `crosshair diffbehavior`: a sequence of spec transitions against the impl
 kernel that performs it in one call, on plain lists (symbolic throughout).
 
-`crosshair diffbehavior` ignores preconditions, so every twin bounds its own inputs: outside the
-domain both return None. A twin returns the refusal's error type (None on success) and every
+`crosshair diffbehavior` ignores preconditions, so every pair bounds its own inputs: outside the
+domain both return None. A pair returns the refusal's error type (None on success) and every
 array the operation touches, so a kernel that fails without restoring the free stack's order,
 or succeeds with a different page, differs from the spec.
 """
@@ -33,7 +33,7 @@ def _free(refs: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(page for page in reversed(range(PAGES)) if refs[page] == 0)
 
 
-# -- kernel twins -----------------------------------------------------------------------------
+# -- kernel pairs -----------------------------------------------------------------------------
 
 
 def _retain_domain(r0: int, r1: int, r2: int, p0: int, p1: int, p2: int, count: int) -> bool:
@@ -140,8 +140,8 @@ def impl_ensure(t0: int, t1: int, e0: int, e1: int, e2: int, order: int, l0: int
     return None, table, tuple(refs), tuple(free[: top[0]]), tuple(zip(kinds, pages, sources, strict=True))
 
 
-# Concrete inputs inside each twin's domain: the gate runs them before CrossHair (both twins
-# must return a non-None, equal outcome), so a twin that bounds away its whole domain, or
+# Concrete inputs inside each pair's domain: the gate runs them before CrossHair (both pairs
+# must return a non-None, equal outcome), so a pair that bounds away its whole domain, or
 # crashes alike on both sides, cannot pass vacuously.
 SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
     # refusals at the third page, after two retains or releases to undo (one of them a push)
