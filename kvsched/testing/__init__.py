@@ -4,8 +4,10 @@ Wrap your pool, prefix store and scheduler in a `SystemUnderTest` adapter (three
 the spec's API, `snapshot()` as your abstraction function to the spec's states, and round
 scratch in your form; `kvsched.testing.impl_system` is the twenty-line example), then run
 `KvschedMachine(your_factory, spec_system)` under hypothesis, or `run_campaign` for a bounded
-campaign with a summary and a runnable counterexample. `Explorer` (from `kvsched.proofs`)
-searches every reachable state of small bounds exhaustively.
+campaign with a summary and a runnable counterexample. Every step it takes is an event of
+`kvsched.spec.events`, checked by `check_step`; a failure is a `CheckFailed` naming its
+`FailureKind`. `Explorer` (from `kvsched.proofs`) searches every reachable state of small
+bounds exhaustively.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsched.testing.campaign import CampaignResult, run_campaign, run_machine
+from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, capture, check_step
 from kvsched.testing.impl_system import impl_system
 from kvsched.testing.machine import CampaignStats, KvschedMachine
 from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, SystemUnderTest, spec_system
@@ -20,12 +23,18 @@ from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, Syst
 __all__ = [
     "CampaignResult",
     "CampaignStats",
+    "CheckFailed",
+    "CheckFailure",
     "Explorer",
+    "FailureKind",
     "KvschedMachine",
+    "Outcome",
     "SpecSystem",
     "SystemConfig",
     "SystemFactory",
     "SystemUnderTest",
+    "capture",
+    "check_step",
     "impl_system",
     "run_campaign",
     "run_machine",

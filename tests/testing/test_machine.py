@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import settings
 
 from kvsched import testing
@@ -42,3 +44,10 @@ def test_the_public_api_checks_a_user_system() -> None:
     )
     assert stats.examples >= 5 and stats.steps > 0 and stats.invariant_checks > 0
     assert testing.Explorer.__name__ == "Explorer"
+
+
+def test_the_readme_example_of_one_checked_event_runs() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("The same events drive your system")
+    block = readme[readme.index("```python\n", start) + len("```python\n") :]
+    exec(compile(block[: block.index("```")], "README.md", "exec"), {})
