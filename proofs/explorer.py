@@ -28,7 +28,7 @@ from kvsched.spec.invariants import INVARIANTS, post_drained_all_free
 from kvsched.spec.slots import is_live
 from kvsched.spec.step import apply, holds_after
 from kvsched.spec.system import SystemState
-from kvsched.testing.backends import HarnessBackend
+from kvsched.testing.backends import backend_for
 from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture, check_state, check_step
 
 
@@ -71,9 +71,7 @@ def attempt(
 ) -> tuple[Outcome, SystemState]:
     """Run one event on `sut` (loaded with `state`); its outcome (an error's message and details
     only if `detailed`) and post-state."""
-    rounds = isinstance(event, ev.DecodeRound | ev.DecodeOverlapping)
-    fault = event.fault if isinstance(event, ev.DecodeRound) else ev.Fault.NONE
-    backend = HarnessBackend(fault, bounds.page_size) if rounds else None
+    backend = backend_for(event, bounds.page_size)
     outcome = capture(lambda: apply(sut, event, backend), detailed)
     external = state.external if outcome.error is not None else holds_after(state.external, event, outcome.value)
     return outcome, snapshot(sut, external)

@@ -27,7 +27,7 @@ from kvsched.spec.events import *  # noqa: F403
 from kvsched.spec.invariants import check_invariants, post_lifo_reuse
 from kvsched.spec.step import apply, holds_after
 from kvsched.spec.system import SystemState
-from kvsched.testing.backends import HarnessBackend
+from kvsched.testing.backends import backend_for
 from kvsched.testing.checks import capture
 from kvsched.testing.system import SystemConfig
 {setup}
@@ -48,8 +48,7 @@ def run(system):
     for index, event in enumerate(PATH + LAST):
         if index == len(PATH):
             before = SystemState(*system.snapshot(), external)
-        fault = event.fault if isinstance(event, DecodeRound) else Fault.NONE
-        outcome = capture(lambda: apply(system, event, HarnessBackend(fault, CONFIG.page_size)))
+        outcome = capture(lambda: apply(system, event, backend_for(event, CONFIG.page_size)))
         print(f"  {{event!r}} -> {{outcome.summary()[:2]}}")
         if outcome.error is None:
             external = holds_after(external, event, outcome.value)

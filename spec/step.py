@@ -39,15 +39,11 @@ def round_sizes(system: Any, short: str) -> tuple[int, int, int]:
     return sizes[0], sizes[1], sizes[2]
 
 
-def _round(system: Any, event: ev.DecodeRound, backend: RaggedDecodeBackend | None) -> Any:
+def _round(system: Any, event: ev.DecodeRound | ev.DecodeOverlapping, backend: RaggedDecodeBackend | None) -> Any:
     if backend is None:
         raise ValueError("a round needs a backend")
-    return system.scheduler.execute_decode_round(backend, *system.scratch(*round_sizes(system, event.short)))
-
-
-def _overlapping(system: Any, backend: RaggedDecodeBackend | None) -> Any:
-    if backend is None:
-        raise ValueError("a round needs a backend")
+    if isinstance(event, ev.DecodeRound):
+        return system.scheduler.execute_decode_round(backend, *system.scratch(*round_sizes(system, event.short)))
     items, tables, outputs = round_sizes(system, "")
     scratch = system.overlapping_scratch(max(items, 1), max(tables, 1), max(outputs, 1))
     return system.scheduler.execute_decode_round(backend, *scratch)
@@ -113,10 +109,8 @@ _CALLS: dict[type[Any], Call] = {
 
 def apply(system: Any, event: ev.Event, backend: RaggedDecodeBackend | None = None) -> Any:
     """Make the call `event` names on `system` (a round runs `backend`); what it returned."""
-    if isinstance(event, ev.DecodeRound):
+    if isinstance(event, ev.DecodeRound | ev.DecodeOverlapping):
         return _round(system, event, backend)
-    if isinstance(event, ev.DecodeOverlapping):
-        return _overlapping(system, backend)
     return _CALLS[type(event)](system, event)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from kvsched.abi import item_columns, table_array, write_outputs
 from kvsched.spec.batch import INVALID_BLOCK, RaggedBatchReceipt
 from kvsched.spec.errors import BackendRejected
-from kvsched.spec.events import Fault
+from kvsched.spec.events import DecodeOverlapping, DecodeRound, Event, Fault
 from kvsched.testing.ghost import GhostMemory
 
 FAULTS = tuple(Fault)
@@ -92,3 +92,12 @@ class HarnessBackend:
                 continue
             history = self.ghost.histories.get(request_id, ())[:position]
             self.ghost.write(page, position, history + (token,))
+
+
+def backend_for(event: Event, page_size: int | None, ghost: GhostMemory | None = None) -> HarnessBackend | None:
+    """The backend the round an event runs calls, with the event's fault (None: no round)."""
+    if isinstance(event, DecodeRound):
+        return HarnessBackend(event.fault, page_size, ghost)
+    if isinstance(event, DecodeOverlapping):
+        return HarnessBackend(Fault.NONE, page_size, ghost)
+    return None

@@ -23,7 +23,7 @@ from kvsched.spec.slots import Slot, is_live
 from kvsched.spec.step import apply, holds_after
 from kvsched.spec.system import SystemState
 from kvsched.spec.table import get_mapped_pages
-from kvsched.testing.backends import HarnessBackend
+from kvsched.testing.backends import HarnessBackend, backend_for
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, capture, check_state, check_step
 from kvsched.testing.ghost import GhostMemory, History
 from kvsched.testing.system import SystemConfig, SystemFactory, SystemUnderTest, spec_system
@@ -108,7 +108,7 @@ class MachineBase(RuleBasedStateMachine):
             note(f"# {event!r}")
         if self.stats is not None:
             self.stats.steps += 1
-        sut_backend = HarnessBackend(_fault(event), self.config.page_size, self.ghost if self.ownership else None)
+        sut_backend = backend_for(event, self.config.page_size, self.ghost if self.ownership else None)
         before = self.state()
         outcome = capture(lambda: apply(self.sut, event, sut_backend))
         if outcome.error is None:
@@ -116,10 +116,10 @@ class MachineBase(RuleBasedStateMachine):
         after = self.state()
         reference = None
         if self.ref is not None:
-            ref_backend = HarnessBackend(_fault(event), self.config.page_size)
+            ref_backend = backend_for(event, self.config.page_size)
             expected = capture(lambda: apply(self.ref, event, ref_backend))
             reference = expected, self.state(self.ref)
-            if sut_backend.seen != ref_backend.seen:
+            if sut_backend is not None and ref_backend is not None and sut_backend.seen != ref_backend.seen:
                 self.fail(CheckFailure(FailureKind.LOCKSTEP, f"{event!r}: the backends saw different batches"))
             if _table_states(self.sut) != _table_states(self.ref):
                 self.fail(CheckFailure(FailureKind.LOCKSTEP, f"{event!r}: the standalone tables diverge"))
@@ -142,7 +142,7 @@ class MachineBase(RuleBasedStateMachine):
             self._observe(event, outcome.value, sut_backend)
         return outcome
 
-    def _observe(self, event: ev.Event, result: Any, backend: HarnessBackend) -> None:
+    def _observe(self, event: ev.Event, result: Any, backend: HarnessBackend | None) -> None:
         """Keep the ghost's histories in step with a returned event."""
         histories = self.ghost.histories
         if isinstance(event, ev.Admit):
@@ -168,7 +168,7 @@ class MachineBase(RuleBasedStateMachine):
             histories[request_id] = history + (None,) * min(count, max(capacity - len(history), 0))
         elif isinstance(event, ev.Finish):
             histories.pop(as_int(event.request_id) or 0, None)
-        elif isinstance(event, ev.DecodeRound) and backend.seen is not None:
+        elif isinstance(event, ev.DecodeRound) and backend is not None and backend.seen is not None:
             if self.stats is not None:
                 self.stats.decoded_tokens += len(backend.seen[0])
             for request_id, _, token, position, *_ in backend.seen[0]:
@@ -247,10 +247,6 @@ class MachineBase(RuleBasedStateMachine):
         if not post_drained_all_free(drained):
             held = len(drained.pool.refs) - len(drained.pool.free)
             self.fail(CheckFailure(FailureKind.LIVENESS, f"{held} pages still held after draining"))
-
-
-def _fault(event: ev.Event) -> ev.Fault:
-    return event.fault if isinstance(event, ev.DecodeRound) else ev.Fault.NONE
 
 
 def _table_states(system: Any) -> tuple[Any, ...]:

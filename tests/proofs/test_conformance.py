@@ -17,7 +17,7 @@ from kvsched.spec.events import Event
 from kvsched.spec.pool import Copy
 from kvsched.spec.step import step
 from kvsched.spec.system import SystemState
-from kvsched.testing.backends import HarnessBackend
+from kvsched.testing.backends import backend_for
 from kvsched.testing.checks import Outcome, capture
 
 BOUNDS = Bounds(requests=2, pages=3, logical_pages=2, entries=1, entry_pages=2, max_references=3, max_tokens=3)
@@ -81,8 +81,7 @@ SCENARIO: list[Event] = [
 
 def spec_step(state: SystemState, event: Event) -> tuple[Outcome, SystemState]:
     """The spec's transition: its outcome, and the state after it (`state` when refused)."""
-    fault = event.fault if isinstance(event, ev.DecodeRound) else ev.Fault.NONE
-    backend = HarnessBackend(fault, BOUNDS.page_size)
+    backend = backend_for(event, BOUNDS.page_size)
     outcome = capture(lambda: step(state, event, page_size=BOUNDS.page_size, backend=backend))
     if outcome.error is not None:
         return outcome, state
