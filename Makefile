@@ -37,8 +37,12 @@ lint: setup
 demo: setup
 	$(BIN)/kvsched verify
 
-## Tests, contracts, proofs and the impl mutant corpus: the CI gate.
-verify: test contracts proofs mutants
+## Tests, contracts, proofs, the impl mutant corpus and the engine variants' search: the CI gate.
+verify: test contracts proofs mutants engine-search
+
+## The engine machine finds every broken engine from scratch (KVSCHED_UPDATE_GOLDEN=1: re-pin).
+engine-search: setup
+	KVSCHED_ENGINE_SEARCH=1 $(PYTEST) -q tests/engine/test_variants.py -k finds
 
 ## The CrossHair gate on every contract and twin pair, then on the broken targets (each must fail).
 contracts: setup
@@ -48,6 +52,7 @@ contracts: setup
 ## The z3 proofs and the explorer; they record their bounds in proofs/MANIFEST.json (not under CI).
 proofs: setup
 	$(BIN)/kvsched proofs $(if $(CI),,--manifest proofs/MANIFEST.json)
+	$(BIN)/python -m kvsched.proofs.engine_slots
 
 ## The harness on every impl mutant (project tooling: devtools/, not in the wheel).
 mutants: setup
@@ -63,6 +68,7 @@ deep: setup
 bench: setup
 	$(BIN)/kvsched bench --plot docs/bench-rounds.svg
 	$(BIN)/kvsched bench decode --plot docs/bench-decode.svg
+	$(BIN)/kvsched bench engine --json docs/bench-engine.json
 
 ## On a machine with a GPU: the kernels natively, the ptxas report and the GPU bench.
 gpu-check: setup

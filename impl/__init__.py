@@ -7,6 +7,8 @@ backend. Each class's `to_spec()` is its abstraction function (see `kvsched.impl
 """
 
 from kvsched.abi import ITEM_DTYPE, OUTPUT_DTYPE, ArrayDecodeBackend, empty_items, empty_outputs
+from kvsched.impl.engine import Engine
+from kvsched.impl.null_model import NullModel
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler
@@ -14,11 +16,13 @@ from kvsched.impl.system import ImplSystem, make_impl_system
 from kvsched.impl.table import SequenceBlockTable
 from kvsched.impl.writes import ALLOCATED, COPY, EXISTING, ArrayWritePlan, WritePlan
 from kvsched.spec.batch import INVALID_BLOCK, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
 from kvsched.spec.errors import *  # noqa: F403  (the same closed error hierarchy as the spec)
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.identity import PrefixIdentity, derive_prefix_identity
 from kvsched.spec.pool import Allocated, Copy, CopyOnWrite, Existing
 from kvsched.spec.prefix import PrefixPageSet
+from kvsched.spec.sequence import FinishReason
 from kvsched.spec.slots import LIVE, Admission, RequestState, RequestView
 
 __all__ = [
@@ -36,9 +40,14 @@ __all__ = [
     "BlockPool",
     "Copy",
     "CopyOnWrite",
+    "Engine",
+    "EngineConfig",
+    "EngineRequest",
     "Existing",
+    "FinishReason",
     "ImplSystem",
     "KvschedError",
+    "NullModel",
     "PrefixIdentity",
     "PrefixKvStore",
     "PrefixPageSet",
@@ -49,6 +58,7 @@ __all__ = [
     "RequestState",
     "RequestView",
     "SequenceBlockTable",
+    "StepOutput",
     "WritePlan",
     "derive_prefix_identity",
     "empty_items",

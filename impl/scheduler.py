@@ -356,3 +356,8 @@ def get_indexes(scheduler: RequestScheduler) -> tuple[dict[int, int], list[int],
 def get_slots(scheduler: RequestScheduler) -> SlotArrays:
     """The scheduler's slot arrays, for the refinement checks."""
     return scheduler._slots
+
+
+def round_outputs(scheduler: RequestScheduler, count: int) -> npt.NDArray[np.void]:
+    """The outputs of the scheduler's latest round run in its own buffers (its first `count`)."""
+    return scheduler._outputs[:count]

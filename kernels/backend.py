@@ -7,6 +7,7 @@
     prefill(tokens, start, page_table)        a request's prompt chunk through the same kernels
                                               (append all, then causal attention); the logits
     copy_pages(pairs)                         copy-on-write: one launch for every layer's K and V
+    execute_prefill(items)                    the engine's prefill call: every chunk, a token each
 
 It serves both scheduler forms: the spec's tuples of records and impl's structured arrays (read
 through `kvsched.abi`). Ownership: the backend owns its caches
@@ -31,6 +32,7 @@ from kvsched.kernels.layout import INVALID_BLOCK, check_reachable_pages
 from kvsched.kernels.model import Transformer
 from kvsched.kernels.weights import Weights
 from kvsched.spec.batch import RaggedBatchReceipt
+from kvsched.spec.model import PrefillItem
 
 F32 = npt.NDArray[np.float32]
 
@@ -97,6 +99,11 @@ class PagedBackend:
             np.zeros(count, dtype=np.int32),
             np.full(count, table.shape[0], dtype=np.int32),
         )
+
+    def execute_prefill(self, items: Sequence[PrefillItem]) -> list[int]:
+        """The engine's prefill call: each item's chunk through `prefill`, in item order; per
+        item the greedy next token after its last one."""
+        return [int(np.argmax(self.prefill(item.tokens, item.start, item.table)[-1])) for item in items]
 
     def copy_pages(self, pairs: Sequence[tuple[int, int]] | npt.NDArray[np.integer]) -> None:
         """Copy each (source, destination) page in every layer, K and V: do this when the

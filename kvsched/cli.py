@@ -4,7 +4,7 @@ kvsched verify      the model-checking campaigns and the proofs, with a summary 
                     (needs the `verify` extra; `--no-proofs`: the `testing` extra)
 kvsched proofs      the z3 inductive proofs and the exhaustive explorer (`verify` extra)
 kvsched contracts   the CrossHair gate over every contract and twin pair (`verify` extra)
-kvsched bench       spec vs impl bookkeeping; `kvsched bench decode` the decode kernels
+kvsched bench       spec vs impl bookkeeping; `bench decode` the decode kernels; `bench engine` step()
 """
 
 from __future__ import annotations
@@ -121,7 +121,11 @@ def _delegate(command: str, module: str, argv: list[str]) -> int:
     return result
 
 
-BENCH_TARGETS = {"bookkeeping": "kvsched.impl.bench", "decode": "kvsched.kernels.bench"}
+BENCH_TARGETS = {
+    "bookkeeping": "kvsched.impl.bench",
+    "decode": "kvsched.kernels.bench",
+    "engine": "kvsched.impl.engine_bench",
+}
 DELEGATED = {"proofs": "kvsched.proofs.runner", "contracts": "kvsched.contracts.gate"}
 REQUIRES = {"contracts": ("crosshair",)}  # the gate runs CrossHair in worker processes
 
@@ -155,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(run=command_verify)
     # The delegated commands are listed for --help; main() hands their arguments on untouched.
     commands.add_parser("proofs", help="the z3 proofs and the exhaustive explorer")
-    commands.add_parser("bench", help="benchmarks: bookkeeping (default) or `bench decode`")
+    commands.add_parser("bench", help="benchmarks: bookkeeping (default), `bench decode` or `bench engine`")
     commands.add_parser("contracts", help="the CrossHair gate: every contract and twin pair")
     return parser
 

@@ -8,7 +8,8 @@ refusal, its message and details), `pool` (pages and their references), `table` 
 logical pages), `identity` and `prefix` (named shared prefixes), `plan` (what a batch of writes
 did), `slots`, `lifecycle` and `round` (requests, their transitions, the decode round),
 `scheduler` (the object API), `system` and `invariants` (the whole state and what always holds),
-`events` and `step` (every operation as a value, and running one); `batch` is the ragged batch
+`events` and `step` (every operation as a value, and running one); `engine_config`,
+`engine_state`, `model` and `engine` (the continuous-batching engine over all of it); `batch` is the ragged batch
 ABI, `batching` and `sequence` seed B's iteration scheduler.
 
 Glossary:
@@ -21,6 +22,10 @@ Glossary:
     plan          the steps of a batched ensure_writable: per step a target and its action
     round         one ragged decode step over every DECODE slot, one backend call
     event         one public operation and its arguments, as a value (`kvsched.spec.events`)
+    step          one engine iteration: a decode round, then prefill chunks and admissions
+    chunk         the prompt tokens (or recomputed tokens) one request prefills in one step
+    preemption    releasing a running request's pages and requeueing it to be recomputed
+    state slot    a recurrent-state slot (hybrid models), held by a running request
 """
 
 from kvsched.spec.batch import (
@@ -40,9 +45,13 @@ from kvsched.spec.batching import (
     SeqId,
     SeqIdCounter,
 )
+from kvsched.spec.engine import Engine
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
+from kvsched.spec.engine_state import EngineState
 from kvsched.spec.errors import *  # noqa: F403  (the closed error hierarchy is part of the API)
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.identity import PrefixIdentity, derive_prefix_identity
+from kvsched.spec.model import EngineModel, NullModel, PrefillBackend, PrefillItem
 from kvsched.spec.paged_config import DEFAULT_BLOCK_SIZE, PagedKvConfig, fill_identity_block_table
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import Allocated, BlockPool, Copy, CopyOnWrite, Existing, PoolState
@@ -63,14 +72,22 @@ __all__ = [
     "BlockPool",
     "Copy",
     "CopyOnWrite",
+    "Engine",
+    "EngineConfig",
+    "EngineModel",
+    "EngineRequest",
+    "EngineState",
     "Existing",
     "FifoScheduler",
     "FinishReason",
     "GenerationSequence",
     "KvschedError",
+    "NullModel",
     "PagedKvConfig",
     "PoolState",
+    "PrefillBackend",
     "PrefillChunk",
+    "PrefillItem",
     "PrefixIdentity",
     "PrefixKvStore",
     "PrefixPageSet",
@@ -88,6 +105,7 @@ __all__ = [
     "SeqIdCounter",
     "SequenceBlockTable",
     "SequenceManager",
+    "StepOutput",
     "StoreState",
     "WritePlan",
     "derive_prefix_identity",

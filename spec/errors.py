@@ -15,7 +15,8 @@ simply `Exhausted`); the intermediate classes let a caller catch a whole family.
     ├── DecodeRoundError ItemBufferTooSmall, BlockTableBufferTooSmall, OutputBufferTooSmall,
     │                    MissingInputToken, UnpreparedWrite, BackendFailed,
     │                    BackendLaunchCount, OutputIdentityMismatch
-    └── RaggedBackendError  BackendOutputTooSmall, BackendRejected   (raised by backends)
+    ├── RaggedBackendError  BackendOutputTooSmall, BackendRejected   (raised by backends)
+    └── EngineError      QueueFull, RequestTooLarge                  (the engine's intake)
 """
 
 from __future__ import annotations
@@ -193,3 +194,16 @@ class BackendOutputTooSmall(RaggedBackendError):
 
 class BackendRejected(RaggedBackendError):
     """The backend cannot run this batch (shape, bucket or table range)."""
+
+
+class EngineError(KvschedError):
+    """A request the engine's intake refuses (its lifecycle errors are the scheduler's)."""
+
+
+class QueueFull(EngineError):
+    """The intake queue already holds `max_queue` requests."""
+
+
+class RequestTooLarge(EngineError):
+    """The request can never run: its prompt plus `max_new_tokens` exceeds `max_seq_len`, one
+    table's `logical_pages x page_size` tokens, or needs more pages than the whole pool."""

@@ -8,6 +8,7 @@ builds it, so a list of events is a runnable program (`kvsched.spec.step` runs i
 The owners outside kvsched, an external holder of page references and standalone page tables,
 act through events too: `Allocate`, `Retain`, `Release` and `Writable` are the holder's calls on
 the pool, and the `Table*` events act on table number `table` of the system's standalone tables.
+The engine's events (`ENGINE_EVENTS`) act on an `Engine`, which owns its parts.
 """
 
 from __future__ import annotations
@@ -264,6 +265,41 @@ class Read:
     views: int = 0
 
 
+# -- the engine (its pool, store and scheduler are its own) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """`engine.submit(request)`."""
+
+    request: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """`engine.cancel(request_id)`."""
+
+    request_id: Any
+
+
+@dataclass(frozen=True, slots=True)
+class PublishRunning:
+    """`engine.publish(request_id, tokens, identity)`."""
+
+    request_id: Any
+    tokens: Any
+    identity: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """`engine.step()`, its model breaking the decode round as `fault` says, and raising in
+    the prefill call when `prefill_fails`."""
+
+    fault: Fault = Fault.NONE
+    prefill_fails: bool = False
+
+
 Event = (
     Allocate
     | Retain
@@ -292,5 +328,10 @@ Event = (
     | TableInstall
     | TableRelease
     | Read
+    | Submit
+    | Cancel
+    | PublishRunning
+    | Step
 )
+ENGINE_EVENTS: tuple[type[Any], ...] = (Submit, Cancel, PublishRunning, Step)
 EVENTS: tuple[type[Any], ...] = Event.__args__

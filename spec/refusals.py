@@ -8,6 +8,7 @@ rollback: the caller reads them after nothing changed.
 
 from __future__ import annotations
 
+from kvsched.spec.domain import as_int
 from kvsched.spec.errors import (
     BackendFailed,
     BackendLaunchCount,
@@ -26,8 +27,10 @@ from kvsched.spec.errors import (
     OutputIdentityMismatch,
     OutputTooSmall,
     PageCapacity,
+    QueueFull,
     ReferenceOverflow,
     RegistryFull,
+    RequestTooLarge,
     TargetNotEmpty,
     UnknownRequest,
     UnpreparedWrite,
@@ -228,3 +231,27 @@ def set_over_capacity(pages: int, capacity: int) -> PageCapacity:
 
 def store_without_entries() -> RegistryFull:
     return RegistryFull("this store has no entries")
+
+
+# -- the engine's intake -------------------------------------------------------------------------
+
+
+def queue_full(request_id: int, queued: int) -> QueueFull:
+    return QueueFull(f"request {request_id}: the intake queue already holds {queued} requests", request_id=request_id)
+
+
+def request_too_large(request_id: int, why: str) -> RequestTooLarge:
+    return RequestTooLarge(f"request {request_id} can never run: {why}", request_id=request_id)
+
+
+def require_published_tokens(request_id: int, tokens: object, computed: int) -> int:
+    """`tokens` as a count of the request's tokens with KV written (1..`computed`), else
+    `InvalidArgument`."""
+    count = as_int(tokens)
+    if count is None or not 1 <= count <= computed:
+        raise InvalidArgument(f"request {request_id} has KV for {computed} tokens: cannot publish {tokens!r}")
+    return count
+
+
+def prefill_answer(answered: int, chunks: int) -> OutputIdentityMismatch:
+    return OutputIdentityMismatch(f"prefill backend answered {answered} tokens for {chunks} chunks")

@@ -20,6 +20,7 @@ class FinishReason(Enum):
     EOS = "eos"
     MAX_LENGTH = "max_length"
     PREEMPTED = "preempted"
+    CANCELLED = "cancelled"  # the engine's: cancelled by its caller
 
 
 @dataclass(frozen=True, slots=True)

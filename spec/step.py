@@ -2,8 +2,9 @@
 
 A system is anything with `pool`, `store` and `scheduler` objects of the spec's public API,
 `scratch(items, tables, outputs)` for round buffers in its own form and, for the table events, a
-list `tables` of standalone tables and `new_table(logical_pages)`. `apply` makes the one call an
-event names and returns what it returned; it raises whatever the system raises.
+list `tables` of standalone tables and `new_table(logical_pages)`; for the engine's events, an
+`Engine` (whose model answers a `Step` as the event's faults say: the harness arms it). `apply`
+makes the one call an event names and returns what it returned; it raises whatever it raises.
 
 `step(state, event)` is the spec's transition on a whole `SystemState`: it runs the event on
 fresh spec objects holding `state` and returns the new state and the result; `holds_after`
@@ -104,6 +105,10 @@ _CALLS: dict[type[Any], Call] = {
     ev.TableInstall: lambda s, e: s.tables[e.table].install_shared_prefix(list(e.pages), s.pool),
     ev.TableRelease: lambda s, e: s.tables[e.table].release_all(s.pool),
     ev.Read: _read,
+    ev.Submit: lambda s, e: s.submit(e.request),
+    ev.Cancel: lambda s, e: s.cancel(e.request_id),
+    ev.PublishRunning: lambda s, e: s.publish(e.request_id, e.tokens, e.identity),
+    ev.Step: lambda s, e: s.step(),
 }
 
 

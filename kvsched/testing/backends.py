@@ -61,11 +61,9 @@ class HarnessBackend:
         if self.fault is Fault.REJECT:
             raise BackendRejected("bucket too small")
         count = len(rows)
-        if self.page_size is not None:
-            self._write_kv(rows, tables, self.page_size)
+        tokens = np.array(self.answer(rows, tables), dtype=np.uint32)
         request_ids = columns["request_id"].astype(np.uint64)
         slots = columns["slot"].astype(np.uint32)
-        tokens = np.array([compute_next_token(row[2], row[3]) for row in rows], dtype=np.uint32)
         if self.fault is Fault.CORRUPT_IDENTITY:
             request_ids[self._at(0, count)] ^= np.uint64(1)
         if self.fault is Fault.WRONG_SLOT:
@@ -77,6 +75,12 @@ class HarnessBackend:
         batch = count + 1 if self.fault is Fault.WRONG_BATCH else count
         launches = {Fault.TWO_LAUNCHES: 2, Fault.ZERO_LAUNCHES: 0}.get(self.fault, 1)
         return RaggedBatchReceipt(batch, launches, count * 16)
+
+    def answer(self, rows: tuple[tuple[int, ...], ...], tables: Any) -> list[int]:
+        """Write every item's KV and compute its next token (what a subclass's model changes)."""
+        if self.page_size is not None:
+            self._write_kv(rows, tables, self.page_size)
+        return [compute_next_token(row[2], row[3]) for row in rows]
 
     def _at(self, default: int, count: int) -> int:
         return (default if self.position is None else self.position) % count

@@ -13,7 +13,7 @@ the kind off the failure, never off a message.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from enum import Enum
 from typing import Any
@@ -43,6 +43,8 @@ class FailureKind(Enum):
     INVARIANT = "invariant"
     GHOST = "ghost read"
     LIVENESS = "liveness"
+    DETERMINISM = "determinism"  # a request's tokens differ from its run alone
+    ORDER = "queue order"  # a preempted request queued behind a later arrival of its priority
 
     def __repr__(self) -> str:
         return f"FailureKind.{self.name}"
@@ -107,6 +109,8 @@ def capture(call: Callable[[], Any], detailed: bool = True) -> Outcome:
 def normalize(value: Any) -> Any:
     """A comparable form of a result: plans by their steps, dataclasses by name and fields,
     sequences as tuples, numpy scalars as Python numbers."""
+    if isinstance(value, Mapping):  # a step's tokens and finished requests, in any mapping form
+        return tuple(sorted((key, normalize(item)) for key, item in value.items()))
     if isinstance(value, WritePlan):  # the spec's or impl's: by its steps
         return ("WritePlan", normalize(value.targets()), normalize(tuple(value)))
     if is_dataclass(value) and not isinstance(value, type):

@@ -13,7 +13,12 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
 - `encoding`: a broken z3 transition encoding (`kvsched.proofs.broken`), which the inductive
   proofs refute (or, for a drifted one, the conformance test rejects);
 - `contracts`: broken CrossHair targets (`devtools.broken_contracts`), for each of which the
-  gate must find a counterexample (`make contracts`; `COUNTEREXAMPLES` pins one, replayed in the tests).
+  gate must find a counterexample (`make contracts`; `COUNTEREXAMPLES` pins one, replayed in the tests);
+- `engine`: a broken engine (`kvsched.testing.engine_variants.ENGINE_VARIANTS`), which the engine
+  machine catches with the variant's named checks (its pinned programs: `tests/engine/golden/`)
+  and, where the explorer can see it, the engine explorer too (`tests/proofs/test_engine_explorer.py`);
+- `slots`: a broken z3 encoding of the engine's state-slot transitions
+  (`kvsched.proofs.engine_slots.broken`), which the bounded check refutes.
 
 This module and its golden files live with the tests: none of it is in the wheel.
 """
@@ -46,6 +51,8 @@ class Bug:
     explored: bool = True  # the explorer in lockstep catches the mutant within the catalogue's bounds
     encoding: str | None = None
     contracts: tuple[str, ...] = ()
+    engine: str | None = None
+    slots: str | None = None
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -291,5 +298,48 @@ CATALOGUE: tuple[Bug, ...] = (
         "Removing (or evicting) an entry empties it without releasing its pages.",
         mutant="remove keeps the entry's page references",
         encoding="EvictWithoutRelease",
+    ),
+    # -- the engine ------------------------------------------------------------------------------
+    Bug(
+        "preempted-loses-place",
+        "A preempted request re-enters at the back of the queue, behind later arrivals (vLLM #41951).",
+        engine="preempt_to_back",
+    ),
+    Bug(
+        "too-large-blocks-queue",
+        "A request larger than the cache is accepted and blocks the queue forever (vLLM #39734).",
+        engine="admit_too_large",
+    ),
+    Bug(
+        "pressure-deadlock",
+        "Under KV pressure the engine fails every step instead of preempting: it deadlocks (vLLM #45388).",
+        engine="never_preempt",
+    ),
+    Bug(
+        "full-hit-prefills-nothing",
+        "A full prefix hit prefills zero tokens and samples logits it never computed (nano-vllm PR #199).",
+        engine="full_hit_prefills_nothing",
+    ),
+    Bug(
+        "memory-guard-skipped",
+        "Admission ignores the free-page reserve while requests run.",
+        engine="skip_memory_guard",
+    ),
+    Bug(
+        "state-slot-double-release",
+        "A recurrent-state slot is released twice, so two requests later share it.",
+        engine="state_slot_released_twice",
+        slots="give_back_twice",
+    ),
+    Bug("state-slot-taken-held", "Admission takes a state slot another request holds.", slots="take_a_held_slot"),
+    Bug(
+        "decode-copies-skipped",
+        "The decode round's copy-on-write copies are never handed to the model.",
+        engine="decode_copies_skipped",
+    ),
+    Bug(
+        "failed-step-kept",
+        "A model failure inside a step leaves the step's allocations and tokens behind.",
+        engine="failed_step_kept",
     ),
 )

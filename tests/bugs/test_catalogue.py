@@ -22,13 +22,14 @@ from hypothesis import HealthCheck, Phase, settings
 from devtools import broken_contracts
 from devtools.mutants import hunt, mutant_system
 from devtools.mutants_corpus import MUTANTS
-from kvsched.proofs import broken
+from kvsched.proofs import broken, engine_slots
 from kvsched.proofs.explorer import Explorer
 from kvsched.proofs.operations import Bounds
 from kvsched.proofs.subject import SPEC, Subject, variant
 from kvsched.proofs.trace import reproduce
 from kvsched.testing.campaign import run_machine
 from kvsched.testing.checks import CheckFailed, FailureKind
+from kvsched.testing.engine_variants import ENGINE_VARIANTS
 from kvsched.testing.machine import KvschedMachine
 from kvsched.testing.system import SystemConfig
 from kvsched.testing.variants import VARIANTS
@@ -60,6 +61,8 @@ def test_every_realisation_is_listed_under_exactly_one_bug() -> None:
     encodings = {entry.name for entry in broken.CORPUS} | {drifted.__name__ for drifted in broken.DRIFTED}
     _listed([bug.encoding for bug in CATALOGUE if bug.encoding], sorted(encodings))
     _listed([name for bug in CATALOGUE for name in bug.contracts], list(broken_contracts.COUNTEREXAMPLES))
+    _listed([bug.engine for bug in CATALOGUE if bug.engine], [variant.name for variant in ENGINE_VARIANTS])
+    _listed([bug.slots for bug in CATALOGUE if bug.slots], list(engine_slots.broken()))
     assert all((bug.variant is None) == (bug.kind is None) for bug in CATALOGUE)
 
 

@@ -1,0 +1,529 @@
+"""The continuous-batching engine over impl's certified parts: the spec's `Engine`, built for speed.
+
+Same operations, outputs, errors and order as `kvsched.spec.engine` (read it for the step), over
+`kvsched.impl`'s pool, store and scheduler. What differs is storage. Each running request lives
+in its scheduler slot's row of fixed arrays allocated at construction:
+
+    tokens  uint32[requests, width]   prompt + generated (width = min(max_seq_len, table tokens))
+    fields  int64[requests, FIELDS]   LENGTH, LIMIT (prompt + max_new_tokens), EOS (-1: none),
+                                      COMPUTED, DECODING, ADMITTED, STATE_SLOT (-1: none)
+
+so a decode step appends every token and finds every finished request in a few numpy calls,
+and its `StepOutput.tokens` is a lazy mapping over the round's output arrays. `running` maps
+request id -> slot in admission order; the queue is one deque per priority.
+
+Atomicity: every step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified
+parts; `fields` and the indexes here) and restores it on any error. Token rows need no copy: a
+step admits only into slots that were empty when it began (finished requests leave at its end,
+and a step that preempts admits nobody), so it overwrites no live row.
+`to_spec()` is the abstraction function to the spec's `EngineState`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import insort
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsched.impl import checkpoint
+from kvsched.impl.pool import BlockPool
+from kvsched.impl.prefix import PrefixKvStore
+from kvsched.impl.scheduler import RequestScheduler, get_indexes, get_slots, round_outputs
+from kvsched.impl.slots import PREFILL
+from kvsched.impl.writes import ArrayWritePlan
+from kvsched.spec import refusals
+from kvsched.spec.domain import require_u64
+from kvsched.spec.engine import Chunk, call_model, chunk_pages, require_prefill_tokens
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, fits, pages_for
+from kvsched.spec.engine_state import EngineState, Queued, Running
+from kvsched.spec.errors import Exhausted
+from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.model import EngineModel, PrefillItem
+from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet
+from kvsched.spec.sequence import FinishReason
+from kvsched.spec.system import SystemState
+
+T = TypeVar("T")
+
+LENGTH, LIMIT, EOS, COMPUTED, DECODING, ADMITTED, STATE_SLOT = range(7)
+FIELDS = 7
+NO_TOKEN = -1
+
+
+class StepTokens(Mapping[int, tuple[int, ...]]):
+    """Each request's new tokens this step (at most one each): the decode round's outputs, kept
+    as arrays until read, and the prefill's."""
+
+    __slots__ = ("_ids", "_items", "_prefill", "_tokens")
+
+    def __init__(self, ids: npt.NDArray[Any], tokens: npt.NDArray[Any], prefill: dict[int, tuple[int, ...]]) -> None:
+        self._ids, self._tokens, self._prefill = ids, tokens, prefill
+        self._items: dict[int, tuple[int, ...]] | None = None
+
+    def _dict(self) -> dict[int, tuple[int, ...]]:
+        items = self._items
+        if items is None:
+            items = {rid: (token,) for rid, token in zip(self._ids.tolist(), self._tokens.tolist(), strict=True)}
+            items.update(self._prefill)
+            self._items = items
+        return items
+
+    def __getitem__(self, request_id: int) -> tuple[int, ...]:
+        return self._dict()[request_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
+
+
+@dataclass(slots=True)
+class Record:
+    """What a step has done so far."""
+
+    ids: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, np.uint64))
+    tokens: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, np.int64))
+    prefilled: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    finished: dict[int, FinishReason] = field(default_factory=dict)
+    preempted: list[int] = field(default_factory=list)
+    finishing: list[int] = field(default_factory=list)  # slots finished this step: released at its end
+    tokens_run: int = 0
+
+
+@dataclass(slots=True)
+class Saved:
+    """The engine's own state at the start of a step (the certified parts are in `parts`)."""
+
+    parts: checkpoint.Checkpoint
+    fields: npt.NDArray[np.int64]
+    requests: list[EngineRequest | None]
+    running: dict[int, int]
+    prefilling: set[int]
+    state_owners: list[int | None]
+    state_free: list[int]
+    cancelled: list[int]
+    admissions: int
+    queue: tuple[dict[int, deque[Queued]], list[int], set[int]] | None = None  # saved when first touched
+
+
+class Engine:
+    """The continuous-batching engine over impl's parts; see `kvsched.spec.engine`."""
+
+    def __init__(self, config: EngineConfig, model: EngineModel) -> None:
+        if not isinstance(config, EngineConfig):
+            raise refusals.wrong_kind("config", "EngineConfig", config)
+        self.config = config
+        self.model = model
+        self.pool = BlockPool(config.pages)
+        self.store = PrefixKvStore(config.prefix_entries, min(config.logical_pages, MAX_SET_PAGES), pool=self.pool)
+        self.scheduler = RequestScheduler(
+            config.requests, config.logical_pages, pool=self.pool, prefixes=self.store, page_size=config.page_size
+        )
+        width = min(config.max_seq_len, config.table_tokens)
+        self._tokens = np.zeros((config.requests, width), dtype=np.uint32)
+        self._fields = np.zeros((config.requests, FIELDS), dtype=np.int64)
+        self._requests: list[EngineRequest | None] = [None] * config.requests
+        self._running: dict[int, int] = {}  # request id -> slot, admission order
+        self._prefilling: set[int] = set()  # slots of running requests still prefilling
+        self._queue: dict[int, deque[Queued]] = {}  # priority -> FIFO
+        self._priorities: list[int] = []  # the queue's priorities, ascending
+        self._queued: set[int] = set()  # ids queued
+        self._state_owners: list[int | None] = [None] * config.state_slots
+        self._state_free: list[int] = list(range(config.state_slots))  # a min-heap
+        self._cancelled: list[int] = []
+        self._admissions = 0
+        self._saved: Saved | None = None
+
+    # -- the abstraction ----------------------------------------------------------------------
+
+    def to_spec(self) -> EngineState:
+        """The abstraction function: this engine as the spec's `EngineState`."""
+        system = SystemState(self.pool.to_spec(), self.store.to_spec(), self.scheduler.to_spec())
+        queue = tuple(entry for priority in reversed(self._priorities) for entry in self._queue[priority])
+        running = []
+        for slot in self._running.values():
+            request = self._requests[slot]
+            assert request is not None
+            row = self._fields[slot].tolist()
+            generated = tuple(self._tokens[slot, len(request.prompt) : row[LENGTH]].tolist())
+            state_slot = None if row[STATE_SLOT] < 0 else row[STATE_SLOT]
+            running.append(Running(request, generated, row[COMPUTED], bool(row[DECODING]), row[ADMITTED], state_slot))
+        return EngineState(
+            system, queue, tuple(running), tuple(self._state_owners), tuple(self._cancelled), self._admissions
+        )
+
+    @property
+    def state(self) -> EngineState:
+        """The abstract state (`to_spec()`)."""
+        return self.to_spec()
+
+    # -- intake -------------------------------------------------------------------------------
+
+    def submit(self, request: EngineRequest) -> None:
+        """Queue `request` at the back of its priority class."""
+        if not isinstance(request, EngineRequest):
+            raise refusals.wrong_kind("request", "EngineRequest", request)
+        if len(self._queued) >= self.config.max_queue:
+            raise refusals.queue_full(request.request_id, len(self._queued))
+        if request.request_id in self._queued or request.request_id in self._running:
+            raise refusals.duplicate_request(request.request_id)
+        why = fits(self.config, request)
+        if why is not None:
+            raise refusals.request_too_large(request.request_id, why)
+        self._enqueue(Queued(request), front=False)
+
+    def cancel(self, request_id: int) -> None:
+        """Stop a queued or running request now; the next step reports it as CANCELLED."""
+        request_id = require_u64("request_id", request_id)
+        slot = self._running.get(request_id)
+        if slot is not None:
+            self._release(slot)
+        elif request_id in self._queued:
+            for priority, entries in self._queue.items():
+                kept = deque(entry for entry in entries if entry.request.request_id != request_id)
+                if len(kept) != len(entries):
+                    self._queue[priority] = kept
+                    break
+            self._dequeued(request_id)
+        else:
+            raise refusals.unknown_request(request_id)
+        self._cancelled.append(request_id)
+
+    def publish(self, request_id: int, tokens: int, identity: PrefixIdentity) -> None:
+        """Publish a running request's KV for its first `tokens` tokens (the spec's `publish`)."""
+        request_id = require_u64("request_id", request_id)
+        slot = self._running.get(request_id)
+        if slot is None:
+            raise refusals.unknown_request(request_id)
+        count = refusals.require_published_tokens(request_id, tokens, int(self._fields[slot, COMPUTED]))
+        pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
+        self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
+
+    def has_work(self) -> bool:
+        """Something is queued or running, or a cancellation is not yet reported."""
+        return bool(self._queued or self._running or self._cancelled)
+
+    # -- the queue ----------------------------------------------------------------------------
+
+    def _enqueue(self, entry: Queued, *, front: bool) -> None:
+        priority = entry.request.priority
+        entries = self._queue.get(priority)
+        if entries is None:
+            entries = self._queue[priority] = deque()
+            insort(self._priorities, priority)
+        if front:
+            entries.appendleft(entry)
+        else:
+            entries.append(entry)
+        self._queued.add(entry.request.request_id)
+
+    def _dequeued(self, request_id: int) -> None:
+        self._queued.discard(request_id)
+        for priority in [p for p in self._priorities if not self._queue[p]]:
+            del self._queue[priority]
+            self._priorities.remove(priority)
+
+    def _front(self) -> Queued | None:
+        return self._queue[self._priorities[-1]][0] if self._priorities else None
+
+    def _touch_queue(self) -> None:
+        """Save the queue (once per step) before the step changes it."""
+        saved = self._saved
+        if saved is not None and saved.queue is None:
+            copy = {priority: deque(entries) for priority, entries in self._queue.items()}
+            saved.queue = (copy, list(self._priorities), set(self._queued))
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def step(self) -> StepOutput:
+        """One iteration, as the spec's; on any error the engine is exactly as before."""
+        saved = self._saved = self._save()
+        try:
+            record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
+            self._cancelled = []
+            room = self._make_room(record)
+            if room is not None:
+                plan, chunks = room
+                self._decode(plan, record)
+                self._prefill(chunks, record)
+                for slot in record.finishing:
+                    self._release(slot)
+        except BaseException:
+            self._rollback(saved)
+            raise
+        finally:
+            self._saved = None
+        return StepOutput(
+            tokens=StepTokens(record.ids, record.tokens, record.prefilled),
+            finished=record.finished,
+            preempted=tuple(record.preempted),
+            tokens_run=record.tokens_run,
+            pages_in_use=self.config.pages - self.pool.free_count(),
+        )
+
+    def _save(self) -> Saved:
+        return Saved(
+            checkpoint.save(self.pool, self.store, self.scheduler),
+            self._fields.copy(),
+            list(self._requests),
+            dict(self._running),
+            set(self._prefilling),
+            list(self._state_owners),
+            list(self._state_free),
+            list(self._cancelled),
+            self._admissions,
+        )
+
+    def _rollback(self, saved: Saved) -> None:
+        """Restore `saved` (which stays intact: it may be restored again)."""
+        checkpoint.restore(saved.parts, self.pool, self.store, self.scheduler)
+        np.copyto(self._fields, saved.fields)
+        self._requests, self._running = list(saved.requests), dict(saved.running)
+        self._prefilling = set(saved.prefilling)
+        self._state_owners, self._state_free = list(saved.state_owners), list(saved.state_free)
+        self._cancelled, self._admissions = list(saved.cancelled), saved.admissions
+        if saved.queue is not None:
+            queue, priorities, queued = saved.queue
+            self._queue = {priority: deque(entries) for priority, entries in queue.items()}
+            self._priorities, self._queued = list(priorities), set(queued)
+
+    def _make_room(self, record: Record) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
+        """The spec's `_make_room`: room for the running requests, or relieve the pressure and
+        do nothing more this step (None)."""
+        relieved = False
+        inner = self._saved
+        assert inner is not None
+        while True:
+            try:
+                room = self._room_for_running()
+            except Exhausted as error:
+                self._rollback(inner)
+                self._cancelled = []
+                if self.store.reclaim(self.pool, error.needed or 1) == 0:
+                    slot = self._victim()
+                    if slot is None:
+                        raise
+                    self._preempt(slot, record)
+                relieved = True
+                inner = self._save()
+                continue
+            if relieved:
+                self._rollback(inner)
+                return None
+            return room
+
+    def _room_for_running(self) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]]:
+        plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
+        budget = self.config.max_batched_tokens - get_indexes(self.scheduler)[2]
+        chunks = []
+        for slot in sorted(self._prefilling, key=self._prefill_order):
+            if budget == 0:
+                break
+            request = self._requests[slot]
+            assert request is not None
+            computed = int(self._fields[slot, COMPUTED])
+            length = min(self.config.chunk_size, int(self._fields[slot, LENGTH]) - computed, budget)
+            pages = chunk_pages(computed, length, self.config.page_size)
+            room = self.scheduler.ensure_writable_batch([request.request_id] * len(pages), pages, self.pool)
+            chunks.append((Chunk(request.request_id, computed, length, _pairs(room)), slot))
+            budget -= length
+        return plan, chunks
+
+    def _decode(self, plan: ArrayWritePlan, record: Record) -> None:
+        count = get_indexes(self.scheduler)[2]
+        if count == 0:
+            return
+        if plan.copy_sources.shape[0]:
+            pairs = _pairs(plan)
+            call_model(lambda: self.model.copy_pages(pairs))
+        self.scheduler.execute_decode_round(self.model)
+        outputs = round_outputs(self.scheduler, count)
+        slots = outputs["slot"].astype(np.intp)
+        tokens = outputs["next_token_id"].astype(np.int64)
+        fields = self._fields
+        lengths = fields[slots, LENGTH]
+        self._tokens[slots, lengths] = tokens
+        fields[slots, LENGTH] = lengths + 1
+        fields[slots, COMPUTED] = lengths
+        record.ids, record.tokens = outputs["request_id"].copy(), tokens
+        record.tokens_run += count
+        done = (tokens == fields[slots, EOS]) | (lengths + 1 >= fields[slots, LIMIT])
+        for index in np.flatnonzero(done).tolist():
+            slot = int(slots[index])
+            reason = FinishReason.EOS if tokens[index] == fields[slot, EOS] else FinishReason.MAX_LENGTH
+            self._finishing(slot, reason, record)
+
+    def _finishing(self, slot: int, reason: FinishReason, record: Record) -> None:
+        """`slot`'s request finished: reported now, released at the end of the step."""
+        request = self._requests[slot]
+        assert request is not None
+        record.finished[request.request_id] = reason
+        record.finishing.append(slot)
+
+    def _prefill(self, chunks: list[tuple[Chunk, int]], record: Record) -> None:
+        budget = self.config.max_batched_tokens - record.tokens_run - sum(chunk.length for chunk, _ in chunks)
+        while budget:
+            admitted = self._admit(budget)
+            if admitted is None:
+                break
+            chunks.append(admitted)
+            budget -= admitted[0].length
+        if chunks:
+            self._run_chunks(chunks, record)
+
+    def _prefill_order(self, slot: int) -> tuple[int, int]:
+        request = self._requests[slot]
+        assert request is not None
+        return (-request.priority, int(self._fields[slot, ADMITTED]))
+
+    def _admit(self, budget: int) -> tuple[Chunk, int] | None:
+        front = self._front()
+        if front is None or len(self._running) >= self.config.max_batch_size:
+            return None
+        free = self.pool.free_count()
+        if free < self.config.prefill_reserve_pages and self._running:
+            return None
+        if self._state_owners and not self._state_free:
+            return None
+        request = front.request
+        length_of = len(request.prompt) + len(front.generated)
+        identity, cached = self._usable_prefix(request.prefix, length_of, budget)
+        length = min(self.config.chunk_size, length_of - cached, budget)
+        pages = chunk_pages(cached, length, self.config.page_size)
+        if len(pages) > free:
+            self.store.reclaim(self.pool, len(pages))  # for a later step: this one writes no freed page
+            return None
+        request_id = request.request_id
+        slot = self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool).slot
+        plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
+        self._touch_queue()
+        entries = self._queue[self._priorities[-1]]
+        entries.popleft()
+        self._dequeued(request_id)
+        self._tokens[slot, : len(request.prompt)] = request.prompt
+        self._tokens[slot, len(request.prompt) : length_of] = front.generated
+        state_slot = heapq.heappop(self._state_free) if self._state_owners else -1
+        if state_slot >= 0:
+            self._state_owners[state_slot] = request_id
+        eos = NO_TOKEN if request.eos_token_id is None else request.eos_token_id
+        limit = len(request.prompt) + request.max_new_tokens
+        self._fields[slot] = (length_of, limit, eos, cached, 0, self._admissions, state_slot)
+        self._admissions += 1
+        self._requests[slot] = request
+        self._running[request_id] = slot
+        self._prefilling.add(slot)
+        return Chunk(request_id, cached, length, _pairs(plan)), slot
+
+    def _usable_prefix(
+        self, identity: PrefixIdentity | None, length: int, budget: int
+    ) -> tuple[PrefixIdentity | None, int]:
+        page_set = None if identity is None else self.store.get(identity)
+        if page_set is None or page_set.token_count > length:
+            return None, 0
+        cached = min(page_set.token_count, length - 1)
+        if length - cached > min(self.config.chunk_size, budget):
+            return None, 0
+        return identity, cached
+
+    def _run_chunks(self, chunks: list[tuple[Chunk, int]], record: Record) -> None:
+        copies = tuple(pair for chunk, _ in chunks for pair in chunk.copies)
+        if copies:
+            call_model(lambda: self.model.copy_pages(copies))
+        items = [
+            PrefillItem(
+                chunk.request_id,
+                slot,
+                tuple(self._tokens[slot, chunk.start : chunk.start + chunk.length].tolist()),
+                chunk.start,
+                self.scheduler.page_table(chunk.request_id),
+            )
+            for chunk, slot in chunks
+        ]
+        answer = call_model(lambda: self.model.execute_prefill(items))
+        sampled = require_prefill_tokens(answer, len(items))
+        counts = get_slots(self.scheduler).token_counts
+        for (chunk, slot), token in zip(chunks, sampled, strict=True):
+            computed = chunk.start + chunk.length
+            counted = int(counts[slot])
+            if computed > counted:
+                self.scheduler.record_tokens(chunk.request_id, computed - counted)
+            record.tokens_run += chunk.length
+            self._fields[slot, COMPUTED] = computed
+            if computed == self._fields[slot, LENGTH]:
+                self._complete(slot, chunk.request_id, token, record)
+
+    def _complete(self, slot: int, request_id: int, token: int, record: Record) -> None:
+        """The prefill of `slot` is complete and sampled `token`: append it; finish, or decode."""
+        fields = self._fields
+        length = int(fields[slot, LENGTH])
+        self._tokens[slot, length] = token
+        fields[slot, LENGTH] = length + 1
+        record.prefilled[request_id] = (token,)
+        if token == fields[slot, EOS] or length + 1 >= fields[slot, LIMIT]:
+            self._finishing(slot, FinishReason.EOS if token == fields[slot, EOS] else FinishReason.MAX_LENGTH, record)
+            return
+        if get_slots(self.scheduler).states[slot] == PREFILL:
+            self.scheduler.mark_prefill_complete(request_id)
+        self.scheduler.seed_decode_token(request_id, token)
+        fields[slot, DECODING] = 1
+        fields[slot, COMPUTED] = length
+        self._prefilling.discard(slot)
+
+    # -- releasing and preempting -------------------------------------------------------------
+
+    def _release(self, slot: int) -> int:
+        """Finish the request in `slot` (pages released), free its state slot; its id."""
+        request = self._requests[slot]
+        assert request is not None
+        self.scheduler.finish(request.request_id, self.pool)
+        state_slot = int(self._fields[slot, STATE_SLOT])
+        if state_slot >= 0:
+            self._state_owners[state_slot] = None
+            heapq.heappush(self._state_free, state_slot)
+        del self._running[request.request_id]
+        self._prefilling.discard(slot)
+        self._requests[slot] = None
+        return request.request_id
+
+    def _victim(self) -> int | None:
+        def order(slot: int) -> tuple[int, int]:
+            request = self._requests[slot]
+            assert request is not None
+            return (request.priority, -int(self._fields[slot, ADMITTED]))
+
+        return min(self._running.values(), key=order, default=None)
+
+    def _preempt(self, slot: int, record: Record) -> None:
+        request = self._requests[slot]
+        assert request is not None
+        generated = tuple(self._tokens[slot, len(request.prompt) : int(self._fields[slot, LENGTH])].tolist())
+        self._release(slot)
+        self._touch_queue()
+        self._enqueue(Queued(request, generated), front=True)
+        record.preempted.append(request.request_id)
+
+    def _with_room(self, attempt: Callable[[], T], record: Record) -> T:
+        while True:
+            try:
+                return attempt()
+            except Exhausted as error:
+                if self.store.reclaim(self.pool, error.needed or 1):
+                    continue
+                slot = self._victim()
+                if slot is None:
+                    raise
+                self._preempt(slot, record)
+
+
+def _pairs(plan: ArrayWritePlan) -> tuple[tuple[int, int], ...]:
+    return tuple(zip(plan.copy_sources.tolist(), plan.copy_destinations.tolist(), strict=True))

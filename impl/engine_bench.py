@@ -1,0 +1,171 @@
+"""`kvsched bench engine`: the engine's `step()` with the null model, spec and impl in one run.
+
+Workloads (page size 16, 512-token prompts; W3 of the peer benchmarks):
+- steady decode, for R running requests: every request prefilled and decoding, then `step()`
+  timed over many steps (each step decodes R tokens and appends them);
+- mixed, for R: R - 1 requests decoding and one new 512-token request admitted in the timed
+  step, prefilled in one chunk (each timed step is a decode round plus an admission and a
+  512-token prefill; the newcomer is cancelled between steps, untimed).
+
+The spec is slow, so it times fewer steps; figures are microseconds per step. After each
+workload the two engines' abstract states are compared: the bench fails loudly if they differ.
+Progress goes to stderr; the table and the JSON to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kvsched import impl, spec
+from kvsched.spec.engine_config import EngineConfig, EngineRequest
+
+PAGE_SIZE = 16
+STEP_TARGET_US = 150.0  # impl step() at 256 in steady decode
+SPEEDUP_TARGET = 20.0  # impl over spec
+VLLM_STEP_US = 2900.0  # vLLM v1 schedule() + update_from_output() at 256, as measured for the issue
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The sizes of one engine bench run."""
+
+    requests: tuple[int, ...] = (64, 128, 256)
+    prompt_tokens: int = 512
+    impl_steps: int = 200
+    spec_steps: int = 3
+    repeat: int = 3
+
+
+QUICK = Plan(requests=(8, 16), prompt_tokens=64, impl_steps=20, spec_steps=2, repeat=1)
+
+
+def _log(message: str) -> None:
+    print(f"[bench engine] {message}", file=sys.stderr, flush=True)
+
+
+def config_for(requests: int, plan: Plan) -> EngineConfig:
+    """An engine holding `requests` decoding requests (and one newcomer) for the whole run."""
+    tokens = plan.prompt_tokens * 2 + plan.impl_steps * (plan.repeat + 1) + 16
+    logical = -(-tokens // PAGE_SIZE)
+    return EngineConfig(
+        requests=requests + 1,
+        pages=(requests + 1) * logical,
+        page_size=PAGE_SIZE,
+        logical_pages=logical,
+        max_batch_size=requests + 1,
+        max_batched_tokens=max(requests + 1 + plan.prompt_tokens, 8 * plan.prompt_tokens),
+        chunk_size=plan.prompt_tokens,
+        prefill_reserve_pages=0,
+        max_queue=requests + 1,
+        max_seq_len=logical * PAGE_SIZE,
+    )
+
+
+def prompt(request_id: int, tokens: int) -> tuple[int, ...]:
+    return tuple((request_id * 131 + position * 7) % 32000 for position in range(tokens))
+
+
+def decoding_engine(flavour: Any, requests: int, plan: Plan) -> Any:
+    """An engine of `flavour` with `requests` requests all prefilled and decoding."""
+    config = config_for(requests, plan)
+    engine = flavour.Engine(config, flavour.NullModel())
+    limit = config.max_seq_len - plan.prompt_tokens - plan.prompt_tokens
+    for request_id in range(1, requests + 1):
+        engine.submit(EngineRequest(request_id, prompt(request_id, plan.prompt_tokens), limit))
+    while len(engine.to_spec().running) < requests or any(not e.decoding for e in engine.to_spec().running):
+        engine.step()
+    return engine
+
+
+def time_steps(engine: Any, steps: int, newcomer: bool, prompt_tokens: int) -> float:
+    """Mean microseconds per `step()` over `steps` steps (with a fresh newcomer each, if asked)."""
+    total = 0.0
+    gc.collect()
+    gc.disable()  # a collection inside a timed step would be charged to it
+    try:
+        for index in range(steps):
+            if newcomer:
+                engine.submit(EngineRequest(10**6 + index, prompt(index, prompt_tokens), 4))
+            start = time.perf_counter()
+            engine.step()
+            total += time.perf_counter() - start
+            if newcomer:
+                engine.cancel(10**6 + index)
+    finally:
+        gc.enable()
+    return 1e6 * total / steps
+
+
+def bench(requests: int, plan: Plan, mixed: bool) -> dict[str, Any]:
+    """One workload row: spec and impl µs per step, best of `plan.repeat` runs for impl."""
+    _log(f"{'mixed' if mixed else 'steady decode'} R={requests}: warming both engines")
+    engines = {"spec": decoding_engine(spec, requests, plan), "impl": decoding_engine(impl, requests, plan)}
+    if engines["spec"].to_spec() != engines["impl"].to_spec():
+        raise AssertionError("spec and impl engines disagree after warming up")
+    impl_us = min(time_steps(engines["impl"], plan.impl_steps, mixed, plan.prompt_tokens) for _ in range(plan.repeat))
+    _log(f"  impl {impl_us:,.1f} us per step; spec {plan.spec_steps} steps")
+    spec_us = time_steps(engines["spec"], plan.spec_steps, mixed, plan.prompt_tokens)
+    return {
+        "workload": "mixed" if mixed else "steady decode",
+        "requests": requests,
+        "spec_us": spec_us,
+        "impl_us": impl_us,
+        "speedup": spec_us / impl_us,
+    }
+
+
+def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    steady = [row for row in rows if row["workload"] == "steady decode"]
+    at_256 = [row["impl_us"] for row in steady if row["requests"] == 256]
+    return {
+        "step_target_us": STEP_TARGET_US,
+        "impl_step_us_at_256": at_256[0] if at_256 else None,
+        "step_met": at_256[0] <= STEP_TARGET_US if at_256 else None,
+        "speedup_target": SPEEDUP_TARGET,
+        "min_speedup": min(row["speedup"] for row in rows),
+        "speedup_met": min(row["speedup"] for row in rows) >= SPEEDUP_TARGET,
+        "vllm_step_us_at_256": VLLM_STEP_US,
+        "vllm_over_impl_at_256": VLLM_STEP_US / at_256[0] if at_256 else None,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    header = f"{'workload':<15}{'R':>5}{'spec':>16}{'impl':>14}{'speedup':>10}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row['workload']:<15}{row['requests']:>5}{row['spec_us']:>13,.1f} us"
+            f"{row['impl_us']:>11,.1f} us{row['speedup']:>9,.1f}x"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the engine bench; print the table and the JSON; 0, or 1 with `--strict` on a miss."""
+    parser = argparse.ArgumentParser(prog="kvsched bench engine", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run (seconds)")
+    parser.add_argument("--json", metavar="PATH", help="also write the JSON report to PATH")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else Plan()
+    rows = [bench(requests, plan, mixed=False) for requests in plan.requests]
+    rows.append(bench(plan.requests[-1], plan, mixed=True))
+    result = verdict(rows)
+    report = {"plan": asdict(plan), "page_size": PAGE_SIZE, "rows": rows, "verdict": result}
+    print(table(rows))
+    print(json.dumps(report, indent=2))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=2)
+    missed = result["step_met"] is False or not result["speedup_met"]
+    return 1 if args.strict and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,344 @@
+"""The engine's stateful harness: submit, cancel, publish and step (with a failing model) on an
+engine under test, in lockstep with the spec's engine, every check after every event.
+
+After each event (`EngineMachine.run`): a typed outcome; the spec's outcome and state
+(lockstep); an event that raised changed nothing (atomicity); every engine invariant; the step's
+limits (tokens run within `max_batched_tokens`, running within `max_batch_size`); the ghost
+reads (every computed position of every running request reads its own history); determinism
+(every token streamed equals what the request samples alone and densely); a preempted request's
+place (ahead of every later arrival of its priority). At teardown, liveness: with no arrivals
+and a well-behaved model, every request finishes within a bound of steps and every page and
+state slot not held by a published prefix is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
+from kvsched.spec import events as ev
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
+from kvsched.spec.engine_state import EngineState, check_engine_invariants, sequence_of
+from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.prefix import get_store_references
+from kvsched.spec.sequence import FinishReason
+from kvsched.spec.step import apply
+from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, capture
+from kvsched.testing.engine_model import VOCAB, HarnessModel, greedy_tokens
+
+EngineFactory = Callable[[EngineConfig, Any], Any]
+EOS = 7
+IDS = 6  # request ids 1..6; 0 and 7 are never submitted
+BASES = ((3, 1, 4, 1, 5, 9, 2, 6), (2, 7, 1, 8, 2, 8, 1, 8))  # what prompts start with
+
+SHAPES = {
+    "default": EngineConfig(
+        requests=3,
+        pages=7,
+        page_size=2,
+        logical_pages=8,
+        max_batch_size=3,
+        max_batched_tokens=5,
+        chunk_size=2,
+        prefill_reserve_pages=3,
+        max_queue=4,
+        max_seq_len=16,
+        state_slots=2,
+        prefix_entries=2,
+    ),
+    "tight": EngineConfig(
+        requests=2,
+        pages=4,
+        page_size=2,
+        logical_pages=4,
+        max_batch_size=2,
+        max_batched_tokens=3,
+        chunk_size=1,
+        prefill_reserve_pages=0,
+        max_queue=3,
+        max_seq_len=8,
+        prefix_entries=1,
+    ),
+}
+
+
+def spec_engine(config: EngineConfig, model: Any) -> Any:
+    """The spec's engine."""
+    from kvsched.spec.engine import Engine
+
+    return Engine(config, model)
+
+
+def impl_engine(config: EngineConfig, model: Any) -> Any:
+    """impl's engine."""
+    from kvsched.impl.engine import Engine
+
+    return Engine(config, model)
+
+
+def prefix_for(tokens: tuple[int, ...]) -> PrefixIdentity:
+    """The harness's identity for a prefix: its tokens name it (content-addressed)."""
+    words = [len(tokens), 0, 0, 0]
+    for index, token in enumerate(tokens):
+        words[1 + index % 3] = (words[1 + index % 3] * 131 + token + 1) % 2**32
+    return PrefixIdentity((words[0], words[1], words[2], words[3]))
+
+
+@dataclass(slots=True)
+class Submission:
+    """What the harness knows of one submitted request."""
+
+    request: EngineRequest
+    order: int  # submission order
+    streamed: list[int]
+
+
+def check_engine_event(
+    config: EngineConfig,
+    before: EngineState,
+    event: ev.Event,
+    outcome: Outcome,
+    after: EngineState,
+    reference: tuple[Outcome, EngineState] | None,
+) -> CheckFailure | None:
+    """What is wrong with one engine event (its outcome and states), or None."""
+    if not outcome.typed:
+        return CheckFailure(FailureKind.UNTYPED, f"{event!r} raised {outcome.summary()}")
+    if reference is not None:
+        expected, expected_after = reference
+        if outcome.summary() != expected.summary():
+            return CheckFailure(
+                FailureKind.LOCKSTEP, f"{event!r} gave {outcome.summary()}, the spec {expected.summary()}"
+            )
+        if after != expected_after:
+            return CheckFailure(FailureKind.LOCKSTEP, f"{event!r} left a state the spec's does not equal")
+    if outcome.error is not None:
+        if after != before:
+            return CheckFailure(FailureKind.ATOMICITY, f"{event!r} raised {outcome.error.__name__} but changed state")
+        return None
+    broken = check_engine_invariants(after)
+    if broken:
+        return CheckFailure(FailureKind.INVARIANT, ", ".join(broken))
+    if len(after.running) > config.max_batch_size:
+        return CheckFailure(FailureKind.INVARIANT, f"{len(after.running)} running over max_batch_size")
+    value = outcome.value
+    if isinstance(value, StepOutput) and value.tokens_run > config.max_batched_tokens:
+        return CheckFailure(FailureKind.INVARIANT, f"a step ran {value.tokens_run} tokens")
+    return None
+
+
+def ghost_failure(model: HarnessModel, state: EngineState) -> CheckFailure | None:
+    """Every computed position of every running request reads its own history."""
+    memory = model.memory
+    memory.histories = {
+        entry.request.request_id: sequence_of(entry.request, entry.generated)[: entry.computed]
+        for entry in state.running
+    }
+    mismatches = memory.mismatches(state.system.scheduler)
+    return CheckFailure(FailureKind.GHOST, "; ".join(mismatches[:3])) if mismatches else None
+
+
+class EngineMachine(RuleBasedStateMachine):
+    """Drives one engine under test, in lockstep with the spec's unless `reference` is None."""
+
+    def __init__(
+        self,
+        factory: EngineFactory = impl_engine,
+        reference: EngineFactory | None = spec_engine,
+        config: EngineConfig = SHAPES["default"],
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.model = HarnessModel(config.page_size)
+        self.engine = factory(config, self.model)
+        self.ref_model = HarnessModel(config.page_size)
+        self.ref = reference(config, self.ref_model) if reference is not None else None
+        self.submissions: dict[int, Submission] = {}
+        self.submitted = 0
+        self.published: list[tuple[int, ...]] = []  # the token sequences published so far
+        self.failed = False
+
+    def fail(self, failure: CheckFailure) -> None:
+        self.failed = True
+        raise CheckFailed(failure)
+
+    def run(self, event: ev.Event) -> Outcome:
+        """Run `event` on the engine (and the spec's) and check it; its outcome."""
+        if currently_in_test_context():
+            note(f"# {event!r}")
+        if isinstance(event, ev.Step):
+            self.model.arm(event)
+            self.ref_model.arm(event)
+        before = self.engine.to_spec()
+        outcome = capture(lambda: apply(self.engine, event))
+        after = self.engine.to_spec()
+        reference = None
+        if self.ref is not None:
+            expected = capture(lambda: apply(self.ref, event))
+            reference = (expected, self.ref.to_spec())
+        failure = check_engine_event(self.config, before, event, outcome, after, reference)
+        failure = failure or ghost_failure(self.model, after)
+        if failure is None and outcome.error is None:
+            failure = self._observe(event, outcome.value, after)
+        if failure is not None:
+            self.fail(failure)
+        return outcome
+
+    def _observe(self, event: ev.Event, value: Any, after: EngineState) -> CheckFailure | None:
+        """Keep the submissions in step; check determinism and the preempted requests' places."""
+        if isinstance(event, ev.Submit):
+            self.submitted += 1
+            self.submissions[event.request.request_id] = Submission(event.request, self.submitted, [])
+        if isinstance(event, ev.Cancel):
+            self.submissions.pop(int(event.request_id))
+        if isinstance(event, ev.PublishRunning):
+            entry = next(entry for entry in after.running if entry.request.request_id == event.request_id)
+            self.published.append(sequence_of(entry.request, entry.generated)[: event.tokens])
+        if not isinstance(value, StepOutput):
+            return None
+        for request_id, tokens in value.tokens.items():
+            submission = self.submissions[request_id]
+            submission.streamed.extend(tokens)
+            request = submission.request
+            expected = greedy_tokens(request.prompt, request.max_new_tokens, request.eos_token_id)
+            if submission.streamed != expected[: len(submission.streamed)]:
+                return CheckFailure(
+                    FailureKind.DETERMINISM, f"request {request_id} streamed {submission.streamed}, alone {expected}"
+                )
+        for request_id, reason in value.finished.items():
+            if reason is FinishReason.CANCELLED:
+                continue  # forgotten when it was cancelled
+            submission = self.submissions.pop(request_id)
+            request = submission.request
+            expected = greedy_tokens(request.prompt, request.max_new_tokens, request.eos_token_id)
+            if submission.streamed != expected:
+                return CheckFailure(
+                    FailureKind.DETERMINISM, f"request {request_id} finished with {submission.streamed}"
+                )
+        return self._places(value.preempted, after)
+
+    def _places(self, preempted: tuple[int, ...], after: EngineState) -> CheckFailure | None:
+        queue = [entry.request.request_id for entry in after.queue]
+        for request_id in preempted:
+            if request_id not in queue:
+                continue  # readmitted in the same step is impossible; cancelled is not
+            mine = self.submissions[request_id]
+            for other in queue[: queue.index(request_id)]:
+                theirs = self.submissions[other]
+                if theirs.request.priority == mine.request.priority and theirs.order > mine.order:
+                    return CheckFailure(FailureKind.ORDER, f"preempted {request_id} queued behind later {other}")
+        return None
+
+    # -- rules -------------------------------------------------------------------------------
+
+    @rule(
+        request_id=st.integers(1, IDS),
+        base=st.sampled_from(BASES),
+        shared=st.integers(0, 8),
+        tail=st.lists(st.integers(0, VOCAB - 1), max_size=4).map(tuple),
+        max_new_tokens=st.integers(1, 8),
+        eos=st.sampled_from([None, EOS]),
+        priority=st.integers(0, 1),
+        prefix=st.integers(0, 9),
+    )
+    def submit(
+        self,
+        request_id: int,
+        base: tuple[int, ...],
+        shared: int,
+        tail: tuple[int, ...],
+        max_new_tokens: int,
+        eos: int | None,
+        priority: int,
+        prefix: int,
+    ) -> None:
+        prompt = (base[:shared] + tail) or base[:1]  # prompts share prefixes, so published ones hit
+        identity = prefix_for(prompt[:prefix]) if 0 < prefix <= len(prompt) else None
+        self.run(ev.Submit(EngineRequest(request_id, prompt, max_new_tokens, eos, priority, 0, identity)))
+
+    @rule(
+        request_id=st.integers(1, IDS),
+        pick=st.integers(0, 3),
+        tail=st.lists(st.integers(0, VOCAB - 1), max_size=2).map(tuple),
+        max_new_tokens=st.integers(1, 4),
+    )
+    def submit_after_published(self, request_id: int, pick: int, tail: tuple[int, ...], max_new_tokens: int) -> None:
+        """A prompt that starts with (or is) a prefix published earlier, naming it: a hit."""
+        if not self.published:
+            return
+        published = self.published[pick % len(self.published)]
+        request = EngineRequest(request_id, published + tail, max_new_tokens, prefix=prefix_for(published))
+        self.run(ev.Submit(request))
+
+    @rule(value=st.sampled_from([None, -1, "3", 2**64]))
+    def submit_not_a_request(self, value: Any) -> None:
+        self.run(ev.Submit(value))
+
+    @rule(request_id=st.integers(0, IDS + 1))
+    def cancel(self, request_id: int) -> None:
+        self.run(ev.Cancel(request_id))
+
+    @rule(pick=st.integers(0, 5), tokens=st.integers(0, 10))
+    def publish(self, pick: int, tokens: int) -> None:
+        running = self.engine.to_spec().running
+        if not running:
+            return
+        entry = running[pick % len(running)]
+        sequence = sequence_of(entry.request, entry.generated)
+        self.run(ev.PublishRunning(entry.request.request_id, tokens, prefix_for(sequence[:tokens])))
+
+    @rule(
+        fault=st.sampled_from(
+            [ev.Fault.NONE] * 6
+            + [ev.Fault.RAISE, ev.Fault.CORRUPT_IDENTITY, ev.Fault.WRONG_BATCH, ev.Fault.PARTIAL, ev.Fault.REJECT]
+        ),
+        prefill_fails=st.sampled_from([False] * 6 + [True]),
+    )
+    def step(self, fault: ev.Fault, prefill_fails: bool) -> None:
+        self.run(ev.Step(fault, prefill_fails))
+
+    def teardown(self) -> None:
+        """Liveness: with no arrivals, every request finishes within a bound of steps; then
+        only published prefixes hold pages, and no state slot is held."""
+        if self.failed:
+            return
+        state = self.engine.to_spec()
+        work = [*state.queue, *state.running]
+        bound = 8 + sum(4 * (len(entry.request.prompt) + entry.request.max_new_tokens) for entry in work)
+        for _ in range(bound):
+            if not self.engine.has_work():
+                break
+            self.run(ev.Step())
+        if self.engine.has_work():
+            self.fail(CheckFailure(FailureKind.LIVENESS, f"work left after {bound} steps"))
+        drained = self.engine.to_spec()
+        store, pool = drained.system.store, drained.system.pool
+        held = [page for page, count in enumerate(pool.refs) if count != get_store_references(store, page)]
+        if held or any(owner is not None for owner in drained.state_slots):
+            self.fail(CheckFailure(FailureKind.LIVENESS, f"pages {held} or state slots still held after draining"))
+
+
+def engine_machine(
+    factory: EngineFactory = impl_engine,
+    reference: EngineFactory | None = spec_engine,
+    config: EngineConfig = SHAPES["default"],
+) -> type[EngineMachine]:
+    """An `EngineMachine` class over these engines and shape (what hypothesis runs)."""
+
+    class Machine(EngineMachine):
+        def __init__(self) -> None:
+            super().__init__(factory, reference, config)
+
+    Machine.__name__ = EngineMachine.__name__
+    return Machine
+
+
+def shape(name: str, **changes: Any) -> EngineConfig:
+    """A named shape with some fields changed."""
+    return replace(SHAPES[name], **changes)

@@ -1,0 +1,111 @@
+"""The engine harness's model: its KV is ghost memory, its tokens come from what the KV holds.
+
+Writing the KV of `token` at `position` stores the history that KV encodes: the history read,
+through the request's own table, at `position - 1`, then `token` (a real model's KV at a
+position is computed from the KV it attends to). The next token is `history_token(history)`, a
+function of that whole history, so a request that reads a wrong page (a stale prefix, a page
+another request overwrote, a skipped copy) samples a wrong token as well as failing the ghost
+read check; `greedy_tokens` is what a request run alone and densely samples.
+
+A `Step` event arms the model: the decode round breaks its contract as `HarnessBackend` does for
+the event's `fault`, and the prefill call raises when `prefill_fails`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kvsched.spec.batch import INVALID_BLOCK
+from kvsched.spec.errors import BackendRejected
+from kvsched.spec.events import Fault, Step
+from kvsched.spec.model import PrefillItem
+from kvsched.testing.backends import HarnessBackend
+from kvsched.testing.ghost import GhostMemory, History
+
+VOCAB = 50
+UNKNOWN = 1000  # stands for a position whose KV was never written
+
+
+def history_token(history: History) -> int:
+    """The harness model's greedy next token after the KV `history`."""
+    value = len(history)
+    for token in history:
+        value = (value * 31 + (UNKNOWN if token is None else token) + 1) % 1_000_003
+    return value % VOCAB
+
+
+def greedy_tokens(prompt: Sequence[int], max_new_tokens: int, eos: int | None) -> list[int]:
+    """The tokens the request samples run alone and densely."""
+    sequence, tokens = list(prompt), []
+    for _ in range(max_new_tokens):
+        token = history_token(tuple(sequence))
+        tokens.append(token)
+        sequence.append(token)
+        if token == eos:
+            break
+    return tokens
+
+
+class HarnessModel(HarnessBackend):
+    """A decode and prefill backend over ghost memory (either batch form), faults on demand."""
+
+    def __init__(self, page_size: int) -> None:
+        super().__init__(Fault.NONE, page_size, GhostMemory(page_size))
+        self.prefill_fails = False
+        self.copies = 0
+
+    @property
+    def memory(self) -> GhostMemory:
+        """The ghost KV."""
+        assert self.ghost is not None
+        return self.ghost
+
+    def arm(self, event: Step) -> None:
+        """Break the next step's model calls as `event` says."""
+        self.fault = Fault(event.fault)
+        self.prefill_fails = bool(event.prefill_fails)
+
+    def copy_pages(self, pairs: Sequence[tuple[int, int]]) -> None:
+        for source, destination in pairs:
+            self.memory.copy_page(int(source), int(destination))
+            self.copies += 1
+
+    def execute_prefill(self, items: Sequence[PrefillItem]) -> list[int]:
+        if self.prefill_fails:
+            raise RuntimeError("injected prefill fault")
+        tokens = []
+        for item in items:
+            table = [INVALID_BLOCK if page is None else page for page in item.table]
+            history: History = ()
+            for offset, token in enumerate(item.tokens):
+                history = self._compute(item.request_id, table, token, item.start + offset)
+            tokens.append(history_token(history))
+        return tokens
+
+    def answer(self, rows: tuple[tuple[int, ...], ...], tables: Any) -> list[int]:
+        tokens = []
+        for request_id, _, token, position, offset, width, _ in rows:
+            table = [int(page) for page in tables[offset : offset + width]]
+            tokens.append(history_token(self._compute(request_id, table, token, position)))
+        return tokens
+
+    def _compute(self, request_id: int, table: list[int], token: int, position: int) -> History:
+        """Write the KV of `token` at `position` through `table`; the history it encodes."""
+        page_size = self.memory.page_size
+        before: History | None = () if position == 0 else self._read(table, position - 1)
+        history = (before if before is not None else (None,) * position) + (token,)
+        logical = position // page_size
+        page = table[logical] if logical < len(table) else INVALID_BLOCK
+        if page == INVALID_BLOCK:
+            raise BackendRejected(f"request {request_id}: position {position} has no page")
+        self.memory.write(page, position, history)
+        return history
+
+    def _read(self, table: list[int], position: int) -> History | None:
+        page_size = self.memory.page_size
+        logical = position // page_size
+        page = table[logical] if logical < len(table) else INVALID_BLOCK
+        if page == INVALID_BLOCK:
+            return None
+        return self.memory.pages.get(page, {}).get(position % page_size)

@@ -1,0 +1,109 @@
+"""Deliberately broken engines: proof that the engine harness can fail.
+
+Each variant is impl's `Engine` with one method recompiled with one edit
+(`kvsched.testing.patching.patch_source`), reintroducing a bug serving engines have shipped.
+`ENGINE_VARIANTS` names each, the bug it is, and the check that must catch it with the spec
+beside it (`with_reference`) and without (`alone`: the engine's own checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kvsched.impl.engine import Engine
+from kvsched.spec.engine_config import EngineConfig
+from kvsched.testing.checks import FailureKind
+from kvsched.testing.patching import patch_source
+
+
+@dataclass(frozen=True, slots=True)
+class EngineVariant:
+    """A broken engine: which method, what edit, the bug, and the checks that catch it."""
+
+    name: str
+    sentence: str
+    method: str
+    edits: tuple[tuple[str, str], ...]
+    with_reference: FailureKind
+    alone: FailureKind | None  # None: only the spec's lockstep can tell
+
+    def factory(self) -> Callable[[EngineConfig, Any], Engine]:
+        """Build engines of this variant."""
+        patched = patch_source(getattr(Engine, self.method), self.edits, self.name)
+        broken = type(f"Engine_{self.name}", (Engine,), {self.method: patched})
+        return lambda config, model: broken(config, model)
+
+
+ENGINE_VARIANTS = (
+    EngineVariant(
+        "preempt_to_back",
+        "a preempted request re-enters at the back of the queue and loses its place (vLLM #41951)",
+        "_preempt",
+        (("front=True", "front=False"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.ORDER,
+    ),
+    EngineVariant(
+        "admit_too_large",
+        "a request larger than the cache is accepted and blocks the queue forever (vLLM #39734)",
+        "submit",
+        (("why = fits(self.config, request)", "why = None"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.LIVENESS,
+    ),
+    EngineVariant(
+        "never_preempt",
+        "KV pressure makes every step fail instead of preempting: the scheduler deadlocks (vLLM #45388)",
+        "_make_room",
+        (("slot = self._victim()", "slot = None"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.LIVENESS,
+    ),
+    EngineVariant(
+        "full_hit_prefills_nothing",
+        "a full prefix hit prefills zero tokens and samples logits it never computed (nano-vllm PR #199)",
+        "_usable_prefix",
+        (("cached = min(page_set.token_count, length - 1)", "cached = page_set.token_count"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.DETERMINISM,
+    ),
+    EngineVariant(
+        "skip_memory_guard",
+        "admission ignores the free-page reserve while requests run",
+        "_admit",
+        (("if free < self.config.prefill_reserve_pages and self._running:", "if False:"),),
+        FailureKind.LOCKSTEP,
+        None,
+    ),
+    EngineVariant(
+        "state_slot_released_twice",
+        "a finished request's recurrent-state slot is released twice, so two requests share it",
+        "_release",
+        (
+            (
+                "heapq.heappush(self._state_free, state_slot)",
+                "heapq.heappush(self._state_free, state_slot)\n        heapq.heappush(self._state_free, state_slot)",
+            ),
+        ),
+        FailureKind.LOCKSTEP,
+        FailureKind.INVARIANT,
+    ),
+    EngineVariant(
+        "decode_copies_skipped",
+        "the decode round's copy-on-write copies are never handed to the model",
+        "_decode",
+        (("call_model(lambda: self.model.copy_pages(pairs))", "pass"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.DETERMINISM,
+    ),
+    EngineVariant(
+        "failed_step_kept",
+        "a model failure leaves the step's allocations and tokens behind",
+        "step",
+        (("self._rollback(saved)", "pass"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.ATOMICITY,
+    ),
+)

@@ -1,0 +1,223 @@
+"""Exhaustive bounded exploration of the engine: every state reachable from a small configuration
+by submitting a fixed set of candidate requests (each at most once), cancelling, publishing a
+computed prompt as a prefix, and stepping, with every check on every transition and liveness
+from every state.
+
+On each transition: the engine checks of the stateful machine (`check_engine_event`: typed
+outcome, lockstep with a `reference` engine, atomicity, every engine invariant, the step's
+limits); determinism (every request's generated tokens are what it samples alone: the model is
+the null model, so they are known); a preempted request's place (ahead of every request of its
+priority that never ran). From every state, liveness: with no arrivals, stepping finishes every
+request within `drain_steps` steps, and then only published prefixes hold pages and no state
+slot is held. Search is breadth-first (the first violation has a shortest path), bounded by
+`max_states`. States are the engine's abstract state (`to_spec()`) plus which candidates were
+submitted; the engine is any factory (spec, impl, a broken variant), copied per branch.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvsched.impl.null_model import NullModel  # serves both batch forms
+from kvsched.spec import events as ev
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
+from kvsched.spec.engine_state import EngineState, Queued, Running, sequence_of
+from kvsched.spec.model import null_next_token
+from kvsched.spec.prefix import get_store_references
+from kvsched.spec.step import apply
+from kvsched.testing.checks import CheckFailure, FailureKind, capture
+from kvsched.testing.engine_machine import check_engine_event, prefix_for
+
+EngineFactory = Callable[[EngineConfig, Any], Any]
+VOCAB = 50
+
+
+@dataclass(frozen=True, slots=True)
+class EngineBounds:
+    """What the exploration covers."""
+
+    config: EngineConfig
+    candidates: tuple[EngineRequest, ...]  # the requests that may arrive, each at most once
+    max_states: int = 20_000
+    drain_steps: int = 60
+
+
+@dataclass
+class EngineExploration:
+    """One exploration: what it covered and the first violation with its shortest path."""
+
+    states: int = 0
+    transitions: int = 0
+    complete: bool = False  # every reachable state was explored
+    preemptions: int = 0  # steps that preempted
+    refusals: int = 0  # events refused (each checked to change nothing)
+    violation: CheckFailure | None = None
+    path: list[ev.Event] = field(default_factory=list)
+
+
+def greedy(request: EngineRequest) -> list[int]:
+    """The null model's tokens for `request` alone."""
+    sequence, tokens = list(request.prompt), []
+    for _ in range(request.max_new_tokens):
+        token = null_next_token(sequence[-1], len(sequence) - 1, VOCAB)
+        tokens.append(token)
+        sequence.append(token)
+        if token == request.eos_token_id:
+            break
+    return tokens
+
+
+def determinism(state: EngineState) -> CheckFailure | None:
+    """Every request holds the tokens it samples alone, so far."""
+    entries: list[Queued | Running] = [*state.queue, *state.running]
+    for entry in entries:
+        expected = greedy(entry.request)
+        if list(entry.generated) != expected[: len(entry.generated)]:
+            detail = f"request {entry.request.request_id} generated {entry.generated}, alone {expected}"
+            return CheckFailure(FailureKind.DETERMINISM, detail)
+    return None
+
+
+def places(preempted: tuple[int, ...], state: EngineState) -> CheckFailure | None:
+    """Each preempted request is queued ahead of every request of its priority that never ran."""
+    queue = list(state.queue)
+    for index, entry in enumerate(queue):
+        if entry.request.request_id not in preempted:
+            continue
+        for earlier in queue[:index]:
+            if earlier.request.priority == entry.request.priority and not earlier.generated:
+                detail = f"preempted {entry.request.request_id} queued behind {earlier.request.request_id}"
+                return CheckFailure(FailureKind.ORDER, detail)
+    return None
+
+
+def drained(engine: Any, bound: int) -> CheckFailure | None:
+    """Liveness from the engine's state: it finishes everything within `bound` steps, leaving
+    only published prefixes' pages held and no state slot."""
+    for _ in range(bound):
+        if not engine.has_work():
+            break
+        outcome = capture(engine.step)
+        if outcome.error is not None:
+            return CheckFailure(FailureKind.LIVENESS, f"draining: a step raised {outcome.summary()}")
+    if engine.has_work():
+        return CheckFailure(FailureKind.LIVENESS, f"work left after {bound} steps with no arrivals")
+    state = engine.to_spec()
+    pool, store = state.system.pool, state.system.store
+    held = [page for page, count in enumerate(pool.refs) if count != get_store_references(store, page)]
+    if held or any(owner is not None for owner in state.state_slots):
+        return CheckFailure(FailureKind.LIVENESS, f"pages {held} or a state slot still held after draining")
+    return None
+
+
+def canonical(state: EngineState) -> EngineState:
+    """`state` with its clocks replaced by ranks: the admission stamps and the store's use
+    stamps matter only by their order, so states that differ in the clocks alone behave alike."""
+    stamps = sorted(entry.admitted for entry in state.running)
+    running = tuple(replace(entry, admitted=stamps.index(entry.admitted)) for entry in state.running)
+    store = state.system.store
+    uses = sorted(entry.last_used for entry in store.entries if entry is not None)
+    entries = tuple(
+        None if entry is None else replace(entry, last_used=uses.index(entry.last_used)) for entry in store.entries
+    )
+    system = replace(state.system, store=replace(store, entries=entries, clock=len(uses)))
+    return replace(state, system=system, running=running, admissions=len(stamps))
+
+
+class EngineExplorer:
+    """Breadth-first search over an engine's reachable states (see the module docstring)."""
+
+    def __init__(self, bounds: EngineBounds, factory: EngineFactory, reference: EngineFactory | None = None) -> None:
+        self.bounds = bounds
+        self.factory = factory
+        self.reference = reference
+
+    def events(self, state: EngineState, submitted: frozenset[int]) -> list[ev.Event]:
+        """The alphabet in `state`."""
+        events: list[ev.Event] = [ev.Step()]
+        events += [ev.Submit(request) for request in self.bounds.candidates if request.request_id not in submitted]
+        events += [ev.Cancel(request_id) for request_id in sorted(submitted)]
+        for entry in state.running:
+            tokens = len(entry.request.prompt)
+            if entry.computed >= tokens:
+                identity = prefix_for(sequence_of(entry.request, entry.generated)[:tokens])
+                events.append(ev.PublishRunning(entry.request.request_id, tokens, identity))
+        return events
+
+    def run(self) -> EngineExploration:
+        """Explore until every reachable state is seen, `max_states` are, or a check fails."""
+        result = EngineExploration()
+        config = self.bounds.config
+        start = (self.factory(config, NullModel(VOCAB)), None)
+        if self.reference is not None:
+            start = (start[0], self.reference(config, NullModel(VOCAB)))
+        first = start[0].to_spec()
+        seen: set[tuple[EngineState, frozenset[int]]] = {(canonical(first), frozenset())}
+        frontier: deque[tuple[Any, Any, frozenset[int], list[ev.Event]]] = deque(
+            [(start[0], start[1], frozenset(), [])]
+        )
+        while frontier:
+            engine, ref, submitted, path = frontier.popleft()
+            result.states += 1
+            failure = drained(copy.deepcopy(engine), self.bounds.drain_steps)
+            if failure is not None:
+                result.violation, result.path = failure, path
+                return result
+            state = engine.to_spec()
+            for event in self.events(state, submitted):
+                result.transitions += 1
+                mine, theirs = copy.deepcopy(engine), copy.deepcopy(ref)
+                outcome = capture(lambda: apply(mine, event))  # noqa: B023  (called at once)
+                after = mine.to_spec()
+                reference = None
+                if theirs is not None:
+                    expected = capture(lambda: apply(theirs, event))  # noqa: B023
+                    reference = (expected, theirs.to_spec())
+                failure = check_engine_event(config, state, event, outcome, after, reference)
+                result.refusals += outcome.error is not None
+                if failure is None and outcome.error is None:
+                    failure = determinism(after)
+                    if failure is None and isinstance(outcome.value, StepOutput):
+                        result.preemptions += bool(outcome.value.preempted)
+                        failure = places(outcome.value.preempted, after)
+                if failure is not None:
+                    result.violation, result.path = failure, [*path, event]
+                    return result
+                now = submitted | {event.request.request_id} if isinstance(event, ev.Submit) else submitted
+                key = (canonical(after), now)
+                if outcome.error is None and key not in seen:
+                    if len(seen) >= self.bounds.max_states:
+                        return result
+                    seen.add(key)
+                    frontier.append((mine, theirs, now, [*path, event]))
+        result.complete = True
+        return result
+
+
+SMALL = EngineBounds(
+    config=EngineConfig(
+        requests=2,
+        pages=4,
+        page_size=2,
+        logical_pages=4,
+        max_batch_size=2,
+        max_batched_tokens=3,
+        chunk_size=2,
+        prefill_reserve_pages=2,
+        max_queue=3,
+        max_seq_len=8,
+        state_slots=2,
+        prefix_entries=1,
+    ),
+    candidates=(
+        EngineRequest(1, (3, 1, 4), 2),
+        EngineRequest(2, (3, 1, 4), 1, priority=1, prefix=prefix_for((3, 1, 4))),  # a full hit, once published
+        EngineRequest(3, (2, 7, 1, 8, 2), 2),  # 7 tokens: the whole pool, so the others are preempted
+        EngineRequest(4, (5,), 3, eos_token_id=null_next_token(5, 0, VOCAB)),  # stops at EOS
+        EngineRequest(5, (1,) * 7, 2),  # 9 tokens: over max_seq_len, refused
+    ),
+)

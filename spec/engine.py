@@ -1,0 +1,425 @@
+"""The continuous-batching engine: intake, one step at a time, preemption by recompute.
+
+`Engine(config, model)` owns a pool, a prefix store and a request scheduler (the certified
+parts) and runs the loop an inference engine runs every iteration:
+
+    submit(request)  a bounded intake queue: QueueFull, then DuplicateRequest, then
+                     RequestTooLarge (a request that can never run is refused here)
+    cancel(id)       queued or running alike: pages and state slot released at once, exactly as
+                     on finish; reported as CANCELLED by the next step
+    publish(id, n, identity)  publish a running request's KV for its first n tokens as a prefix
+    step()           one iteration, below; returns a `StepOutput`
+    has_work()       something is queued, running or not yet reported
+
+One step, in order:
+1. Room: make room for every decoding request's next token (`prepare_decode_round`) and for
+   each running prefill's next chunk (strict priority, then admission order; one
+   `ensure_writable_batch` per chunk, at most `chunk_size` tokens, within the budget left by the
+   decode tokens). Decode goes first and is never starved: `max_batched_tokens >=
+   max_batch_size`, so every decoding request fits.
+2. Pressure (preemption by recompute, seed B's Phase 2): when that room cannot be had, idle
+   published prefixes are reclaimed first, then the lowest-priority, latest-admitted running
+   request is preempted: its pages and state slot are released and it re-enters the queue at
+   the front of its priority class with its generated tokens, to be recomputed (prompt +
+   generated) when readmitted. Once everything fits, the step ends there, having run nothing:
+   a step that frees pages never writes them, so a failed step can always be undone exactly.
+   A newcomer never preempts anyone.
+3. Decode: copy the shared pages the round must write (`copy_pages`), run one ragged decode
+   round, append each sampled token; EOS (checked first) or the length limit finishes it.
+4. Admissions, with the tokens left: from the queue front while a batch seat, the budget, a
+   state slot and free pages for the first chunk are there and the memory guard allows (free
+   pages >= `prefill_reserve_pages`, or nothing running); admission stops at the first request
+   that cannot be admitted, keeping its place (idle prefixes are reclaimed for it, and a later
+   step admits it). A published prefix is attached only when the rest of the sequence fits the
+   first chunk; a full hit recomputes the last prompt token, so every request prefills at least
+   one token and samples from its own logits.
+5. Prefill: one `copy_pages` and one `execute_prefill` for every chunk, one `record_tokens` per
+   chunk; a chunk that completes its sequence samples the next token (and may finish it).
+6. Requests that finished this step release their pages and state slots at its end.
+
+Atomicity: `submit` and `cancel` change nothing on error; a model failure inside `step` (typed
+`BackendFailed`, or the round's identity errors) leaves the engine exactly as before the step,
+so it can be retried. Determinism: a request's tokens depend only on its own tokens (greedy),
+whether it ran alone, batched, chunked, or was preempted and recomputed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from kvsched.spec import refusals
+from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput
+from kvsched.spec.domain import require_u64
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, finish_reason, fits, pages_for
+from kvsched.spec.engine_state import (
+    EngineState,
+    Queued,
+    Running,
+    enqueue,
+    initial_engine,
+    live_ids,
+    prefill_order,
+    sequence_of,
+    victim,
+)
+from kvsched.spec.errors import Exhausted, KvschedError
+from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.model import EngineModel, PrefillItem
+from kvsched.spec.plan import WritePlan
+from kvsched.spec.pool import BlockPool
+from kvsched.spec.prefix import MAX_SET_PAGES, PrefixKvStore, PrefixPageSet
+from kvsched.spec.scheduler import RequestScheduler
+from kvsched.spec.sequence import FinishReason
+from kvsched.spec.slots import RequestState
+from kvsched.spec.system import SystemState
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """What a step has done so far (becomes its `StepOutput`)."""
+
+    tokens: dict[int, list[int]] = field(default_factory=dict)
+    finished: dict[int, FinishReason] = field(default_factory=dict)
+    preempted: list[int] = field(default_factory=list)
+    finishing: list[int] = field(default_factory=list)  # finished this step: released at its end
+    tokens_run: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A prefill chunk planned this step: `length` tokens of the request's sequence from `start`."""
+
+    request_id: int
+    start: int
+    length: int
+    copies: tuple[tuple[int, int], ...]
+
+
+def chunk_pages(start: int, length: int, page_size: int) -> list[int]:
+    """The logical pages positions `start .. start + length - 1` land on."""
+    return list(range(start // page_size, (start + length - 1) // page_size + 1))
+
+
+def plan_copies(plan: WritePlan) -> tuple[tuple[int, int], ...]:
+    """The (source, destination) pages a plan's copies need."""
+    return tuple((copy.source, copy.destination) for copy in plan.copies())
+
+
+def call_model(call: Callable[[], T]) -> T:
+    """A model call; whatever it raises becomes `BackendFailed`."""
+    try:
+        return call()
+    except Exception as error:
+        raise refusals.backend_raised(error) from error
+
+
+def require_prefill_tokens(answer: object, count: int) -> list[int]:
+    """The prefill backend's answer as `count` u32 tokens, else `OutputIdentityMismatch`."""
+    tokens = list(answer) if isinstance(answer, Sequence) else []
+    if len(tokens) != count:
+        raise refusals.prefill_answer(len(tokens), count)
+    if not all(isinstance(token, int) and 0 <= token <= U32_MAX for token in tokens):
+        raise refusals.prefill_answer(len(tokens), count)
+    return [int(token) for token in tokens]
+
+
+class Engine:
+    """The continuous-batching engine over the spec's certified parts; see the module docstring."""
+
+    def __init__(self, config: EngineConfig, model: EngineModel) -> None:
+        if not isinstance(config, EngineConfig):
+            raise refusals.wrong_kind("config", "EngineConfig", config)
+        self.config = config
+        self.model = model
+        self.pool = BlockPool(config.pages)
+        self.store = PrefixKvStore(config.prefix_entries, min(config.logical_pages, MAX_SET_PAGES), pool=self.pool)
+        self.scheduler = RequestScheduler(
+            config.requests, config.logical_pages, pool=self.pool, prefixes=self.store, page_size=config.page_size
+        )
+        self._restore(initial_engine(self._system(), config))
+
+    # -- the state ----------------------------------------------------------------------------
+
+    def _system(self) -> SystemState:
+        return SystemState(self.pool.state, self.store.state, self.scheduler.state)
+
+    @property
+    def state(self) -> EngineState:
+        """The whole engine as a value."""
+        return EngineState(
+            self._system(), self._queue, self._running, self._state_slots, self._cancelled, self._admissions
+        )
+
+    def to_spec(self) -> EngineState:
+        """The abstract state (the spec is its own abstraction)."""
+        return self.state
+
+    def _restore(self, state: EngineState) -> None:
+        self.pool.commit(state.system.pool)
+        self.store.commit(state.system.store)
+        self.scheduler.commit(state.system.scheduler)
+        self._queue = state.queue
+        self._running = state.running
+        self._state_slots = state.state_slots
+        self._cancelled = state.cancelled
+        self._admissions = state.admissions
+
+    # -- intake -------------------------------------------------------------------------------
+
+    def submit(self, request: EngineRequest) -> None:
+        """Queue `request` at the back of its priority class."""
+        if not isinstance(request, EngineRequest):
+            raise refusals.wrong_kind("request", "EngineRequest", request)
+        if len(self._queue) >= self.config.max_queue:
+            raise refusals.queue_full(request.request_id, len(self._queue))
+        if request.request_id in live_ids(self.state):
+            raise refusals.duplicate_request(request.request_id)
+        why = fits(self.config, request)
+        if why is not None:
+            raise refusals.request_too_large(request.request_id, why)
+        self._queue = enqueue(self._queue, Queued(request), front=False)
+
+    def cancel(self, request_id: int) -> None:
+        """Stop a queued or running request now; the next step reports it as CANCELLED."""
+        request_id = require_u64("request_id", request_id)
+        queued = [entry for entry in self._queue if entry.request.request_id == request_id]
+        running = [entry for entry in self._running if entry.request.request_id == request_id]
+        if not queued and not running:
+            raise refusals.unknown_request(request_id)
+        if running:
+            self._release(running[0])
+        self._queue = tuple(entry for entry in self._queue if entry.request.request_id != request_id)
+        self._cancelled = (*self._cancelled, request_id)
+
+    def publish(self, request_id: int, tokens: int, identity: PrefixIdentity) -> None:
+        """Publish the KV of a running request's first `tokens` tokens under `identity`: the
+        store takes its own references to those pages, and a later request naming `identity`
+        attaches them (`EngineRequest.prefix`). `identity` must name exactly those tokens."""
+        request_id = require_u64("request_id", request_id)
+        entry = next((entry for entry in self._running if entry.request.request_id == request_id), None)
+        if entry is None:
+            raise refusals.unknown_request(request_id)
+        count = refusals.require_published_tokens(request_id, tokens, entry.computed)
+        pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
+        self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
+
+    def has_work(self) -> bool:
+        """Something is queued or running, or a cancellation is not yet reported."""
+        return bool(self._queue or self._running or self._cancelled)
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def step(self) -> StepOutput:
+        """One iteration (see the module docstring); on any error the engine is as before."""
+        saved = self.state
+        try:
+            record = StepRecord(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
+            self._cancelled = ()
+            room = self._make_room(record)
+            if room is not None:
+                plan, chunks = room
+                self._decode(plan, record)
+                self._prefill(chunks, record)
+                for request_id in record.finishing:
+                    self._release(self._entry(request_id))
+        except BaseException:
+            self._restore(saved)
+            raise
+        return StepOutput(
+            tokens={request_id: tuple(tokens) for request_id, tokens in record.tokens.items()},
+            finished=record.finished,
+            preempted=tuple(record.preempted),
+            tokens_run=record.tokens_run,
+            pages_in_use=self.config.pages - self.pool.free_count(),
+        )
+
+    def _make_room(self, record: StepRecord) -> tuple[WritePlan, list[Chunk]] | None:
+        """Room for every running request's work this step: the decode plan and the running
+        prefills' chunks. Under pressure, reclaim idle prefixes, then preempt victims, until it
+        all fits, and then do nothing more this step (None): the step that freed pages never
+        writes them, so a model failure can always be undone."""
+        relieved = False
+        while True:
+            inner = self.state
+            try:
+                room = self._room_for_running()
+            except Exhausted as error:
+                self._restore(inner)
+                if self.store.reclaim(self.pool, error.needed or 1) == 0:
+                    entry = victim(self._running)
+                    if entry is None:
+                        raise
+                    self._preempt(entry, record)
+                relieved = True
+                continue
+            if relieved:
+                self._restore(inner)
+                return None
+            return room
+
+    def _room_for_running(self) -> tuple[WritePlan, list[Chunk]]:
+        plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
+        budget = self.config.max_batched_tokens - sum(1 for entry in self._running if entry.decoding)
+        chunks = []
+        for entry in sorted((entry for entry in self._running if not entry.decoding), key=prefill_order):
+            if budget == 0:
+                break
+            request_id = entry.request.request_id
+            length = min(self.config.chunk_size, entry.sequence_length - entry.computed, budget)
+            pages = chunk_pages(entry.computed, length, self.config.page_size)
+            room = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
+            chunks.append(Chunk(request_id, entry.computed, length, plan_copies(room)))
+            budget -= length
+        return plan, chunks
+
+    def _decode(self, plan: WritePlan, record: StepRecord) -> None:
+        count = sum(1 for entry in self._running if entry.decoding)
+        if count == 0:
+            return
+        copies = plan_copies(plan)
+        if copies:
+            call_model(lambda: self.model.copy_pages(copies))
+        outputs = [RaggedBatchOutput()] * count
+        items = [RaggedBatchItem()] * count
+        self.scheduler.execute_decode_round(self.model, items, [0] * (count * self.config.logical_pages), outputs)
+        record.tokens_run += count
+        by_id = {entry.request.request_id: entry for entry in self._running}
+        for output in outputs:
+            self._emit(by_id[output.request_id], output.next_token_id, record)
+
+    def _prefill(self, chunks: list[Chunk], record: StepRecord) -> None:
+        budget = self.config.max_batched_tokens - record.tokens_run - sum(chunk.length for chunk in chunks)
+        while budget:
+            chunk = self._admit(budget)
+            if chunk is None:
+                break
+            chunks.append(chunk)
+            budget -= chunk.length
+        if chunks:
+            self._run_chunks(chunks, record)
+
+    def _admit(self, budget: int) -> Chunk | None:
+        """Admit the queue's front request with its first chunk, if everything it needs is
+        free now; None when not (nobody is preempted for a newcomer; idle prefixes are reclaimed
+        for it, and it is admitted by a later step)."""
+        if not self._queue or len(self._running) >= self.config.max_batch_size:
+            return None
+        free = self.pool.free_count()
+        if free < self.config.prefill_reserve_pages and self._running:
+            return None  # the memory guard; an empty batch is never starved
+        slot = next((index for index, owner in enumerate(self._state_slots) if owner is None), None)
+        if self._state_slots and slot is None:
+            return None
+        front = self._queue[0]
+        request = front.request
+        length_of = len(request.prompt) + len(front.generated)
+        identity, cached = self._usable_prefix(request.prefix, length_of, budget)
+        length = min(self.config.chunk_size, length_of - cached, budget)
+        pages = chunk_pages(cached, length, self.config.page_size)
+        if len(pages) > free:
+            self.store.reclaim(self.pool, len(pages))  # for a later step: this one writes no freed page
+            return None
+        request_id = request.request_id
+        self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool)
+        plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
+        if slot is not None:
+            self._state_slots = _with_owner(self._state_slots, slot, request_id)
+        entry = Running(request, front.generated, cached, False, self._admissions, slot)
+        self._admissions += 1
+        self._running = (*self._running, entry)
+        self._queue = self._queue[1:]
+        return Chunk(request_id, cached, length, plan_copies(plan))
+
+    def _usable_prefix(
+        self, identity: PrefixIdentity | None, length: int, budget: int
+    ) -> tuple[PrefixIdentity | None, int]:
+        """The prefix to attach and the tokens it saves: published, no longer than the sequence,
+        and leaving a rest that one chunk completes; a full hit still recomputes one token."""
+        page_set = None if identity is None else self.store.get(identity)
+        if page_set is None or page_set.token_count > length:
+            return None, 0
+        cached = min(page_set.token_count, length - 1)
+        if length - cached > min(self.config.chunk_size, budget):
+            return None, 0
+        return identity, cached
+
+    def _run_chunks(self, chunks: list[Chunk], record: StepRecord) -> None:
+        copies = tuple(pair for chunk in chunks for pair in chunk.copies)
+        if copies:
+            call_model(lambda: self.model.copy_pages(copies))
+        by_id = {entry.request.request_id: entry for entry in self._running}
+        items = []
+        for chunk in chunks:
+            entry = by_id[chunk.request_id]
+            tokens = sequence_of(entry.request, entry.generated)[chunk.start : chunk.start + chunk.length]
+            table = self.scheduler.page_table(chunk.request_id)
+            items.append(PrefillItem(chunk.request_id, self._slot_of(chunk.request_id), tokens, chunk.start, table))
+        answer = call_model(lambda: self.model.execute_prefill(items))
+        sampled = require_prefill_tokens(answer, len(items))
+        for chunk, token in zip(chunks, sampled, strict=True):
+            entry = by_id[chunk.request_id]
+            computed = chunk.start + chunk.length
+            counted = self.scheduler.state.slots[self._slot_of(chunk.request_id)].token_count
+            if computed > counted:
+                self.scheduler.record_tokens(chunk.request_id, computed - counted)
+            record.tokens_run += chunk.length
+            entry = self._replace(entry, computed=computed)
+            if computed == entry.sequence_length:
+                self._emit(entry, token, record)
+
+    def _slot_of(self, request_id: int) -> int:
+        return next(
+            index
+            for index, slot in enumerate(self.scheduler.state.slots)
+            if slot.state is not RequestState.EMPTY and slot.request_id == request_id
+        )
+
+    # -- what happens to a running request ----------------------------------------------------
+
+    def _emit(self, entry: Running, token: int, record: StepRecord) -> None:
+        """Append the token `entry` sampled; finish it, or make it (keep it) decoding."""
+        request_id = entry.request.request_id
+        generated = (*entry.generated, token)
+        record.tokens.setdefault(request_id, []).append(token)
+        reason = finish_reason(entry.request, generated)
+        if reason is not None:
+            record.finished[request_id] = reason
+            record.finishing.append(request_id)  # released at the end of the step
+            return
+        if not entry.decoding:
+            if self.scheduler.state.slots[self._slot_of(request_id)].state is RequestState.PREFILL:
+                self.scheduler.mark_prefill_complete(request_id)
+            self.scheduler.seed_decode_token(request_id, token)
+        self._replace(entry, generated=generated, computed=entry.sequence_length, decoding=True)
+
+    def _replace(self, entry: Running, **changes: object) -> Running:
+        new = replace(entry, **changes)  # type: ignore[arg-type]
+        self._running = tuple(new if other is entry else other for other in self._running)
+        return new
+
+    def _release(self, entry: Running) -> None:
+        """Finish `entry` in the scheduler (pages released) and free its state slot."""
+        self.scheduler.finish(entry.request.request_id, self.pool)
+        if entry.state_slot is not None:
+            self._state_slots = _with_owner(self._state_slots, entry.state_slot, None)
+        self._running = tuple(other for other in self._running if other is not entry)
+
+    def _preempt(self, entry: Running, record: StepRecord) -> None:
+        """Release `entry` and requeue it at the front of its class, its tokens kept."""
+        self._release(entry)
+        self._queue = enqueue(self._queue, Queued(entry.request, entry.generated), front=True)
+        record.preempted.append(entry.request.request_id)
+
+    def _entry(self, request_id: int) -> Running:
+        return next(entry for entry in self._running if entry.request.request_id == request_id)
+
+
+def _with_owner(slots: tuple[int | None, ...], index: int, owner: int | None) -> tuple[int | None, ...]:
+    return slots[:index] + (owner,) + slots[index + 1 :]
+
+
+__all__ = ["Engine", "EngineConfig", "EngineRequest", "KvschedError", "StepOutput"]

@@ -1,0 +1,181 @@
+"""The engine's values: its configuration, a request, one step's output, and the intake rules.
+
+`EngineConfig` sizes everything at construction and is validated there (`InvalidConfig` names
+the first bad field). `EngineRequest` is one generation request, validated when built
+(`InvalidArgument`). `fits` is the intake's rule: a request that can never run is refused at
+`submit` (`RequestTooLarge`) and so never blocks the queue. `finish_reason` is when a request
+stops: EOS is checked before the length limit, as seed B's sequence does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kvsched.spec import refusals
+from kvsched.spec.batch import U32_MAX
+from kvsched.spec.domain import as_int, require_u32, require_u64
+from kvsched.spec.errors import InvalidArgument, InvalidConfig
+from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.sequence import FinishReason
+
+PRIORITY_LIMIT = 2**31  # priorities are i32: -2**31 .. 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """An engine's sizes and limits.
+
+    requests              scheduler slots (concurrent requests it can hold at all)
+    pages, page_size      the KV pool: physical pages and token positions per page
+    logical_pages         one request table's capacity in pages
+    max_batch_size        running requests at most (<= requests)
+    max_batched_tokens    tokens one step runs: decode tokens + prefill chunks (>= max_batch_size,
+                          so every decoding request always fits)
+    chunk_size            the longest prefill chunk of one request in one step
+    prefill_reserve_pages no admission while fewer pages are free, unless nothing runs
+    max_queue             requests the intake queue holds (preempted requests always re-enter)
+    max_seq_len           prompt + max_new_tokens at most
+    state_slots           recurrent-state slots, one per running request (0 = none)
+    prefix_entries        prefix store entries for published prefixes (0 = none)
+    """
+
+    requests: int = 32
+    pages: int = 1024
+    page_size: int = 16
+    logical_pages: int = 256
+    max_batch_size: int = 32
+    max_batched_tokens: int = 2048
+    chunk_size: int = 512
+    prefill_reserve_pages: int = 8
+    max_queue: int = 1024
+    max_seq_len: int = 4096
+    state_slots: int = 0
+    prefix_entries: int = 0
+
+    def __post_init__(self) -> None:
+        for name, low in _LOWER_BOUNDS.items():
+            value = as_int(getattr(self, name))
+            if value is None or not low <= value <= U32_MAX:
+                raise InvalidConfig(f"{name} must be an integer in {low}..2**32-1, not {getattr(self, name)!r}")
+            object.__setattr__(self, name, value)
+        if self.requests > 2**16:
+            raise InvalidConfig(f"requests must be at most 2**16, not {self.requests}")
+        if self.max_batch_size > self.requests:
+            raise InvalidConfig(f"max_batch_size {self.max_batch_size} exceeds requests {self.requests}")
+        if self.max_batched_tokens < self.max_batch_size:
+            raise InvalidConfig(
+                f"max_batched_tokens {self.max_batched_tokens} is below max_batch_size {self.max_batch_size}: "
+                "a full batch of decoding requests would not fit one step"
+            )
+
+    @property
+    def table_tokens(self) -> int:
+        """The most token positions one request table maps."""
+        return self.logical_pages * self.page_size
+
+
+_LOWER_BOUNDS = {
+    "requests": 1,
+    "pages": 1,
+    "page_size": 1,
+    "logical_pages": 1,
+    "max_batch_size": 1,
+    "max_batched_tokens": 1,
+    "chunk_size": 1,
+    "prefill_reserve_pages": 0,
+    "max_queue": 1,
+    "max_seq_len": 1,
+    "state_slots": 0,
+    "prefix_entries": 0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """One generation request: generate at most `max_new_tokens` after `prompt`, stopping early at
+    `eos_token_id`. Higher `priority` runs first; FIFO inside a priority. `prefix` names a
+    published prefix whose KV the prompt starts with (attached at admission when published)."""
+
+    request_id: int
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    eos_token_id: int | None = None
+    priority: int = 0
+    tenant: int = 0
+    prefix: PrefixIdentity | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "request_id", require_u64("request_id", self.request_id))
+        if not isinstance(self.prompt, tuple | list) or not self.prompt:
+            raise InvalidArgument(f"prompt must be a non-empty tuple of token ids, not {self.prompt!r}")
+        object.__setattr__(self, "prompt", tuple(require_u32("prompt token", token) for token in self.prompt))
+        tokens = as_int(self.max_new_tokens)
+        if tokens is None or not 1 <= tokens <= U32_MAX:
+            raise InvalidArgument(f"max_new_tokens must be an integer in 1..2**32-1, not {self.max_new_tokens!r}")
+        object.__setattr__(self, "max_new_tokens", tokens)
+        if self.eos_token_id is not None:
+            object.__setattr__(self, "eos_token_id", require_u32("eos_token_id", self.eos_token_id))
+        priority = as_int(self.priority)
+        if priority is None or not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
+            raise InvalidArgument(f"priority must be an i32, not {self.priority!r}")
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "tenant", require_u32("tenant", self.tenant))
+        if self.prefix is not None and not isinstance(self.prefix, PrefixIdentity):
+            raise refusals.wrong_kind("prefix", "PrefixIdentity or None", self.prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """What one step did: each request's new tokens (in order), the requests that finished and
+    why (cancellations since the last step included), those preempted (in preemption order), the
+    tokens the model ran (decode tokens + prefill chunk tokens) and the pages held afterwards."""
+
+    tokens: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    finished: Mapping[int, FinishReason] = field(default_factory=dict)
+    preempted: tuple[int, ...] = ()
+    tokens_run: int = 0
+    pages_in_use: int = 0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StepOutput):
+            return NotImplemented
+        return (
+            dict(self.tokens) == dict(other.tokens)
+            and dict(self.finished) == dict(other.finished)
+            and tuple(self.preempted) == tuple(other.preempted)
+            and (self.tokens_run, self.pages_in_use) == (other.tokens_run, other.pages_in_use)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # the mappings are not hashable
+
+
+def pages_for(tokens: int, page_size: int) -> int:
+    """How many pages hold `tokens` token positions."""
+    return -(-tokens // page_size)
+
+
+def fits(config: EngineConfig, request: EngineRequest) -> str | None:
+    """Why `request` can never run in an engine of `config` (None when it can).
+
+    It must hold its whole sequence, prompt + max_new_tokens, in one table and in the pool at
+    once; with a prefix, one page more (the copy of a shared page its first write lands in)."""
+    total = len(request.prompt) + request.max_new_tokens
+    if total > config.max_seq_len:
+        return f"{total} tokens (prompt + max_new_tokens) exceed max_seq_len {config.max_seq_len}"
+    if total > config.table_tokens:
+        return f"{total} tokens exceed one table's {config.logical_pages} pages of {config.page_size}"
+    pages = pages_for(total, config.page_size) + (request.prefix is not None)
+    if pages > config.pages:
+        return f"{pages} pages exceed the pool's {config.pages}"
+    return None
+
+
+def finish_reason(request: EngineRequest, generated: tuple[int, ...] | list[int]) -> FinishReason | None:
+    """Why the request stops after generating `generated` (its last token just appended): EOS
+    first, then the length limit; None while it goes on."""
+    if request.eos_token_id is not None and generated[-1] == request.eos_token_id:
+        return FinishReason.EOS
+    if len(generated) >= request.max_new_tokens:
+        return FinishReason.MAX_LENGTH
+    return None

@@ -1,0 +1,194 @@
+"""The engine's state as one value, the queue's and the preemption's order, and its invariants.
+
+    submit --> queued --admit--> running (prefilling --last chunk--> decoding) --> finished
+                 ^                   |
+                 +---- preempt ------+   (to the front of its priority class, tokens kept)
+
+`EngineState` is the `SystemState` of the certified parts (pool, store, scheduler) plus what the
+scheduler does not know: the queue, each running request's request and generated tokens, the
+recurrent-state slots, and the cancellations the next step reports. The scheduler's slots stay
+the truth about pages; `running` and the slots agree (`inv_engine_running_is_scheduled`).
+
+Orders (each a total order, so spec and impl agree step for step):
+- the queue: priority descending, FIFO inside a priority; a preempted request re-enters at the
+  front of its priority class, so it keeps its place ahead of every later arrival;
+- `running`: admission order; the preemption victim is the lowest-priority, latest-admitted
+  running request (`victim`), so a request is never preempted for a later or lower one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kvsched.spec.engine_config import EngineConfig, EngineRequest
+from kvsched.spec.invariants import INVARIANTS
+from kvsched.spec.slots import RequestState, is_live
+from kvsched.spec.system import SystemState
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A request waiting for admission, with the tokens it generated before a preemption."""
+
+    request: EngineRequest
+    generated: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """An admitted request. Its sequence is prompt + generated; `computed` of its tokens have
+    their KV written. Prefilling, it computes the whole sequence (a recompute after preemption
+    included) and then samples; decoding, every token but the last is computed and the last is
+    the next round's input."""
+
+    request: EngineRequest
+    generated: tuple[int, ...]
+    computed: int
+    decoding: bool
+    admitted: int  # the engine's admission clock when it was admitted
+    state_slot: int | None  # its recurrent-state slot (None when the engine has none)
+
+    @property
+    def sequence_length(self) -> int:
+        """Prompt + generated tokens."""
+        return len(self.request.prompt) + len(self.generated)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """The whole engine."""
+
+    system: SystemState
+    queue: tuple[Queued, ...]  # front first
+    running: tuple[Running, ...]  # admission order
+    state_slots: tuple[int | None, ...]  # each slot's owner request id, None when free
+    cancelled: tuple[int, ...]  # cancelled since the last step, in cancellation order
+    admissions: int  # the admission clock: how many admissions so far
+
+
+def sequence_of(request: EngineRequest, generated: Sequence[int]) -> tuple[int, ...]:
+    """Prompt + generated."""
+    return request.prompt + tuple(generated)
+
+
+def queue_position(queue: Sequence[Queued], priority: int, front: bool) -> int:
+    """Where an entry of `priority` enters: after every higher priority, and after (back) or
+    before (front) every entry of its own."""
+    for index, entry in enumerate(queue):
+        other = entry.request.priority
+        if other < priority or (front and other == priority):
+            return index
+    return len(queue)
+
+
+def enqueue(queue: tuple[Queued, ...], entry: Queued, *, front: bool) -> tuple[Queued, ...]:
+    """`queue` with `entry` at the back (a new arrival) or the front (a preempted request) of
+    its priority class."""
+    index = queue_position(queue, entry.request.priority, front)
+    return queue[:index] + (entry,) + queue[index:]
+
+
+def victim_order(entry: Running) -> tuple[int, int]:
+    """Preemption order: the smallest is preempted first (lowest priority, latest admitted)."""
+    return (entry.request.priority, -entry.admitted)
+
+
+def victim(running: Sequence[Running]) -> Running | None:
+    """The running request to preempt first, if any."""
+    return min(running, key=victim_order, default=None)
+
+
+def prefill_order(entry: Running) -> tuple[int, int]:
+    """The order running prefills get their chunks in: strict priority, then admission."""
+    return (-entry.request.priority, entry.admitted)
+
+
+def initial_engine(system: SystemState, config: EngineConfig) -> EngineState:
+    """An engine with nothing queued or running."""
+    return EngineState(system, (), (), (None,) * config.state_slots, (), 0)
+
+
+def live_ids(state: EngineState) -> set[int]:
+    """The ids queued or running (what `submit` calls a duplicate)."""
+    return {entry.request.request_id for entry in state.queue} | {entry.request.request_id for entry in state.running}
+
+
+# -- invariants --------------------------------------------------------------------------------
+
+
+def inv_engine_system(state: EngineState) -> bool:
+    """Every invariant of the certified parts holds."""
+    return all(invariant(state.system) for invariant in INVARIANTS)
+
+
+def inv_engine_running_is_scheduled(state: EngineState) -> bool:
+    """The running requests are exactly the scheduler's live requests; a decoding one is in
+    DECODE with its last token seeded and every other token counted; a prefilling one is in
+    PREFILL with exactly its computed tokens counted."""
+    live = {slot.request_id: slot for slot in state.system.scheduler.slots if is_live(slot)}
+    if set(live) != {entry.request.request_id for entry in state.running}:
+        return False
+    for entry in state.running:
+        slot = live[entry.request.request_id]
+        length = entry.sequence_length
+        if entry.decoding:
+            ready = slot.state is RequestState.DECODE and slot.token_ready
+            if not ready or slot.token_count != length - 1 or slot.next_token_id != entry.generated[-1]:
+                return False
+        elif slot.state is not RequestState.PREFILL or slot.token_count != entry.computed:
+            return False
+    return True
+
+
+def inv_engine_ids_unique(state: EngineState) -> bool:
+    """No request id is both queued and running, or in either twice."""
+    ids = [entry.request.request_id for entry in state.queue] + [entry.request.request_id for entry in state.running]
+    return len(ids) == len(set(ids))
+
+
+def inv_engine_queue_ordered(state: EngineState) -> bool:
+    """The queue is in priority order, highest first."""
+    priorities = [entry.request.priority for entry in state.queue]
+    return priorities == sorted(priorities, reverse=True)
+
+
+def inv_engine_admission_order(state: EngineState) -> bool:
+    """`running` is in admission order, every admission stamp below the clock."""
+    stamps = [entry.admitted for entry in state.running]
+    return stamps == sorted(set(stamps)) and all(stamp < state.admissions for stamp in stamps)
+
+
+def inv_engine_state_slots_exact(state: EngineState) -> bool:
+    """With state slots, every running request holds exactly one, and every held one is held by
+    exactly one running request (held + free = total); without, no request holds one."""
+    owners = {slot: owner for slot, owner in enumerate(state.state_slots) if owner is not None}
+    held = {entry.state_slot: entry.request.request_id for entry in state.running if entry.state_slot is not None}
+    if not state.state_slots:
+        return not held
+    holders = [entry.state_slot for entry in state.running]
+    return None not in holders and len(set(holders)) == len(holders) and owners == held
+
+
+def inv_engine_generated_bounded(state: EngineState) -> bool:
+    """No request has generated its limit and still runs or waits (it would have finished)."""
+    entries: list[Queued | Running] = [*state.queue, *state.running]
+    return all(len(entry.generated) < entry.request.max_new_tokens for entry in entries)
+
+
+EngineInvariant = Callable[[EngineState], bool]
+
+ENGINE_INVARIANTS: tuple[EngineInvariant, ...] = (
+    inv_engine_system,
+    inv_engine_running_is_scheduled,
+    inv_engine_ids_unique,
+    inv_engine_queue_ordered,
+    inv_engine_admission_order,
+    inv_engine_state_slots_exact,
+    inv_engine_generated_bounded,
+)
+
+
+def check_engine_invariants(state: EngineState) -> tuple[str, ...]:
+    """The names of every engine invariant `state` violates."""
+    return tuple(invariant.__name__ for invariant in ENGINE_INVARIANTS if not invariant(state))

@@ -1,0 +1,80 @@
+"""The engine's model boundary: the ragged decode backend, a prefill backend, and a null model.
+
+Each step the engine makes at most these calls, in this order:
+
+    copy_pages(pairs)          the decode round's copy-on-write copies (source, destination)
+    execute_ragged(...)        the decode round: one call for every decoding request (seed A's)
+    copy_pages(pairs)          the prefill chunks' copy-on-write copies
+    execute_prefill(items)     every prefill chunk of the step in one call; one token per chunk
+
+A copy is made before anything writes its destination. `execute_prefill` computes each item's
+tokens at positions `start, start + 1, ...` into the pages its table maps and answers, per item
+in order, the greedy next token after its last one (the engine uses it when the chunk completes
+the sequence). A model reports failure by raising; the engine then restores itself exactly.
+
+`NullModel` has no KV: the next token is a fixed function of the token and its position
+(`null_next_token`), so every request's tokens are known in advance, whatever the batching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableSequence, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kvsched.spec.batch import RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt, RaggedDecodeBackend
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillItem:
+    """One request's prefill chunk: `tokens` at positions `start ...`, written through `table`."""
+
+    request_id: int
+    slot: int  # the request's scheduler slot
+    tokens: tuple[int, ...]
+    start: int
+    table: tuple[int | None, ...]  # its logical page table (None where unmapped)
+
+
+class PrefillBackend(Protocol):
+    """Prefill chunks and copy-on-write copies."""
+
+    def copy_pages(self, pairs: Sequence[tuple[int, int]]) -> None: ...
+
+    def execute_prefill(self, items: Sequence[PrefillItem]) -> Sequence[int]: ...
+
+
+class EngineModel(RaggedDecodeBackend, PrefillBackend, Protocol):
+    """What an engine runs: a decode backend and a prefill backend in one object."""
+
+
+NULL_VOCAB = 32000
+
+
+def null_next_token(token: int, position: int, vocab: int = NULL_VOCAB) -> int:
+    """The null model's next token after `token` at `position`."""
+    return (token * 31 + position * 7 + 1) % vocab
+
+
+class NullModel:
+    """A model with no KV whose next token is `null_next_token(token, position)`: for tests and
+    benchmarks (the spec's record form; `kvsched.impl.NullModel` serves both forms)."""
+
+    def __init__(self, vocab: int = NULL_VOCAB) -> None:
+        self.vocab = vocab
+        self.copies = 0  # pages copied so far
+
+    def copy_pages(self, pairs: Sequence[tuple[int, int]]) -> None:
+        self.copies += len(pairs)
+
+    def execute_prefill(self, items: Sequence[PrefillItem]) -> Sequence[int]:
+        return [null_next_token(item.tokens[-1], item.start + len(item.tokens) - 1, self.vocab) for item in items]
+
+    def execute_ragged(
+        self, items: Sequence[RaggedBatchItem], block_tables: Sequence[int], out: MutableSequence[RaggedBatchOutput]
+    ) -> RaggedBatchReceipt:
+        for index, item in enumerate(items):
+            out[index] = RaggedBatchOutput(
+                item.request_id, item.slot, null_next_token(item.token_id, item.position, self.vocab)
+            )
+        return RaggedBatchReceipt(len(items), 1, len(items) * RaggedBatchOutput.SIZE)

@@ -1,0 +1,17 @@
+"""The README's embedding example runs as written."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+
+def test_the_readme_embedding_example_runs() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("## Embedding the engine")
+    block = readme[readme.index("```python\n", start) + len("```python\n") :]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block[: block.index("```")], "README.md", "exec"), {})
+    assert printed.getvalue().count("MAX_LENGTH after 20 tokens") == 3
