@@ -142,7 +142,8 @@ class Engine:
         self._state_free: list[int] = list(range(config.state_slots))  # a min-heap
         self._cancelled: list[int] = []
         self._admissions = 0
-        self._saved: Saved | None = None
+        self._saved: Saved | None = None  # the running step's checkpoint
+        self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
 
     # -- the abstraction ----------------------------------------------------------------------
 
@@ -247,7 +248,7 @@ class Engine:
 
     def step(self) -> StepOutput:
         """One iteration, as the spec's; on any error the engine is exactly as before."""
-        saved = self._saved = self._save()
+        saved = self._saved = self._step_state = self._save(self._step_state)
         try:
             record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
             self._cancelled = []
@@ -271,10 +272,15 @@ class Engine:
             pages_in_use=self.config.pages - self.pool.free_count(),
         )
 
-    def _save(self) -> Saved:
+    def _save(self, reuse: Saved | None = None) -> Saved:
+        """The engine's state; `reuse`, an earlier one, lends its buffers."""
+        parts = checkpoint.save(self.pool, self.store, self.scheduler, None if reuse is None else reuse.parts)
+        fields = self._fields.copy() if reuse is None else reuse.fields
+        if reuse is not None:
+            np.copyto(fields, self._fields)
         return Saved(
-            checkpoint.save(self.pool, self.store, self.scheduler),
-            self._fields.copy(),
+            parts,
+            fields,
             list(self._requests),
             dict(self._running),
             set(self._prefilling),
