@@ -55,7 +55,7 @@ def save(
         np.copyto(saved_pool[0], pool._refs)
         np.copyto(saved_pool[2], pool._top)
         for buffer, array in zip(slots, scheduler._slots, strict=True):
-            np.copyto(buffer, array)
+            np.copyto(buffer, cast(np.ndarray[Any, Any], array))
         for buffer, name in zip(store_arrays, _STORE_ARRAYS, strict=True):
             np.copyto(buffer, cast(np.ndarray[Any, Any], getattr(store, name)))
     np.copyto(saved_pool[1][:top], pool._free[:top])
