@@ -25,7 +25,7 @@ import heapq
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -199,6 +199,35 @@ class Engine:
         else:
             raise refusals.unknown_request(request_id)
         self._cancelled.append(request_id)
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """Run a copy of a running request (the spec's `fork`)."""
+        parent_id = require_u64("parent_id", parent_id)
+        child_id = require_u64("child_id", child_id)
+        parent = self._running.get(parent_id)
+        if parent is None:
+            raise refusals.unknown_request(parent_id)
+        if child_id in self._queued or child_id in self._running:
+            raise refusals.duplicate_request(child_id)
+        if len(self._running) >= self.config.max_batch_size:
+            raise refusals.batch_full(child_id, self.config.max_batch_size)
+        if self._state_owners and not self._state_free:
+            raise refusals.no_state_slot(child_id, len(self._state_owners))
+        slot = self.scheduler.fork(parent_id, child_id, self.pool)
+        request = self._requests[parent]
+        assert request is not None
+        self._tokens[slot] = self._tokens[parent]
+        self._fields[slot] = self._fields[parent]
+        self._fields[slot, ADMITTED] = self._admissions
+        state_slot = heapq.heappop(self._state_free) if self._state_owners else -1
+        if state_slot >= 0:
+            self._state_owners[state_slot] = child_id
+        self._fields[slot, STATE_SLOT] = state_slot
+        self._admissions += 1
+        self._requests[slot] = replace(request, request_id=child_id)
+        self._running[child_id] = slot
+        if parent in self._prefilling:
+            self._prefilling.add(slot)
 
     def publish(self, request_id: int, tokens: int, identity: PrefixIdentity) -> None:
         """Publish a running request's KV for its first `tokens` tokens (the spec's `publish`)."""

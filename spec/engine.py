@@ -8,6 +8,7 @@ parts) and runs the loop an inference engine runs every iteration:
     cancel(id)       queued or running alike: pages and state slot released at once, exactly as
                      on finish; reported as CANCELLED by the next step
     publish(id, n, identity)  publish a running request's KV for its first n tokens as a prefix
+    fork(parent, child)       run a copy of a running request, sharing its pages copy-on-write
     step()           one iteration, below; returns a `StepOutput`
     has_work()       something is queued, running or not yet reported
 
@@ -194,6 +195,30 @@ class Engine:
             self._release(running[0])
         self._queue = tuple(entry for entry in self._queue if entry.request.request_id != request_id)
         self._cancelled = (*self._cancelled, request_id)
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """Run `child_id` as a copy of the running request `parent_id` (parallel sampling): it
+        shares every page, copy-on-write, and has the parent's tokens so far. It takes a batch
+        seat and a state slot, and counts as the latest admitted (`Full` without a seat or a
+        slot; `DuplicateRequest` for an id queued or running)."""
+        parent_id = require_u64("parent_id", parent_id)
+        child_id = require_u64("child_id", child_id)
+        parent = next((entry for entry in self._running if entry.request.request_id == parent_id), None)
+        if parent is None:
+            raise refusals.unknown_request(parent_id)
+        if child_id in live_ids(self.state):
+            raise refusals.duplicate_request(child_id)
+        slot = next((index for index, owner in enumerate(self._state_slots) if owner is None), None)
+        if len(self._running) >= self.config.max_batch_size:
+            raise refusals.batch_full(child_id, self.config.max_batch_size)
+        if self._state_slots and slot is None:
+            raise refusals.no_state_slot(child_id, len(self._state_slots))
+        self.scheduler.fork(parent_id, child_id, self.pool)
+        if slot is not None:
+            self._state_slots = _with_owner(self._state_slots, slot, child_id)
+        child = replace(parent, request=replace(parent.request, request_id=child_id), admitted=self._admissions)
+        self._running = (*self._running, replace(child, state_slot=slot))
+        self._admissions += 1
 
     def publish(self, request_id: int, tokens: int, identity: PrefixIdentity) -> None:
         """Publish the KV of a running request's first `tokens` tokens under `identity`: the

@@ -292,6 +292,14 @@ class PublishRunning:
 
 
 @dataclass(frozen=True, slots=True)
+class ForkRunning:
+    """`engine.fork(parent, child)`."""
+
+    parent: Any
+    child: Any
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
     """`engine.step()`, its model breaking the decode round as `fault` says, and raising in
     the prefill call when `prefill_fails`."""
@@ -331,7 +339,8 @@ Event = (
     | Submit
     | Cancel
     | PublishRunning
+    | ForkRunning
     | Step
 )
-ENGINE_EVENTS: tuple[type[Any], ...] = (Submit, Cancel, PublishRunning, Step)
+ENGINE_EVENTS: tuple[type[Any], ...] = (Submit, Cancel, PublishRunning, ForkRunning, Step)
 EVENTS: tuple[type[Any], ...] = Event.__args__

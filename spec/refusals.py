@@ -253,5 +253,13 @@ def require_published_tokens(request_id: int, tokens: object, computed: int) -> 
     return count
 
 
+def batch_full(request_id: int, limit: int) -> Full:
+    return Full(f"request {request_id} cannot run now: all {limit} batch seats are taken", request_id=request_id)
+
+
+def no_state_slot(request_id: int, slots: int) -> Full:
+    return Full(f"request {request_id} cannot run now: all {slots} state slots are held", request_id=request_id)
+
+
 def prefill_answer(answered: int, chunks: int) -> OutputIdentityMismatch:
     return OutputIdentityMismatch(f"prefill backend answered {answered} tokens for {chunks} chunks")

@@ -108,6 +108,7 @@ _CALLS: dict[type[Any], Call] = {
     ev.Submit: lambda s, e: s.submit(e.request),
     ev.Cancel: lambda s, e: s.cancel(e.request_id),
     ev.PublishRunning: lambda s, e: s.publish(e.request_id, e.tokens, e.identity),
+    ev.ForkRunning: lambda s, e: s.fork(e.parent, e.child),
     ev.Step: lambda s, e: s.step(),
 }
 

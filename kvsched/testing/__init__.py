@@ -7,7 +7,8 @@ scratch in your form; `kvsched.testing.impl_system` is the twenty-line example),
 campaign with a summary and a runnable counterexample. Every step it takes is an event of
 `kvsched.spec.events`, checked by `check_step`; a failure is a `CheckFailed` naming its
 `FailureKind`. `Explorer` (from `kvsched.proofs`) searches every reachable state of small
-bounds exhaustively.
+bounds exhaustively. For an engine (the step loop), `engine_machine(your_factory, spec_engine)`
+is the same harness over `Submit`, `Cancel`, `PublishRunning`, `ForkRunning` and `Step`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from kvsched.testing.campaign import CampaignResult, run_campaign, run_machine
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, capture, check_step
+from kvsched.testing.engine_machine import EngineMachine, engine_machine, impl_engine, spec_engine
 from kvsched.testing.impl_system import impl_system
 from kvsched.testing.machine import CampaignStats, KvschedMachine
 from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, SystemUnderTest, spec_system
@@ -25,6 +27,7 @@ __all__ = [
     "CampaignStats",
     "CheckFailed",
     "CheckFailure",
+    "EngineMachine",
     "Explorer",
     "FailureKind",
     "KvschedMachine",
@@ -35,9 +38,12 @@ __all__ = [
     "SystemUnderTest",
     "capture",
     "check_step",
+    "engine_machine",
+    "impl_engine",
     "impl_system",
     "run_campaign",
     "run_machine",
+    "spec_engine",
     "spec_system",
 ]
 

@@ -197,6 +197,11 @@ class EngineMachine(RuleBasedStateMachine):
             self.submissions[event.request.request_id] = Submission(event.request, self.submitted, [])
         if isinstance(event, ev.Cancel):
             self.submissions.pop(int(event.request_id))
+        if isinstance(event, ev.ForkRunning):
+            self.submitted += 1
+            parent = self.submissions[int(event.parent)]
+            child = replace(parent.request, request_id=int(event.child))
+            self.submissions[child.request_id] = Submission(child, self.submitted, list(parent.streamed))
         if isinstance(event, ev.PublishRunning):
             entry = next(entry for entry in after.running if entry.request.request_id == event.request_id)
             self.published.append(sequence_of(entry.request, entry.generated)[: event.tokens])
@@ -292,6 +297,12 @@ class EngineMachine(RuleBasedStateMachine):
         entry = running[pick % len(running)]
         sequence = sequence_of(entry.request, entry.generated)
         self.run(ev.PublishRunning(entry.request.request_id, tokens, prefix_for(sequence[:tokens])))
+
+    @rule(pick=st.integers(0, 5), child=st.integers(0, IDS + 1))
+    def fork(self, pick: int, child: int) -> None:
+        running = self.engine.to_spec().running
+        parent = running[pick % len(running)].request.request_id if running else pick
+        self.run(ev.ForkRunning(parent, child))
 
     @rule(
         fault=st.sampled_from(

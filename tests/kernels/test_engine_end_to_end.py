@@ -1,7 +1,8 @@
 """The engine serving the real paged model: every request's greedy tokens, under chunked
-prefill, batching, preemption by recompute and a published prefix attached by a later request
-(its first write a copy of the shared page), equal a dense, cache-free run of that request
-alone. On the numpy and cpu devices for spec and impl, and in the CUDA simulator on a small case."""
+prefill, batching, preemption by recompute, a published prefix attached by a later request (its
+first write a copy of the shared page) and a fork of a running request, equal a dense,
+cache-free run of that request alone. On the numpy and cpu devices for spec and impl, and in the
+CUDA simulator on a small case."""
 
 from __future__ import annotations
 
@@ -30,11 +31,17 @@ class CountingBackend(PagedBackend):
 
 
 def serve(
-    flavour: Any, device: str, requests: list[EngineRequest], pages: int, attach: set[int]
+    flavour: Any,
+    device: str,
+    requests: list[EngineRequest],
+    pages: int,
+    attach: set[int],
+    fork_into: int | None = None,
 ) -> tuple[Any, dict[int, list[int]], int, int]:
     """Serve `requests`: the first alone until its prompt is computed, then it publishes
-    `SHARED` and the rest arrive, those in `attach` naming it; the weights, every request's
-    tokens, the preemptions and the pages copied."""
+    `SHARED` and the rest arrive, those in `attach` naming it (and `fork_into`, if given, forks
+    it); the weights, every request's tokens (a fork's from its parent's first), the
+    preemptions and the pages copied."""
     config = EngineConfig(
         requests=4,
         pages=pages,
@@ -63,6 +70,10 @@ def serve(
         for request_id, new in output.tokens.items():
             tokens.setdefault(request_id, []).extend(new)
     engine.publish(first.request_id, len(SHARED), identity)
+    forked = list(tokens[first.request_id])
+    if fork_into is not None:  # a copy of the first request from here on, sharing its pages
+        engine.fork(first.request_id, fork_into)
+        tokens[fork_into] = list(forked)
     for request in rest:
         engine.submit(
             request
@@ -96,12 +107,13 @@ REQUESTS = [
     ],
 )
 def test_engine_tokens_equal_each_request_run_alone(flavour: Any, device: str) -> None:
-    weights, tokens, preempted, copies = serve(flavour, device, REQUESTS, pages=9, attach={2})
-    assert preempted > 0  # the pool is too small for all four at once
-    assert copies > 0  # request 2's first write went to a copy of the shared page
+    weights, tokens, preempted, copies = serve(flavour, device, REQUESTS, pages=10, attach={2}, fork_into=5)
+    assert preempted > 0  # the pool is too small for all five at once
+    assert copies > 0  # request 2's first write, and the fork's, went to copies of shared pages
     for request in REQUESTS:
         dense, _ = greedy_reference(weights, request.prompt, request.max_new_tokens)
         assert tokens[request.request_id] == dense, request.request_id
+    assert tokens[5] == tokens[1]  # the fork: the same request, greedy
 
 
 def test_engine_in_the_cuda_simulator(request: pytest.FixtureRequest) -> None:
