@@ -8,9 +8,8 @@ Workloads (page size 16):
 - shared prefix: publish a 1024-token prefix, admit 256 requests attaching it, then each request
   rewrites the prefix's last token (the last prompt token is always recomputed), so its first
   write is a copy-on-write of the shared last page; then finish.
-- admission: admit 256 requests, each making room for its 512-token prompt in one
-  `ensure_writable_batch` and counting it in one `record_tokens` (a prefill chunk is one
-  accounting step).
+- admission: admit 256 requests, each making room for and counting its 512-token prompt in one
+  `record_chunk` (a prefill chunk is one call).
 
 A round is, in impl, `prepare_decode_round` + `execute_decode_round`; in the spec, which has no
 batched form, one `ensure_writable` per decoding request + `execute_decode_round`. The spec is
@@ -228,12 +227,11 @@ def bench_shared_prefix(plan: Plan) -> dict[str, Timings]:
 
 
 def bench_admission(plan: Plan) -> dict[str, Timings]:
-    """Admission as an engine does it with the bulk forms: per request, admit, make room for the
-    whole prompt in one `ensure_writable_batch` and count it in one `record_tokens`."""
+    """Admission as the engine does it with the bulk form: per request, admit, then make room for
+    and count the whole prompt in one `record_chunk`."""
     requests, prompt_pages = plan.prefix_requests, plan.prompt_tokens // PAGE_SIZE
     results: dict[str, Timings] = {"spec": Timings(), "impl": Timings()}
     states: dict[str, SystemState] = {}
-    pages = list(range(prompt_pages))
     for name, module in (("spec", spec), ("impl", impl)):
         timings = results[name]
         _log(f"admission {name}: {requests} requests, {plan.prompt_tokens}-token prompts")
@@ -243,8 +241,7 @@ def bench_admission(plan: Plan) -> dict[str, Timings]:
         with timings.measure(f"admit + make room for + account a {plan.prompt_tokens}-token prompt", requests):
             for request in range(requests):
                 scheduler.admit_with_prefix(request, None, store, pool)
-                scheduler.ensure_writable_batch([request] * prompt_pages, pages, pool)
-                scheduler.record_tokens(request, plan.prompt_tokens)
+                scheduler.record_chunk(request, plan.prompt_tokens, pool)
         states[name] = _states(pool, store, scheduler)
     if states["spec"] != states["impl"]:
         raise AssertionError("admission: spec and impl disagree")

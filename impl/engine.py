@@ -368,8 +368,7 @@ class Engine:
             assert request is not None
             computed = int(self._fields[slot, COMPUTED])
             length = min(self.config.chunk_size, int(self._fields[slot, LENGTH]) - computed, budget)
-            pages = chunk_pages(computed, length, self.config.page_size)
-            room = self.scheduler.ensure_writable_batch([request.request_id] * len(pages), pages, self.pool)
+            room = self.scheduler.record_chunk(request.request_id, length, self.pool)
             chunks.append((Chunk(request.request_id, computed, length, _pairs(room)), slot))
             budget -= length
         return plan, chunks
@@ -439,8 +438,12 @@ class Engine:
             self.store.reclaim(self.pool, len(pages))  # for a later step: this one writes no freed page
             return None
         request_id = request.request_id
-        slot = self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool).slot
-        plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
+        admission = self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool)
+        slot = admission.slot
+        if admission.prefix_tokens == cached:
+            plan = self.scheduler.record_chunk(request_id, length, self.pool)
+        else:  # a full hit recomputes its last prompt token, which the prefix already counts
+            plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
         self._touch_queue()
         entries = self._queue[self._priorities[-1]]
         entries.popleft()
@@ -486,12 +489,8 @@ class Engine:
         ]
         answer = call_model(lambda: self.model.execute_prefill(items))
         sampled = require_prefill_tokens(answer, len(items))
-        counts = get_slots(self.scheduler).token_counts
         for (chunk, slot), token in zip(chunks, sampled, strict=True):
             computed = chunk.start + chunk.length
-            counted = int(counts[slot])
-            if computed > counted:
-                self.scheduler.record_tokens(chunk.request_id, computed - counted)
             record.tokens_run += chunk.length
             self._fields[slot, COMPUTED] = computed
             if computed == self._fields[slot, LENGTH]:

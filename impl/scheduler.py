@@ -35,13 +35,20 @@ from kvsched.impl.slots import (
     to_spec_slots,
 )
 from kvsched.impl.table import fork_row, release_row, require_logical_page, to_spec_table
-from kvsched.impl.writes import ArrayWritePlan, ensure_writable_batch, new_write_buffers, prepare_decode_round
+from kvsched.impl.writes import (
+    ArrayWritePlan,
+    ensure_writable_batch,
+    ensure_writable_range,
+    new_write_buffers,
+    prepare_decode_round,
+)
 from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
 from kvsched.spec.binding import Binding, bind_together
 from kvsched.spec.domain import require_u32, require_u64
 from kvsched.spec.errors import Exhausted
 from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.lifecycle import chunk_steps
 from kvsched.spec.pool import Copy, CopyOnWrite
 from kvsched.spec.slots import Admission, RequestView, SchedulerState, initial_scheduler, require_page_size
 from kvsched.spec.table import Table
@@ -276,6 +283,21 @@ class RequestScheduler:
         count = min(int(counts[slot]) + tokens, U32_MAX)
         counts[slot] = count
         return count
+
+    def record_chunk(self, request_id: int, tokens: int, pool: BlockPool) -> ArrayWritePlan:
+        """A prefill chunk in one call (the spec's `record_chunk`): make room for its positions
+        in one kernel call, with no pass over its pages in Python, then count it."""
+        pool = self.check_pool(pool)
+        page_size = refusals.require_chunk_page_size(self._page_size)
+        slot = self._require_request(request_id)
+        tokens = tokens if type(tokens) is int and 0 <= tokens <= U32_MAX else require_u32("tokens", tokens)
+        counts = self._slots.token_counts
+        count = int(counts[slot])
+        pages = chunk_steps(count, tokens, page_size, self.logical_pages)
+        plan = ensure_writable_range(self._slots, slot, pages, pool)
+        counts[slot] = min(count + tokens, U32_MAX)
+        self._pool.bound = pool
+        return plan
 
     def page_table(self, request_id: int) -> Table:
         """The request's logical page table (`None` where unmapped)."""

@@ -219,6 +219,33 @@ def ensure_writable_batch(
     count = len(step_slots)
     buffers.slots[:count] = step_slots
     buffers.logical_pages[:count] = step_pages
+    return _run_steps(slots, pool, buffers, count, targets, failure)
+
+
+def ensure_writable_range(slots: SlotArrays, slot: int, pages: range, pool: BlockPool) -> ArrayWritePlan:
+    """`ensure_writable_batch` of the live request in `slot` over the consecutive logical
+    `pages` (a prefill chunk's), with no pass over the steps in Python."""
+    width = slots.tables.shape[1]
+    count = min(len(pages), max(width - pages.start, 0) + 1)  # the steps up to the first outside the table
+    buffers = new_write_buffers(count)
+    buffers.slots[:count] = slot
+    buffers.logical_pages[:count] = np.arange(pages.start, pages.start + count, dtype=np.int64)
+    if count and pages.start + count > width:
+        buffers.logical_pages[count - 1] = -1  # only the last step can be outside the table
+    return _run_steps(slots, pool, buffers, count, pages, None)
+
+
+def _run_steps(
+    slots: SlotArrays,
+    pool: BlockPool,
+    buffers: WriteBuffers,
+    count: int,
+    targets: Sequence[object],
+    failure: KvschedError | None,
+) -> ArrayWritePlan:
+    """Run the `count` steps in `buffers` in one kernel call, all or nothing; raise the first
+    failing step's error (a kernel refusal before `failure`, the pass's own, found after them)."""
+    width = slots.tables.shape[1]
     refs, free, top, _ = get_arrays(pool)
     code, at, detail = ensure_rows(
         slots.tables, buffers.slots, buffers.logical_pages, count, refs, free, top, *buffers[2:5]

@@ -15,9 +15,9 @@ parts) and runs the loop an inference engine runs every iteration:
 One step, in order:
 1. Room: make room for every decoding request's next token (`prepare_decode_round`) and for
    each running prefill's next chunk (strict priority, then admission order; one
-   `ensure_writable_batch` per chunk, at most `chunk_size` tokens, within the budget left by the
-   decode tokens). Decode goes first and is never starved: `max_batched_tokens >=
-   max_batch_size`, so every decoding request fits.
+   `record_chunk` per chunk, which makes room for it and counts it, at most `chunk_size` tokens,
+   within the budget the decode tokens leave). Decode goes first and is never starved:
+   `max_batched_tokens >= max_batch_size`, so every decoding request fits.
 2. Pressure (preemption by recompute, seed B's Phase 2): when that room cannot be had, idle
    published prefixes are reclaimed first, then the lowest-priority, latest-admitted running
    request is preempted: its pages and state slot are released and it re-enters the queue at
@@ -34,8 +34,9 @@ One step, in order:
    step admits it). A published prefix is attached only when the rest of the sequence fits the
    first chunk; a full hit recomputes the last prompt token, so every request prefills at least
    one token and samples from its own logits.
-5. Prefill: one `copy_pages` and one `execute_prefill` for every chunk, one `record_tokens` per
-   chunk; a chunk that completes its sequence samples the next token (and may finish it).
+5. Prefill: one `copy_pages` and one `execute_prefill` for every chunk (each already made room
+   for and counted by one `record_chunk`); a chunk that completes its sequence samples the next
+   token (and may finish it).
 6. Requests that finished this step release their pages and state slots at its end.
 
 Atomicity: `submit` and `cancel` change nothing on error; a model failure inside `step` (typed
@@ -295,8 +296,7 @@ class Engine:
                 break
             request_id = entry.request.request_id
             length = min(self.config.chunk_size, entry.sequence_length - entry.computed, budget)
-            pages = chunk_pages(entry.computed, length, self.config.page_size)
-            room = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
+            room = self.scheduler.record_chunk(request_id, length, self.pool)  # made room for and counted
             chunks.append(Chunk(request_id, entry.computed, length, plan_copies(room)))
             budget -= length
         return plan, chunks
@@ -349,8 +349,11 @@ class Engine:
             self.store.reclaim(self.pool, len(pages))  # for a later step: this one writes no freed page
             return None
         request_id = request.request_id
-        self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool)
-        plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
+        admission = self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool)
+        if admission.prefix_tokens == cached:
+            plan = self.scheduler.record_chunk(request_id, length, self.pool)
+        else:  # a full hit recomputes its last prompt token, which the prefix already counts
+            plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
         if slot is not None:
             self._state_slots = _with_owner(self._state_slots, slot, request_id)
         entry = Running(request, front.generated, cached, False, self._admissions, slot)
@@ -388,9 +391,6 @@ class Engine:
         for chunk, token in zip(chunks, sampled, strict=True):
             entry = by_id[chunk.request_id]
             computed = chunk.start + chunk.length
-            counted = self.scheduler.state.slots[self._slot_of(chunk.request_id)].token_count
-            if computed > counted:
-                self.scheduler.record_tokens(chunk.request_id, computed - counted)
             record.tokens_run += chunk.length
             entry = self._replace(entry, computed=computed)
             if computed == entry.sequence_length:

@@ -142,6 +142,14 @@ class RecordTokens:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordChunk:
+    """`scheduler.record_chunk(request_id, count, pool)`: make room for and count a chunk."""
+
+    request_id: Any
+    count: Any
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     """`scheduler.finish(request_id, pool)`."""
 
@@ -322,6 +330,7 @@ Event = (
     | SeedDecodeToken
     | RecordToken
     | RecordTokens
+    | RecordChunk
     | Finish
     | DecodeRound
     | DecodeOverlapping

@@ -14,8 +14,8 @@ Decisions where the original is lax:
   processed. The two never count the same token. Both saturate at 2**32 - 1 as the original does.
 - `seed_decode_token` is allowed in PREFILL and DECODE (seeding before the prefill completes is
   how an engine hands over the first sampled token).
-- The batched forms `ensure_writable_batch` and `prepare_decode_round` (an engine's hot path) are
-  defined as the single calls in sequence, all or nothing; an exhausted pool names the request
+- The batched forms `ensure_writable_batch`, `prepare_decode_round` and `record_chunk` (an
+  engine's hot path) are defined as the single calls in sequence, all or nothing; an exhausted pool names the request
   whose step found no page and the new pages the whole call needs.
 """
 
@@ -222,6 +222,29 @@ def record_tokens(state: SchedulerState, request_id: int, tokens: int) -> tuple[
     slot = state.slots[index]
     count = min(slot.token_count + tokens, U32_MAX)
     return with_slot(state, index, replace(slot, token_count=count)), count
+
+
+def chunk_steps(count: int, tokens: int, page_size: int, width: int) -> range:
+    """The logical pages positions `count .. count + tokens - 1` land on (none for no tokens),
+    up to the first outside a table of `width` pages (where the batch stops)."""
+    if tokens == 0:
+        return range(0)
+    first = count // page_size
+    return range(first, min((count + tokens - 1) // page_size, max(width, first)) + 1)
+
+
+def record_chunk(
+    state: SchedulerState, pool: PoolState, request_id: int, tokens: int, page_size: int
+) -> tuple[SchedulerState, PoolState, WritePlan]:
+    """A prefill chunk in one step: make every page its `tokens` next positions land on
+    writable (`ensure_writable_batch`), then count them (`record_tokens`), all or nothing."""
+    index = require_request(state, request_id)
+    tokens = require_u32("tokens", tokens)
+    slot = state.slots[index]
+    pages = list(chunk_steps(slot.token_count, tokens, page_size, len(slot.table)))
+    state, pool, plan = ensure_writable_batch(state, pool, [slot.request_id] * len(pages), pages)
+    state, _ = record_tokens(state, request_id, tokens)
+    return state, pool, plan
 
 
 def record_token(state: SchedulerState, request_id: int) -> tuple[SchedulerState, int]:

@@ -253,6 +253,13 @@ def require_published_tokens(request_id: int, tokens: object, computed: int) -> 
     return count
 
 
+def require_chunk_page_size(page_size: int | None) -> int:
+    """The scheduler's page size, which `record_chunk` needs to find a chunk's pages."""
+    if page_size is None:
+        raise InvalidArgument("record_chunk needs the scheduler's page_size (given at construction)")
+    return page_size
+
+
 def batch_full(request_id: int, limit: int) -> Full:
     return Full(f"request {request_id} cannot run now: all {limit} batch seats are taken", request_id=request_id)
 

@@ -24,6 +24,7 @@ from kvsched.spec.lifecycle import (
     fork,
     mark_prefill_complete,
     prepare_decode_round,
+    record_chunk,
     record_token,
     record_tokens,
     require_request,
@@ -168,6 +169,17 @@ class RequestScheduler:
         """Count a chunk of `tokens` tokens written outside a decode round; the new count."""
         self._state, count = record_tokens(self._state, request_id, tokens)
         return count
+
+    def record_chunk(self, request_id: int, tokens: int, pool: BlockPool) -> WritePlan:
+        """A prefill chunk of `tokens` tokens in one call: make room for its positions (from the
+        request's token count) and count them, all or nothing; the make-room plan. Needs the
+        scheduler's `page_size`."""
+        pool = self._pool.check("pool", pool)
+        page_size = refusals.require_chunk_page_size(self._page_size)
+        self._state, pool_state, plan = record_chunk(self._state, pool.state, request_id, tokens, page_size)
+        pool.commit(pool_state)
+        self._bind(pool)
+        return plan
 
     def page_table(self, request_id: int) -> Table:
         """The request's logical page table (`None` where unmapped)."""

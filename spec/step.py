@@ -93,6 +93,7 @@ _CALLS: dict[type[Any], Call] = {
     ev.SeedDecodeToken: lambda s, e: s.scheduler.seed_decode_token(e.request_id, e.token),
     ev.RecordToken: lambda s, e: s.scheduler.record_token(e.request_id),
     ev.RecordTokens: lambda s, e: s.scheduler.record_tokens(e.request_id, e.count),
+    ev.RecordChunk: lambda s, e: s.scheduler.record_chunk(e.request_id, e.count, s.pool),
     ev.Finish: lambda s, e: s.scheduler.finish(e.request_id, s.pool),
     ev.ForeignPool: _foreign,
     ev.Publish: lambda s, e: s.store.publish(PrefixPageSet(e.identity, e.pages, e.tokens), s.pool),

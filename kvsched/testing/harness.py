@@ -154,11 +154,11 @@ class MachineBase(RuleBasedStateMachine):
             histories[as_int(event.child) or 0] = histories.get(as_int(event.parent) or 0, ())
         elif isinstance(event, ev.EnsureWritable) and isinstance(result, Copy):
             self.ghost.copy_page(result.source, result.destination)
-        elif isinstance(event, ev.EnsureWritableBatch | ev.PrepareDecodeRound):
+        elif isinstance(event, ev.EnsureWritableBatch | ev.PrepareDecodeRound | ev.RecordChunk):
             for action in result:
                 if isinstance(action, Copy):
                     self.ghost.copy_page(action.source, action.destination)
-        elif isinstance(event, ev.RecordToken | ev.RecordTokens):
+        if isinstance(event, ev.RecordToken | ev.RecordTokens | ev.RecordChunk):
             # a count without a write the harness knows of; positions past the table never
             # hold a page, so the history stops there
             request_id = as_int(event.request_id) or 0

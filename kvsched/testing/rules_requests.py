@@ -89,6 +89,12 @@ class RequestRules(MachineBase):
         self.run(ev.RecordTokens(self.request(pick), integer_as(tokens, form)))
 
     @precondition(lambda self: self.has_live_request())
+    @rule(pick=PICKS, tokens=st.sampled_from([0, 1, 2, 3, 5, 2**32 - 1, 2**32, -1]), form=FORMS)
+    def record_chunk(self, pick: int, tokens: int, form: str) -> None:
+        """A prefill chunk made room for and counted in one call (its writes unknown, as above)."""
+        self.run(ev.RecordChunk(self.request(pick), integer_as(tokens, form)))
+
+    @precondition(lambda self: self.has_live_request())
     @rule(pick=PICKS)
     def mark_prefill_complete(self, pick: int) -> None:
         self.run(ev.MarkPrefillComplete(self.request(pick)))
