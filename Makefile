@@ -63,6 +63,7 @@ deep: setup
 	KVSCHED_PROFILE=deep $(PYTEST) -q tests/spec tests/impl
 	$(BIN)/kvsched verify --profile deep --no-proofs
 	$(BIN)/kvsched proofs --deep --manifest proofs/MANIFEST.json
+	$(BIN)/python -m kvsched.proofs.engine_explorer --deep
 
 ## The benchmarks: spec vs impl bookkeeping and the decode kernels, with charts in docs/.
 bench: setup
