@@ -53,6 +53,7 @@ contracts: setup
 proofs: setup
 	$(BIN)/kvsched proofs $(if $(CI),,--manifest proofs/MANIFEST.json)
 	$(BIN)/python -m kvsched.proofs.engine_slots
+	$(BIN)/python -m kvsched.proofs.cache_conservation
 
 ## The harness on every impl mutant (project tooling: devtools/, not in the wheel).
 mutants: setup

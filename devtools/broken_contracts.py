@@ -145,7 +145,7 @@ class StopsShortStore(PrefixKvStore):
 
     _reclaim = patch_source(
         PrefixKvStore._reclaim,
-        (("while pool.free_count() < pages:", "while pool.free_count() < pages - 1:"),),
+        (("while available() < pages:", "while available() < pages - 1:"),),
         "reclaim stops one page short",
     )
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -32,19 +32,23 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsched.impl import checkpoint
+from kvsched.impl.page_hash import PageHasher
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
+from kvsched.impl.prefix_cache import Mark, PrefixCache
 from kvsched.impl.scheduler import RequestScheduler, get_indexes, get_slots, round_outputs
 from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec import refusals
+from kvsched.spec.batch import INVALID_BLOCK
 from kvsched.spec.domain import require_u64
 from kvsched.spec.engine import Chunk, call_model, chunk_pages, require_prefill_tokens
-from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, fits, pages_for
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, fits, pages_for, salt_of
 from kvsched.spec.engine_state import EngineState, Queued, Running
 from kvsched.spec.errors import Exhausted
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, PrefillItem
+from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, page_hash
 from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.system import SystemState
@@ -98,6 +102,8 @@ class Record:
     preempted: list[int] = field(default_factory=list)
     finishing: list[int] = field(default_factory=list)  # slots finished this step: released at its end
     tokens_run: int = 0
+    chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (slot, start, stop) each chunk wrote
+    decoded: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, np.intp))  # slots whose round filled a page
 
 
 @dataclass(slots=True)
@@ -105,6 +111,7 @@ class Saved:
     """The engine's own state at the start of a step (the certified parts are in `parts`)."""
 
     parts: checkpoint.Checkpoint
+    cache: Mark
     fields: npt.NDArray[np.int64]
     requests: list[EngineRequest | None]
     running: dict[int, int]
@@ -142,6 +149,10 @@ class Engine:
         self._state_free: list[int] = list(range(config.state_slots))  # a min-heap
         self._cancelled: list[int] = []
         self._admissions = 0
+        self.cache = PrefixCache(config.pages)
+        self.hasher = PageHasher(config.page_size, page_hash(config.page_hash))
+        self._page_keys: list[list[Key]] = [[] for _ in range(config.requests)]  # each slot's full pages' keys
+        self._salts: list[CacheSalt | None] = [None] * config.requests
         self._saved: Saved | None = None  # the running step's checkpoint
         self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
 
@@ -149,7 +160,9 @@ class Engine:
 
     def to_spec(self) -> EngineState:
         """The abstraction function: this engine as the spec's `EngineState`."""
-        system = SystemState(self.pool.to_spec(), self.store.to_spec(), self.scheduler.to_spec())
+        system = SystemState(
+            self.pool.to_spec(), self.store.to_spec(), self.scheduler.to_spec(), cache=self.cache.to_spec()
+        )
         queue = tuple(entry for priority in reversed(self._priorities) for entry in self._queue[priority])
         running = []
         for slot in self._running.values():
@@ -225,6 +238,8 @@ class Engine:
         self._fields[slot, STATE_SLOT] = state_slot
         self._admissions += 1
         self._requests[slot] = replace(request, request_id=child_id)
+        self._page_keys[slot] = list(self._page_keys[parent])
+        self._salts[slot] = self._salts[parent]
         self._running[child_id] = slot
         if parent in self._prefilling:
             self._prefilling.add(slot)
@@ -242,6 +257,10 @@ class Engine:
     def has_work(self) -> bool:
         """Something is queued or running, or a cancellation is not yet reported."""
         return bool(self._queued or self._running or self._cancelled)
+
+    def reset_cache(self) -> None:
+        """Drop every page of the automatic prefix cache; `CacheInUse` while any is held."""
+        self.cache.reset(self.pool)
 
     # -- the queue ----------------------------------------------------------------------------
 
@@ -277,8 +296,10 @@ class Engine:
 
     def step(self) -> StepOutput:
         """One iteration, as the spec's; on any error the engine is exactly as before."""
+        self.cache.settle()
         saved = self._saved = self._step_state = self._save(self._step_state)
         try:
+            stats = self.cache.stats
             record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
             self._cancelled = []
             room = self._make_room(record)
@@ -286,8 +307,10 @@ class Engine:
                 plan, chunks = room
                 self._decode(plan, record)
                 self._prefill(chunks, record)
+                self._publish_written(record)
                 for slot in record.finishing:
                     self._release(slot)
+            self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
         except BaseException:
             self._rollback(saved)
             raise
@@ -299,6 +322,7 @@ class Engine:
             preempted=tuple(record.preempted),
             tokens_run=record.tokens_run,
             pages_in_use=self.config.pages - self.pool.free_count(),
+            cache=self.cache.stats - stats,
         )
 
     def _save(self, reuse: Saved | None = None) -> Saved:
@@ -309,6 +333,7 @@ class Engine:
             np.copyto(fields, self._fields)
         return Saved(
             parts,
+            self.cache.mark(),
             fields,
             list(self._requests),
             dict(self._running),
@@ -322,6 +347,7 @@ class Engine:
     def _rollback(self, saved: Saved) -> None:
         """Restore `saved` (which stays intact: it may be restored again)."""
         checkpoint.restore(saved.parts, self.pool, self.store, self.scheduler)
+        self.cache.undo(saved.cache)
         np.copyto(self._fields, saved.fields)
         self._requests, self._running = list(saved.requests), dict(saved.running)
         self._prefilling = set(saved.prefilling)
@@ -344,7 +370,7 @@ class Engine:
             except Exhausted as error:
                 self._rollback(inner)
                 self._cancelled = []
-                if self.store.reclaim(self.pool, error.needed or 1) == 0:
+                if self._relieve(error.needed or 1) == 0:
                     slot = self._victim()
                     if slot is None:
                         raise
@@ -391,6 +417,8 @@ class Engine:
         fields[slots, COMPUTED] = lengths
         record.ids, record.tokens = outputs["request_id"].copy(), tokens
         record.tokens_run += count
+        if self.config.prefix_caching:
+            record.decoded = slots[lengths % self.config.page_size == 0]
         done = (tokens == fields[slots, EOS]) | (lengths + 1 >= fields[slots, LIMIT])
         for index in np.flatnonzero(done).tolist():
             slot = int(slots[index])
@@ -432,15 +460,31 @@ class Engine:
         request = front.request
         length_of = len(request.prompt) + len(front.generated)
         identity, cached = self._usable_prefix(request.prefix, length_of, budget)
+        page_size = self.config.page_size
+        keys: list[Key] = []
+        hit: list[int] = []
+        if self.config.prefix_caching:
+            salt = salt_of(self.config, request)
+            data = request.prompt_bytes + pack_tokens(front.generated) if front.generated else request.prompt_bytes
+            keys = self.hasher.keys_of(data, length_of // page_size, salt)
+            if cached % page_size == 0:
+                hit = self.cache.lookup(keys[cached // page_size : (length_of - 1) // page_size])
+        cached += len(hit) * page_size
         length = min(self.config.chunk_size, length_of - cached, budget)
-        pages = chunk_pages(cached, length, self.config.page_size)
+        pages = chunk_pages(cached, length, page_size)
         if len(pages) > free:
-            self.store.reclaim(self.pool, len(pages))  # for a later step: this one writes no freed page
+            self._relieve(len(pages), keep=hit)  # for a later step: this one writes no freed page
             return None
         request_id = request.request_id
         admission = self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool)
         slot = admission.slot
-        if admission.prefix_tokens == cached:
+        if self.config.prefix_caching:
+            if hit:
+                self.scheduler.attach_pages(request_id, np.asarray(hit, dtype=np.int64), self.pool)
+            self.cache.count_query(length_of, len(hit) * page_size)
+            self._page_keys[slot] = keys
+            self._salts[slot] = salt
+        if admission.prefix_tokens + len(hit) * page_size == cached:
             plan = self.scheduler.record_chunk(request_id, length, self.pool)
         else:  # a full hit recomputes its last prompt token, which the prefix already counts
             plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
@@ -448,7 +492,7 @@ class Engine:
         entries = self._queue[self._priorities[-1]]
         entries.popleft()
         self._dequeued(request_id)
-        self._tokens[slot, : len(request.prompt)] = request.prompt
+        self._tokens[slot, : len(request.prompt)] = np.frombuffer(request.prompt_bytes, dtype="<u4")
         self._tokens[slot, len(request.prompt) : length_of] = front.generated
         state_slot = heapq.heappop(self._state_free) if self._state_owners else -1
         if state_slot >= 0:
@@ -491,6 +535,7 @@ class Engine:
         sampled = require_prefill_tokens(answer, len(items))
         for (chunk, slot), token in zip(chunks, sampled, strict=True):
             computed = chunk.start + chunk.length
+            record.chunks.append((slot, chunk.start, computed))
             record.tokens_run += chunk.length
             self._fields[slot, COMPUTED] = computed
             if computed == self._fields[slot, LENGTH]:
@@ -519,6 +564,9 @@ class Engine:
         """Finish the request in `slot` (pages released), free its state slot; its id."""
         request = self._requests[slot]
         assert request is not None
+        if self.config.prefix_caching:
+            row = get_slots(self.scheduler).tables[slot]
+            self.cache.stamp(row[row != INVALID_BLOCK].astype(np.intp))
         self.scheduler.finish(request.request_id, self.pool)
         state_slot = int(self._fields[slot, STATE_SLOT])
         if state_slot >= 0:
@@ -546,17 +594,45 @@ class Engine:
         self._enqueue(Queued(request, generated), front=True)
         record.preempted.append(request.request_id)
 
-    def _with_room(self, attempt: Callable[[], T], record: Record) -> T:
-        while True:
-            try:
-                return attempt()
-            except Exhausted as error:
-                if self.store.reclaim(self.pool, error.needed or 1):
-                    continue
-                slot = self._victim()
-                if slot is None:
-                    raise
-                self._preempt(slot, record)
+    # -- the automatic prefix cache ----------------------------------------------------------
+
+    def _publish_written(self, record: Record) -> None:
+        """The spec's `_publish_written`: cache the full pages each request completed this step,
+        in admission order."""
+        if not self.config.prefix_caching:
+            return
+        page_size = self.config.page_size
+        written = {
+            int(slot): (int(self._fields[slot, LENGTH]) - 2, int(self._fields[slot, LENGTH]) - 1)
+            for slot in record.decoded.tolist()
+        }
+        for slot, start, stop in record.chunks:
+            written[slot] = (start, stop)
+        tables = get_slots(self.scheduler).tables
+        for slot in sorted(written, key=lambda slot: int(self._fields[slot, ADMITTED])):
+            start, stop = written[slot]
+            first, end = start // page_size, stop // page_size
+            if first == end:
+                continue
+            keys = self._page_keys[slot]
+            if len(keys) < end:
+                salt = self._salts[slot]
+                assert salt is not None
+                self.hasher.extend(keys, self._tokens[slot, : end * page_size].astype("<u4").tobytes(), end, salt)
+            self.cache.insert(self.pool, keys[first:end], tables[slot, first:end].tolist(), first)
+
+    def _evict(self, pages: int, keep: list[int] | None = None) -> int:
+        if pages <= 0 or not self.config.prefix_caching:
+            return 0
+        return self.cache.evict(self.pool, pages, keep or ())
+
+    def _relieve(self, pages: int, keep: list[int] | None = None) -> int:
+        """The spec's `_relieve`: evict cached pages, else reclaim idle named prefixes."""
+        evicted = self._evict(max(pages - self.pool.free_count(), 1), keep)
+        if evicted:
+            return evicted
+        spare = self.cache.cached_mask().astype(np.uint32) if self.config.prefix_caching else None
+        return self.store.reclaim(self.pool, pages, spare)
 
 
 def _pairs(plan: ArrayWritePlan) -> tuple[tuple[int, int], ...]:

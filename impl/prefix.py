@@ -18,6 +18,8 @@ arrays are.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -134,10 +136,11 @@ class PrefixKvStore:
         self.bind_pool(pool)
         return removed
 
-    def reclaim(self, pool: BlockPool, pages: int) -> int:
-        """Evict idle entries LRU-first until `pages` pages are free; the pages freed."""
+    def reclaim(self, pool: BlockPool, pages: int, spare: Mapping[int, int] | npt.NDArray[Any] | None = None) -> int:
+        """Evict idle entries LRU-first until `pages` pages are free (the spec's `reclaim`: with
+        `spare`, references other evicting owners hold, per page); the pages freed."""
         pool = self.check_pool(pool)
-        freed = self._reclaim(pool, pages)
+        freed = self._reclaim(pool, pages, _spare_array(spare, pool.physical_pages))
         self.bind_pool(pool)
         return freed
 
@@ -207,29 +210,46 @@ class PrefixKvStore:
         self._last_used[entry] = 0
         heapq.heappush(self._empty, entry)
 
-    def _reclaim(self, pool: BlockPool, pages: int) -> int:
-        """Evict idle entries, least recently used first, until `pages` pages are free.
+    def _reclaim(self, pool: BlockPool, pages: int, spare: npt.NDArray[np.uint32] | None = None) -> int:
+        """Evict idle entries, least recently used first, until `pages` pages are free (or
+        only `spare`'s holders hold them).
 
         Stops early when no idle entry is left; returns how many pages became free.
         """
         pages = require_reclaim_target(pages)
-        before = pool.free_count()
+        refs = get_arrays(pool).refs
+        if spare is None:
+            spare = np.zeros(refs.shape[0], dtype=np.uint32)
+
+        def available() -> int:
+            return pool.free_count() + int(np.count_nonzero((spare > 0) & (refs == spare)))
+
+        before = available()
         if before >= pages:
             return 0
-        refs = get_arrays(pool).refs
         occupied = np.array([identity is not None for identity in self._identities], dtype=np.bool_)
         store_refs = np.zeros(refs.shape[0], dtype=np.uint32)
-        while pool.free_count() < pages:
-            entry = find_idle_lru(self._pages, self._page_counts, occupied, self._last_used, refs, store_refs)
+        while available() < pages:
+            entry = find_idle_lru(self._pages, self._page_counts, occupied, self._last_used, refs, store_refs, spare)
             if entry < 0:
                 break
             release_array(pool, self._pages[entry, : self._page_counts[entry]])
             self._clear(entry)
             occupied[entry] = False
-        return pool.free_count() - before
+        return available() - before
 
     def __repr__(self) -> str:
         return f"PrefixKvStore(entries={self.entries}, pages={self._page_capacity}, occupied={len(self._index)})"
+
+
+def _spare_array(spare: Mapping[int, int] | npt.NDArray[Any] | None, pages: int) -> npt.NDArray[np.uint32] | None:
+    if spare is None or isinstance(spare, np.ndarray):
+        return None if spare is None else spare.astype(np.uint32)
+    array = np.zeros(pages, dtype=np.uint32)
+    for page, count in spare.items():
+        if 0 <= page < pages:
+            array[page] = count
+    return array
 
 
 def attach_row(store: PrefixKvStore, identity: PrefixIdentity, row: TableRow, pool: BlockPool) -> int | None:
@@ -253,9 +273,11 @@ def find_idle_lru(
     last_used: npt.NDArray[np.int64],
     refs: npt.NDArray[np.uint32],
     store_refs: npt.NDArray[np.uint32],
+    spare: npt.NDArray[np.uint32],
 ) -> int:
     """The occupied entry with the least `last_used` (then lowest index) whose pages only the
-    store holds; -1 when none. An entry naming a page outside the pool is never idle."""
+    store (and `spare`'s references) hold; -1 when none. An entry naming a page outside the
+    pool is never idle."""
     size = refs.shape[0]
     store_refs[:] = 0
     for entry in range(pages.shape[0]):
@@ -271,7 +293,7 @@ def find_idle_lru(
         idle = True
         for index in range(page_counts[entry]):
             page = pages[entry, index]
-            if page >= size or refs[page] != store_refs[page]:
+            if page >= size or refs[page] != store_refs[page] + spare[page]:
                 idle = False
                 break
         if idle:

@@ -34,7 +34,14 @@ from kvsched.impl.slots import (
     new_slot_arrays,
     to_spec_slots,
 )
-from kvsched.impl.table import fork_row, release_row, require_logical_page, to_spec_table
+from kvsched.impl.table import (
+    append_row_shared,
+    fork_row,
+    mapped_run,
+    release_row,
+    require_logical_page,
+    to_spec_table,
+)
 from kvsched.impl.writes import (
     ArrayWritePlan,
     ensure_writable_batch,
@@ -188,6 +195,23 @@ class RequestScheduler:
         self._pool.bound, self._store.bound = pool, prefixes
         prefixes.bind_pool(pool)
         return Admission(slot, prefix_tokens != 0, prefix_tokens)
+
+    def attach_pages(self, request_id: int, pages: Sequence[int] | npt.NDArray[np.int64], pool: BlockPool) -> None:
+        """Share cached full pages holding the request's next tokens into its table and count
+        them (the spec's `attach_pages`)."""
+        pool = self.check_pool(pool)
+        page_size = refusals.require_chunk_page_size(self._page_size)
+        slot = self._require_request(request_id)
+        row = self._slots.tables[slot]
+        mapped = mapped_run(row)
+        count = int(self._slots.token_counts[slot])
+        if mapped is None or count != mapped * page_size:
+            raise refusals.not_page_aligned(int(self._slots.request_ids[slot]), slot, count, page_size)
+        append_row_shared(row, pool, pages)
+        tokens = len(pages) * page_size
+        self._slots.token_counts[slot] = count + tokens
+        self._slots.prefix_tokens[slot] += tokens
+        self._pool.bound = pool
 
     def fork(self, parent_id: int, child_id: int, pool: BlockPool) -> int:
         """Admit `child_id` sharing every page of `parent_id` (copy-on-write on first write)."""

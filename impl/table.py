@@ -61,6 +61,34 @@ def install_row_prefix(row: TableRow, pool: BlockPool, pages: npt.NDArray[np.uin
     row[:count] = pages
 
 
+def mapped_run(row: TableRow) -> int | None:
+    """How many logical pages are mapped, when they are exactly the first ones (else None)."""
+    mapped = row != INVALID_BLOCK
+    count = int(np.count_nonzero(mapped))
+    return count if bool(mapped[:count].all()) else None
+
+
+def append_row_shared(row: TableRow, pool: BlockPool, pages: Sequence[int] | npt.NDArray[np.int64]) -> None:
+    """The spec's `append_shared` on a row: map `pages` right after its mapped leading run,
+    retaining each, all or nothing, with the spec's errors in its order."""
+    start = mapped_run(row)
+    if start is None:
+        raise refusals.prefix_target_not_empty()
+    if start + len(pages) > row.shape[0]:
+        raise refusals.prefix_too_long(start + len(pages), row.shape[0])
+    if isinstance(pages, np.ndarray) and pages.dtype == np.int64:  # impl's own callers: one kernel
+        mapped = row[:start].astype(np.int64)
+        if np.unique(pages).shape[0] != pages.shape[0] or np.isin(pages, mapped).any():
+            raise refusals.repeated_page(tuple(pages.tolist()))
+        retain_array(pool, pages)
+    else:
+        listed = list(pages)
+        if repeats_a_page(tuple(listed) + tuple(row[:start].tolist())):
+            raise refusals.repeated_page(tuple(listed))
+        retain_sequence(pool, listed)
+    row[start : start + len(pages)] = pages
+
+
 def fork_row(source: TableRow, target: TableRow, pool: BlockPool) -> None:
     """Share every page of `source` with the empty `target` (one more reference each)."""
     if source.shape[0] != target.shape[0]:

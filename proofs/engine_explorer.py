@@ -12,6 +12,11 @@ request within `drain_steps` steps, and then only published prefixes hold pages 
 slot is held. Search is breadth-first (the first violation has a shortest path), bounded by
 `max_states`. States are the engine's abstract state (`to_spec()`) plus which candidates were
 submitted; the engine is any factory (spec, impl, a broken variant), copied per branch.
+
+With the automatic prefix cache (`CACHED`), the model is the engine machine's ghost-KV model
+instead of the null model, the alphabet gains `ResetCache`, and every transition also checks
+the ghost reads, every cached page's content against its key and tenant isolation
+(`kvsched.testing.engine_machine`); determinism compares with that model's tokens alone.
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from kvsched.spec import events as ev
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
 from kvsched.spec.engine_state import EngineState, Queued, Running, sequence_of
 from kvsched.spec.model import null_next_token
+from kvsched.spec.page_keys import CacheSalt
 from kvsched.spec.prefix import get_store_references
+from kvsched.spec.prefix_cache import EMPTY_CACHE, get_cache_references
 from kvsched.spec.step import apply
 from kvsched.testing.checks import CheckFailure, FailureKind, capture
-from kvsched.testing.engine_machine import check_engine_event, prefix_for
+from kvsched.testing.engine_machine import cache_failure, check_engine_event, ghost_failure, prefix_for
+from kvsched.testing.engine_model import HarnessModel, greedy_tokens
 
 EngineFactory = Callable[[EngineConfig, Any], Any]
 VOCAB = 50
@@ -56,13 +64,16 @@ class EngineExploration:
     transitions: int = 0
     complete: bool = False  # every reachable state was explored
     preemptions: int = 0  # steps that preempted
+    cache_hits: int = 0  # steps that admitted a request with pages from the prefix cache
     refusals: int = 0  # events refused (each checked to change nothing)
     violation: CheckFailure | None = None
     path: list[ev.Event] = field(default_factory=list)
 
 
-def greedy(request: EngineRequest) -> list[int]:
-    """The null model's tokens for `request` alone."""
+def greedy(request: EngineRequest, ghost: bool = False) -> list[int]:
+    """The model's tokens for `request` alone (the null model's, or the ghost model's)."""
+    if ghost:
+        return greedy_tokens(request.prompt, request.max_new_tokens, request.eos_token_id)
     sequence, tokens = list(request.prompt), []
     for _ in range(request.max_new_tokens):
         token = null_next_token(sequence[-1], len(sequence) - 1, VOCAB)
@@ -73,11 +84,11 @@ def greedy(request: EngineRequest) -> list[int]:
     return tokens
 
 
-def determinism(state: EngineState) -> CheckFailure | None:
+def determinism(state: EngineState, ghost: bool = False) -> CheckFailure | None:
     """Every request holds the tokens it samples alone, so far."""
     entries: list[Queued | Running] = [*state.queue, *state.running]
     for entry in entries:
-        expected = greedy(entry.request)
+        expected = greedy(entry.request, ghost)
         if list(entry.generated) != expected[: len(entry.generated)]:
             detail = f"request {entry.request.request_id} generated {entry.generated}, alone {expected}"
             return CheckFailure(FailureKind.DETERMINISM, detail)
@@ -110,7 +121,10 @@ def drained(engine: Any, bound: int) -> CheckFailure | None:
         return CheckFailure(FailureKind.LIVENESS, f"work left after {bound} steps with no arrivals")
     state = engine.to_spec()
     pool, store = state.system.pool, state.system.store
-    held = [page for page, count in enumerate(pool.refs) if count != get_store_references(store, page)]
+    cached = get_cache_references(state.system.cache)
+    held = [
+        page for page, count in enumerate(pool.refs) if count != get_store_references(store, page) + cached.get(page, 0)
+    ]
     if held or any(owner is not None for owner in state.state_slots):
         return CheckFailure(FailureKind.LIVENESS, f"pages {held} or a state slot still held after draining")
     return None
@@ -126,7 +140,11 @@ def canonical(state: EngineState) -> EngineState:
     entries = tuple(
         None if entry is None else replace(entry, last_used=uses.index(entry.last_used)) for entry in store.entries
     )
-    system = replace(state.system, store=replace(store, entries=entries, clock=len(uses)))
+    cache = state.system.cache
+    used = sorted({entry.last_used for entry in cache.pages})
+    pages = tuple(replace(entry, last_used=used.index(entry.last_used)) for entry in cache.pages)
+    cache = replace(EMPTY_CACHE, pages=pages, clock=len(used))  # the counters only ever grow
+    system = replace(state.system, store=replace(store, entries=entries, clock=len(uses)), cache=cache)
     return replace(state, system=system, running=running, admissions=len(stamps))
 
 
@@ -141,6 +159,8 @@ class EngineExplorer:
     def events(self, state: EngineState, submitted: frozenset[int]) -> list[ev.Event]:
         """The alphabet in `state`."""
         events: list[ev.Event] = [ev.Step()]
+        if self.bounds.config.prefix_caching:
+            events.append(ev.ResetCache())
         events += [ev.Submit(request) for request in self.bounds.candidates if request.request_id not in submitted]
         events += [ev.Cancel(request_id) for request_id in sorted(submitted)]
         for entry in state.running:
@@ -154,9 +174,15 @@ class EngineExplorer:
         """Explore until every reachable state is seen, `max_states` are, or a check fails."""
         result = EngineExploration()
         config = self.bounds.config
-        start = (self.factory(config, NullModel(VOCAB)), None)
+        ghost = config.prefix_caching
+        salts = {CacheSalt(request.tenant, request.adapter, config.model_id) for request in self.bounds.candidates}
+
+        def model() -> Any:
+            return HarnessModel(config.page_size) if ghost else NullModel(VOCAB)
+
+        start = (self.factory(config, model()), None)
         if self.reference is not None:
-            start = (start[0], self.reference(config, NullModel(VOCAB)))
+            start = (start[0], self.reference(config, model()))
         first = start[0].to_spec()
         seen: set[tuple[EngineState, frozenset[int]]] = {(canonical(first), frozenset())}
         frontier: deque[tuple[Any, Any, frozenset[int], list[ev.Event]]] = deque(
@@ -181,10 +207,13 @@ class EngineExplorer:
                     reference = (expected, theirs.to_spec())
                 failure = check_engine_event(config, state, event, outcome, after, reference)
                 result.refusals += outcome.error is not None
+                if failure is None and ghost:
+                    failure = ghost_failure(mine.model, after) or cache_failure(config, mine.model, after, salts)
                 if failure is None and outcome.error is None:
-                    failure = determinism(after)
+                    failure = determinism(after, ghost)
                     if failure is None and isinstance(outcome.value, StepOutput):
                         result.preemptions += bool(outcome.value.preempted)
+                        result.cache_hits += outcome.value.cache.hits > 0
                         failure = places(outcome.value.preempted, after)
                 if failure is not None:
                     result.violation, result.path = failure, [*path, event]
@@ -224,6 +253,27 @@ SMALL = EngineBounds(
     ),
 )
 
+CACHED = EngineBounds(
+    config=EngineConfig(
+        requests=2,
+        pages=5,
+        page_size=2,
+        logical_pages=4,
+        max_batch_size=2,
+        max_batched_tokens=4,
+        chunk_size=2,
+        prefill_reserve_pages=1,
+        max_queue=3,
+        max_seq_len=8,
+        prefix_caching=True,
+    ),
+    candidates=(
+        EngineRequest(1, (3, 1, 4, 1, 5), 1),
+        EngineRequest(2, (3, 1, 4, 1, 9), 2),  # its first two pages hit once 1 computed them
+        EngineRequest(3, (3, 1, 4, 1, 5), 1, tenant=1),  # 1's prompt, another tenant: no page shared
+    ),
+)
+
 WIDER = replace(
     SMALL,
     config=replace(SMALL.config, requests=3, pages=6, chunk_size=1, max_batch_size=3, max_queue=3),
@@ -240,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--deep", action="store_true", help="also the wider configuration (tens of minutes)")
     args = parser.parse_args(argv)
-    runs = [("small", SMALL), *([("wider", WIDER)] if args.deep else [])]
+    runs = [("small", SMALL), ("cached", CACHED), *([("wider", WIDER)] if args.deep else [])]
     failed = False
     for name, bounds in runs:
         start = time.perf_counter()
@@ -249,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         failed |= result.violation is not None
         print(
             f"engine explorer {name}: {result.states:,} states, {result.transitions:,} transitions, "
-            f"complete={result.complete}, {result.preemptions:,} preempting steps, "
+            f"complete={result.complete}, {result.preemptions:,} preempting steps, {result.cache_hits:,} cache hits, "
             f"{time.perf_counter() - start:.1f} s: {verdict}",
             flush=True,
         )

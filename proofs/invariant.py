@@ -44,6 +44,7 @@ from kvsched.proofs.model import (
 )
 from kvsched.spec.invariants import (
     Invariant,
+    inv_cache_well_formed,
     inv_empty_slots_cleared,
     inv_free_stack_exact,
     inv_prefix_tokens_within_count,
@@ -267,8 +268,9 @@ POOL: tuple[Conjunct, ...] = (
 )
 """The pool's own invariant: what allocate/retain/release/writable keep with no owner model."""
 
-SPEC_INVARIANTS_BY_CONSTRUCTION: tuple[Invariant, ...] = (inv_tables_fixed_capacity,)
-"""Spec invariants no conjunct carries: the model cannot state their violation (one `width`)."""
+SPEC_INVARIANTS_BY_CONSTRUCTION: tuple[Invariant, ...] = (inv_tables_fixed_capacity, inv_cache_well_formed)
+"""Spec invariants no conjunct carries: the model cannot state their violation (one `width`; no
+automatic cache, whose conservation `kvsched.proofs.cache_conservation` proves on its own)."""
 
 
 def general(s: Sys) -> Bool:

@@ -51,10 +51,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from kvsched.spec import prefix_cache as cache_ops
 from kvsched.spec import refusals
 from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput
 from kvsched.spec.domain import require_u64
-from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, finish_reason, fits, pages_for
+from kvsched.spec.engine_config import (
+    EngineConfig,
+    EngineRequest,
+    StepOutput,
+    finish_reason,
+    fits,
+    pages_for,
+    salt_of,
+)
 from kvsched.spec.engine_state import (
     EngineState,
     Queued,
@@ -69,9 +78,11 @@ from kvsched.spec.engine_state import (
 from kvsched.spec.errors import Exhausted, KvschedError
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, PrefillItem
+from kvsched.spec.page_keys import page_hash, page_keys
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import BlockPool
 from kvsched.spec.prefix import MAX_SET_PAGES, PrefixKvStore, PrefixPageSet
+from kvsched.spec.prefix_cache import EMPTY_CACHE, CacheState
 from kvsched.spec.scheduler import RequestScheduler
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.slots import RequestState
@@ -89,6 +100,9 @@ class StepRecord:
     preempted: list[int] = field(default_factory=list)
     finishing: list[int] = field(default_factory=list)  # finished this step: released at its end
     tokens_run: int = 0
+    written: dict[int, tuple[int, int]] = field(
+        default_factory=dict
+    )  # request id -> positions whose KV this step wrote
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +156,14 @@ class Engine:
         self.scheduler = RequestScheduler(
             config.requests, config.logical_pages, pool=self.pool, prefixes=self.store, page_size=config.page_size
         )
+        self.digest = page_hash(config.page_hash)
+        self.cache: CacheState = EMPTY_CACHE
         self._restore(initial_engine(self._system(), config))
 
     # -- the state ----------------------------------------------------------------------------
 
     def _system(self) -> SystemState:
-        return SystemState(self.pool.state, self.store.state, self.scheduler.state)
+        return SystemState(self.pool.state, self.store.state, self.scheduler.state, cache=self.cache)
 
     @property
     def state(self) -> EngineState:
@@ -164,6 +180,7 @@ class Engine:
         self.pool.commit(state.system.pool)
         self.store.commit(state.system.store)
         self.scheduler.commit(state.system.scheduler)
+        self.cache = state.system.cache
         self._queue = state.queue
         self._running = state.running
         self._state_slots = state.state_slots
@@ -237,12 +254,19 @@ class Engine:
         """Something is queued or running, or a cancellation is not yet reported."""
         return bool(self._queue or self._running or self._cancelled)
 
+    def reset_cache(self) -> None:
+        """Drop every page of the automatic prefix cache; `CacheInUse` while any is held."""
+        cache, pool = cache_ops.reset(self.cache, self.pool.state)
+        self.cache = cache
+        self.pool.commit(pool)
+
     # -- the step -----------------------------------------------------------------------------
 
     def step(self) -> StepOutput:
         """One iteration (see the module docstring); on any error the engine is as before."""
         saved = self.state
         try:
+            stats = self.cache.stats
             record = StepRecord(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
             self._cancelled = ()
             room = self._make_room(record)
@@ -250,8 +274,10 @@ class Engine:
                 plan, chunks = room
                 self._decode(plan, record)
                 self._prefill(chunks, record)
+                self._publish_written(record)
                 for request_id in record.finishing:
                     self._release(self._entry(request_id))
+            self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
         except BaseException:
             self._restore(saved)
             raise
@@ -261,6 +287,7 @@ class Engine:
             preempted=tuple(record.preempted),
             tokens_run=record.tokens_run,
             pages_in_use=self.config.pages - self.pool.free_count(),
+            cache=self.cache.stats - stats,
         )
 
     def _make_room(self, record: StepRecord) -> tuple[WritePlan, list[Chunk]] | None:
@@ -275,7 +302,7 @@ class Engine:
                 room = self._room_for_running()
             except Exhausted as error:
                 self._restore(inner)
-                if self.store.reclaim(self.pool, error.needed or 1) == 0:
+                if self._relieve(error.needed or 1) == 0:
                     entry = victim(self._running)
                     if entry is None:
                         raise
@@ -314,7 +341,9 @@ class Engine:
         record.tokens_run += count
         by_id = {entry.request.request_id: entry for entry in self._running}
         for output in outputs:
-            self._emit(by_id[output.request_id], output.next_token_id, record)
+            entry = by_id[output.request_id]
+            record.written[output.request_id] = (entry.computed, entry.computed + 1)
+            self._emit(entry, output.next_token_id, record)
 
     def _prefill(self, chunks: list[Chunk], record: StepRecord) -> None:
         budget = self.config.max_batched_tokens - record.tokens_run - sum(chunk.length for chunk in chunks)
@@ -343,14 +372,20 @@ class Engine:
         request = front.request
         length_of = len(request.prompt) + len(front.generated)
         identity, cached = self._usable_prefix(request.prefix, length_of, budget)
+        hit = self._cached_run(request, sequence_of(request, front.generated), cached)
+        cached += len(hit) * self.config.page_size
         length = min(self.config.chunk_size, length_of - cached, budget)
         pages = chunk_pages(cached, length, self.config.page_size)
         if len(pages) > free:
-            self.store.reclaim(self.pool, len(pages))  # for a later step: this one writes no freed page
+            self._relieve(len(pages), keep=hit)  # for a later step: this one writes no freed page
             return None
         request_id = request.request_id
         admission = self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool)
-        if admission.prefix_tokens == cached:
+        if self.config.prefix_caching:
+            if hit:
+                self.scheduler.attach_pages(request_id, hit, self.pool)
+            self.cache = cache_ops.count_query(self.cache, length_of, len(hit) * self.config.page_size)
+        if admission.prefix_tokens + len(hit) * self.config.page_size == cached:
             plan = self.scheduler.record_chunk(request_id, length, self.pool)
         else:  # a full hit recomputes its last prompt token, which the prefix already counts
             plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
@@ -375,6 +410,17 @@ class Engine:
             return None, 0
         return identity, cached
 
+    def _cached_run(self, request: EngineRequest, sequence: tuple[int, ...], start: int) -> tuple[int, ...]:
+        """The cached pages holding the sequence's full pages from token `start` (a page
+        boundary, else none), at most up to the last page before its last token (which is
+        always computed, so a full hit still prefills a token)."""
+        page_size = self.config.page_size
+        if not self.config.prefix_caching or start % page_size:
+            return ()
+        pages = (len(sequence) - 1) // page_size
+        keys = page_keys(sequence, page_size, salt_of(self.config, request), self.digest, pages)
+        return cache_ops.lookup(self.cache, keys[start // page_size :])
+
     def _run_chunks(self, chunks: list[Chunk], record: StepRecord) -> None:
         copies = tuple(pair for chunk in chunks for pair in chunk.copies)
         if copies:
@@ -390,6 +436,7 @@ class Engine:
         sampled = require_prefill_tokens(answer, len(items))
         for chunk, token in zip(chunks, sampled, strict=True):
             entry = by_id[chunk.request_id]
+            record.written[chunk.request_id] = (chunk.start, chunk.start + chunk.length)
             computed = chunk.start + chunk.length
             record.tokens_run += chunk.length
             entry = self._replace(entry, computed=computed)
@@ -427,7 +474,11 @@ class Engine:
         return new
 
     def _release(self, entry: Running) -> None:
-        """Finish `entry` in the scheduler (pages released) and free its state slot."""
+        """Finish `entry` in the scheduler (pages released; the cached ones stamped as used now)
+        and free its state slot."""
+        if self.config.prefix_caching:
+            table = self.scheduler.page_table(entry.request.request_id)
+            self.cache = cache_ops.stamp(self.cache, [page for page in table if page is not None])
         self.scheduler.finish(entry.request.request_id, self.pool)
         if entry.state_slot is not None:
             self._state_slots = _with_owner(self._state_slots, entry.state_slot, None)
@@ -438,6 +489,46 @@ class Engine:
         self._release(entry)
         self._queue = enqueue(self._queue, Queued(entry.request, entry.generated), front=True)
         record.preempted.append(entry.request.request_id)
+
+    # -- the automatic prefix cache ----------------------------------------------------------
+
+    def _publish_written(self, record: StepRecord) -> None:
+        """Cache every page this step completed, now that its KV is written: each request's full
+        pages that end inside the positions this step wrote (finishing requests included)."""
+        if not self.config.prefix_caching:
+            return
+        page_size = self.config.page_size
+        for entry in self._running:
+            request_id = entry.request.request_id
+            start, stop = record.written.get(request_id, (0, 0))
+            first, end = start // page_size, stop // page_size
+            if first == end:
+                continue
+            sequence = sequence_of(entry.request, entry.generated)
+            keys = page_keys(sequence, page_size, salt_of(self.config, entry.request), self.digest, end)
+            table = self.scheduler.page_table(request_id)
+            for depth in range(first, end):
+                page = table[depth]
+                assert page is not None
+                self.cache, pool = cache_ops.insert(self.cache, self.pool.state, keys[depth], page, depth)
+                self.pool.commit(pool)
+
+    def _evict(self, pages: int, keep: tuple[int, ...] = ()) -> int:
+        """Evict up to `pages` cached pages held by the cache alone (not those in `keep`)."""
+        if pages <= 0 or not self.config.prefix_caching:
+            return 0
+        self.cache, pool, evicted = cache_ops.evict(self.cache, self.pool.state, pages, keep)
+        self.pool.commit(pool)
+        return evicted
+
+    def _relieve(self, pages: int, keep: tuple[int, ...] = ()) -> int:
+        """Free pages toward `pages` free for a later step: evict cached pages, else reclaim
+        idle named prefixes (counting the cache's references as idle); how many it freed or
+        left evictable."""
+        evicted = self._evict(max(pages - self.pool.free_count(), 1), keep)
+        if evicted:
+            return evicted
+        return self.store.reclaim(self.pool, pages, cache_ops.get_cache_references(self.cache))
 
     def _entry(self, request_id: int) -> Running:
         return next(entry for entry in self._running if entry.request.request_id == request_id)

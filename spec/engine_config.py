@@ -17,6 +17,8 @@ from kvsched.spec.batch import U32_MAX
 from kvsched.spec.domain import as_int, require_u32, require_u64
 from kvsched.spec.errors import InvalidArgument, InvalidConfig
 from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.page_keys import CacheSalt, pack_tokens
+from kvsched.spec.prefix_cache import CacheStats
 from kvsched.spec.sequence import FinishReason
 
 PRIORITY_LIMIT = 2**31  # priorities are i32: -2**31 .. 2**31 - 1
@@ -38,6 +40,11 @@ class EngineConfig:
     max_seq_len           prompt + max_new_tokens at most
     state_slots           recurrent-state slots, one per running request (0 = none)
     prefix_entries        prefix store entries for published prefixes (0 = none)
+    prefix_caching        the automatic prefix cache (`kvsched.spec.prefix_cache`): every full
+                          page a step computes is cached under its key, and admission reuses the
+                          longest cached run of a sequence's pages
+    page_hash             the hash page keys chain ("sha256"; "xxh3_128" with kvsched.impl)
+    model_id              the model's name, part of every page key
     """
 
     requests: int = 32
@@ -52,8 +59,16 @@ class EngineConfig:
     max_seq_len: int = 4096
     state_slots: int = 0
     prefix_entries: int = 0
+    prefix_caching: bool = False
+    page_hash: str = "sha256"
+    model_id: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.prefix_caching, bool):
+            raise InvalidConfig(f"prefix_caching must be a bool, not {self.prefix_caching!r}")
+        for name in ("page_hash", "model_id"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidConfig(f"{name} must be a str, not {getattr(self, name)!r}")
         for name, low in _LOWER_BOUNDS.items():
             value = as_int(getattr(self, name))
             if value is None or not low <= value <= U32_MAX:
@@ -95,7 +110,9 @@ _LOWER_BOUNDS = {
 class EngineRequest:
     """One generation request: generate at most `max_new_tokens` after `prompt`, stopping early at
     `eos_token_id`. Higher `priority` runs first; FIFO inside a priority. `prefix` names a
-    published prefix whose KV the prompt starts with (attached at admission when published)."""
+    published prefix whose KV the prompt starts with (attached at admission when published).
+    `tenant` and `adapter` (its LoRA adapter id) salt its page keys: the automatic cache never
+    shares a page across tenants or adapters."""
 
     request_id: int
     prompt: tuple[int, ...]
@@ -104,12 +121,15 @@ class EngineRequest:
     priority: int = 0
     tenant: int = 0
     prefix: PrefixIdentity | None = None
+    adapter: int = 0
+    prompt_bytes: bytes = field(init=False, repr=False, compare=False)  # the prompt as little-endian u32s
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "request_id", require_u64("request_id", self.request_id))
         if not isinstance(self.prompt, tuple | list) or not self.prompt:
             raise InvalidArgument(f"prompt must be a non-empty tuple of token ids, not {self.prompt!r}")
         object.__setattr__(self, "prompt", tuple(require_u32("prompt token", token) for token in self.prompt))
+        object.__setattr__(self, "prompt_bytes", pack_tokens(self.prompt))
         tokens = as_int(self.max_new_tokens)
         if tokens is None or not 1 <= tokens <= U32_MAX:
             raise InvalidArgument(f"max_new_tokens must be an integer in 1..2**32-1, not {self.max_new_tokens!r}")
@@ -121,6 +141,7 @@ class EngineRequest:
             raise InvalidArgument(f"priority must be an i32, not {self.priority!r}")
         object.__setattr__(self, "priority", priority)
         object.__setattr__(self, "tenant", require_u32("tenant", self.tenant))
+        object.__setattr__(self, "adapter", require_u32("adapter", self.adapter))
         if self.prefix is not None and not isinstance(self.prefix, PrefixIdentity):
             raise refusals.wrong_kind("prefix", "PrefixIdentity or None", self.prefix)
 
@@ -129,13 +150,15 @@ class EngineRequest:
 class StepOutput:
     """What one step did: each request's new tokens (in order), the requests that finished and
     why (cancellations since the last step included), those preempted (in preemption order), the
-    tokens the model ran (decode tokens + prefill chunk tokens) and the pages held afterwards."""
+    tokens the model ran (decode tokens + prefill chunk tokens), the pages held afterwards and
+    the prefix cache's counts for this step."""
 
     tokens: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     finished: Mapping[int, FinishReason] = field(default_factory=dict)
     preempted: tuple[int, ...] = ()
     tokens_run: int = 0
     pages_in_use: int = 0
+    cache: CacheStats = field(default_factory=CacheStats)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StepOutput):
@@ -145,6 +168,7 @@ class StepOutput:
             and dict(self.finished) == dict(other.finished)
             and tuple(self.preempted) == tuple(other.preempted)
             and (self.tokens_run, self.pages_in_use) == (other.tokens_run, other.pages_in_use)
+            and self.cache == other.cache
         )
 
     __hash__ = None  # type: ignore[assignment]  # the mappings are not hashable
@@ -169,6 +193,11 @@ def fits(config: EngineConfig, request: EngineRequest) -> str | None:
     if pages > config.pages:
         return f"{pages} pages exceed the pool's {config.pages}"
     return None
+
+
+def salt_of(config: EngineConfig, request: EngineRequest) -> CacheSalt:
+    """What salts the request's page keys: its tenant and adapter, and the model."""
+    return CacheSalt(request.tenant, request.adapter, config.model_id)
 
 
 def finish_reason(request: EngineRequest, generated: tuple[int, ...] | list[int]) -> FinishReason | None:

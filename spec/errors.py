@@ -10,7 +10,7 @@ simply `Exhausted`); the intermediate classes let a caller catch a whole family.
     ├── InvalidArgument, InvalidConfig        (also ValueError)
     ├── PoolError        Exhausted, InvalidBlock, ReferenceOverflow, DoubleRelease
     ├── TableError       OutOfRange, TargetNotEmpty, TableOutputTooSmall
-    ├── RegistryError    EmptyPageSet, PageCapacity, RegistryFull
+    ├── RegistryError    EmptyPageSet, PageCapacity, RegistryFull, CacheInUse
     ├── SchedulerError   DuplicateRequest, Full, UnknownRequest, OutputTooSmall, InvalidState
     ├── DecodeRoundError ItemBufferTooSmall, BlockTableBufferTooSmall, OutputBufferTooSmall,
     │                    MissingInputToken, UnpreparedWrite, BackendFailed,
@@ -119,6 +119,10 @@ class PageCapacity(RegistryError):
 
 class RegistryFull(RegistryError):
     """The registry has no entry to place a prefix in (a store with zero entries)."""
+
+
+class CacheInUse(RegistryError):
+    """Resetting the prefix cache while a request or named prefix still holds a cached page."""
 
 
 class SchedulerError(KvschedError):

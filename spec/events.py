@@ -150,6 +150,14 @@ class RecordChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachPages:
+    """`scheduler.attach_pages(request_id, pages, pool)`: share full pages after its own."""
+
+    request_id: Any
+    pages: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     """`scheduler.finish(request_id, pool)`."""
 
@@ -308,6 +316,11 @@ class ForkRunning:
 
 
 @dataclass(frozen=True, slots=True)
+class ResetCache:
+    """`engine.reset_cache()`."""
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
     """`engine.step()`, its model breaking the decode round as `fault` says, and raising in
     the prefill call when `prefill_fails`."""
@@ -331,6 +344,7 @@ Event = (
     | RecordToken
     | RecordTokens
     | RecordChunk
+    | AttachPages
     | Finish
     | DecodeRound
     | DecodeOverlapping
@@ -349,7 +363,8 @@ Event = (
     | Cancel
     | PublishRunning
     | ForkRunning
+    | ResetCache
     | Step
 )
-ENGINE_EVENTS: tuple[type[Any], ...] = (Submit, Cancel, PublishRunning, ForkRunning, Step)
+ENGINE_EVENTS: tuple[type[Any], ...] = (Submit, Cancel, PublishRunning, ForkRunning, ResetCache, Step)
 EVENTS: tuple[type[Any], ...] = Event.__args__

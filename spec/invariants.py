@@ -93,6 +93,17 @@ def inv_store_entries_well_formed(state: SystemState) -> bool:
     return len(identities) == len(set(identities)) and fits and recent
 
 
+def inv_cache_well_formed(state: SystemState) -> bool:
+    """The automatic cache holds each page under one key and each key on one page, in page
+    order, every page in range, every stamp before the clock."""
+    cache = state.cache
+    pages = [entry.page for entry in cache.pages]
+    keys = [entry.key for entry in cache.pages]
+    in_range = all(0 <= page < len(state.pool.refs) for page in pages)
+    recent = all(0 <= entry.last_used <= cache.clock and entry.depth >= 0 for entry in cache.pages)
+    return pages == sorted(set(pages)) and len(keys) == len(set(keys)) and in_range and recent
+
+
 Invariant = Callable[[SystemState], bool]
 
 INVARIANTS: tuple[Invariant, ...] = (
@@ -105,6 +116,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     inv_tables_hold_their_pages,
     inv_prefix_tokens_within_count,
     inv_store_entries_well_formed,
+    inv_cache_well_formed,
 )
 
 

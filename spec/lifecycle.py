@@ -91,6 +91,23 @@ def admit(
     return with_slot(state, index, slot), pool, store, admission
 
 
+def attach_pages(
+    state: SchedulerState, pool: PoolState, request_id: int, pages: Sequence[int], page_size: int
+) -> tuple[SchedulerState, PoolState]:
+    """Share `pages` (full pages holding the request's next tokens, found in a cache) into the
+    request's table after its mapped pages, and count their tokens as prefix tokens. The
+    request's count must end its mapped pages exactly (`InvalidState` otherwise)."""
+    index = require_request(state, request_id)
+    slot = state.slots[index]
+    mapped = table_ops.mapped_run(slot.table)
+    if mapped is None or slot.token_count != mapped * page_size:
+        raise refusals.not_page_aligned(slot.request_id, index, slot.token_count, page_size)
+    table, pool = table_ops.append_shared(slot.table, pool, pages)
+    tokens = len(pages) * page_size
+    slot = replace(slot, table=table, token_count=slot.token_count + tokens, prefix_tokens=slot.prefix_tokens + tokens)
+    return with_slot(state, index, slot), pool
+
+
 def fork(
     state: SchedulerState, pool: PoolState, parent_id: int, child_id: int
 ) -> tuple[SchedulerState, PoolState, int]:

@@ -12,6 +12,7 @@ replaced set only after; a full registry replaces round-robin; `reclaim` evicts 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from kvsched.spec import pool as pool_ops
@@ -155,12 +156,19 @@ def remove(state: StoreState, pool: PoolState, identity: PrefixIdentity) -> tupl
     return replace(state, entries=_with_entry(state, index, None)), pool, True
 
 
-def is_idle(state: StoreState, pool: PoolState, entry: StoreEntry) -> bool:
-    """Only the store holds the entry's pages: evicting it frees every one of them (an entry
-    naming pages outside `pool`, a store used with another pool, is never idle)."""
+def is_idle(state: StoreState, pool: PoolState, entry: StoreEntry, spare: Mapping[int, int] | None = None) -> bool:
+    """Only the store (and `spare`'s holders: the automatic cache, which evicts what it alone
+    holds) holds the entry's pages: evicting it frees every one of them or leaves it evictable
+    (an entry naming pages outside `pool`, a store used with another pool, is never idle)."""
     pages = entry.page_set.pages
+    spare = spare or {}
     in_range = all(0 <= page < len(pool.refs) for page in pages)
-    return in_range and all(pool.refs[page] == get_store_references(state, page) for page in pages)
+    return in_range and all(pool.refs[page] == get_store_references(state, page) + spare.get(page, 0) for page in pages)
+
+
+def available_pages(pool: PoolState, spare: Mapping[int, int]) -> int:
+    """Free pages, and pages only `spare`'s holders hold (as good as free: they evict them)."""
+    return len(pool.free) + sum(1 for page, count in spare.items() if count and pool.refs[page] == count)
 
 
 def require_reclaim_target(pages: object) -> int:
@@ -171,26 +179,30 @@ def require_reclaim_target(pages: object) -> int:
     return target
 
 
-def reclaim(state: StoreState, pool: PoolState, pages: int) -> tuple[StoreState, PoolState, int]:
-    """Evict idle entries, least recently used first, until `pages` pages are free.
+def reclaim(
+    state: StoreState, pool: PoolState, pages: int, spare: Mapping[int, int] | None = None
+) -> tuple[StoreState, PoolState, int]:
+    """Evict idle entries, least recently used first, until `pages` pages are free (or, with
+    `spare`, available: see `available_pages`).
 
     Stops early when no idle entry is left (a partial reclaim is still useful under pressure);
-    returns how many pages became free.
+    returns how many pages became free (available).
     """
     pages = require_reclaim_target(pages)
-    before = len(pool.free)
-    while len(pool.free) < pages:
+    spare = spare or {}
+    before = available_pages(pool, spare)
+    while available_pages(pool, spare) < pages:
         idle = [
             (entry.last_used, index)
             for index, entry in enumerate(state.entries)
-            if entry is not None and is_idle(state, pool, entry)
+            if entry is not None and is_idle(state, pool, entry, spare)
         ]
         if not idle:
             break
         _, index = min(idle)
         pool = _release_set(pool, state.entries[index])
         state = replace(state, entries=_with_entry(state, index, None))
-    return state, pool, len(pool.free) - before
+    return state, pool, available_pages(pool, spare) - before
 
 
 class PrefixKvStore:
@@ -252,10 +264,10 @@ class PrefixKvStore:
         self.bind_pool(pool)
         return removed
 
-    def reclaim(self, pool: BlockPool, pages: int) -> int:
-        """Evict idle entries LRU-first until `pages` pages are free; the pages freed."""
+    def reclaim(self, pool: BlockPool, pages: int, spare: Mapping[int, int] | None = None) -> int:
+        """Evict idle entries LRU-first until `pages` pages are free (`reclaim`); the pages freed."""
         pool = self.check_pool(pool)
-        self._state, pool_state, freed = reclaim(self._state, pool.state, pages)
+        self._state, pool_state, freed = reclaim(self._state, pool.state, pages, spare)
         pool.commit(pool_state)
         self.bind_pool(pool)
         return freed

@@ -13,6 +13,7 @@ from kvsched.spec.errors import (
     BackendFailed,
     BackendLaunchCount,
     BlockTableBufferTooSmall,
+    CacheInUse,
     DoubleRelease,
     DuplicateRequest,
     Exhausted,
@@ -103,6 +104,15 @@ def scheduler_full(request_id: int, requests: int) -> Full:
 
 def not_prefilling(request_id: int, slot: int, state: str) -> InvalidState:
     return InvalidState(f"request {request_id} is in {state}, not prefill", request_id=request_id, slot=slot)
+
+
+def not_page_aligned(request_id: int, slot: int, tokens: int, page_size: int) -> InvalidState:
+    return InvalidState(
+        f"request {request_id} (slot {slot}) counts {tokens} tokens, not exactly its mapped pages of {page_size}: "
+        "shared pages cannot follow",
+        request_id=request_id,
+        slot=slot,
+    )
 
 
 def views_too_small(length: int, live: int) -> OutputTooSmall:
@@ -231,6 +241,10 @@ def set_over_capacity(pages: int, capacity: int) -> PageCapacity:
 
 def store_without_entries() -> RegistryFull:
     return RegistryFull("this store has no entries")
+
+
+def cache_in_use(pages: list[int]) -> CacheInUse:
+    return CacheInUse(f"cannot reset the prefix cache: cached pages {pages[:8]} are still held")
 
 
 # -- the engine's intake -------------------------------------------------------------------------

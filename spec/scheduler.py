@@ -18,6 +18,7 @@ from kvsched.spec.binding import Binding, bind_together
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.lifecycle import (
     admit,
+    attach_pages,
     ensure_writable,
     ensure_writable_batch,
     finish,
@@ -117,6 +118,15 @@ class RequestScheduler:
         prefixes.commit(store_state)
         self._bind(pool, prefixes)
         return admission
+
+    def attach_pages(self, request_id: int, pages: Sequence[int], pool: BlockPool) -> None:
+        """Share cached full pages holding the request's next tokens into its table and count
+        them (`lifecycle.attach_pages`). Needs the scheduler's `page_size`."""
+        pool = self._pool.check("pool", pool)
+        page_size = refusals.require_chunk_page_size(self._page_size)
+        self._state, pool_state = attach_pages(self._state, pool.state, request_id, pages, page_size)
+        pool.commit(pool_state)
+        self._bind(pool)
 
     def fork(self, parent_id: int, child_id: int, pool: BlockPool) -> int:
         """Admit `child_id` sharing every page of `parent_id` (copy-on-write on first write)."""

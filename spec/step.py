@@ -94,6 +94,7 @@ _CALLS: dict[type[Any], Call] = {
     ev.RecordToken: lambda s, e: s.scheduler.record_token(e.request_id),
     ev.RecordTokens: lambda s, e: s.scheduler.record_tokens(e.request_id, e.count),
     ev.RecordChunk: lambda s, e: s.scheduler.record_chunk(e.request_id, e.count, s.pool),
+    ev.AttachPages: lambda s, e: s.scheduler.attach_pages(e.request_id, list(e.pages), s.pool),
     ev.Finish: lambda s, e: s.scheduler.finish(e.request_id, s.pool),
     ev.ForeignPool: _foreign,
     ev.Publish: lambda s, e: s.store.publish(PrefixPageSet(e.identity, e.pages, e.tokens), s.pool),
@@ -110,6 +111,7 @@ _CALLS: dict[type[Any], Call] = {
     ev.Cancel: lambda s, e: s.cancel(e.request_id),
     ev.PublishRunning: lambda s, e: s.publish(e.request_id, e.tokens, e.identity),
     ev.ForkRunning: lambda s, e: s.fork(e.parent, e.child),
+    ev.ResetCache: lambda s, e: s.reset_cache(),
     ev.Step: lambda s, e: s.step(),
 }
 

@@ -107,6 +107,31 @@ def install_shared_prefix(table: Table, pool: PoolState, pages: Sequence[int]) -
     return tuple(require_int("page id", page) for page in pages) + table[len(pages) :], pool
 
 
+def mapped_run(table: Table) -> int | None:
+    """How many logical pages are mapped, when they are exactly the first ones (else None)."""
+    count = len(get_mapped_pages(table))
+    return count if all(entry is not None for entry in table[:count]) else None
+
+
+def append_shared(table: Table, pool: PoolState, pages: Sequence[int]) -> tuple[Table, PoolState]:
+    """Map `pages`, retaining each, right after the table's mapped leading run: all or nothing.
+
+    The table must map exactly its first logical pages (`TargetNotEmpty` otherwise) and have
+    room (`OutOfRange`); no page may repeat or be mapped already (`InvalidArgument`).
+    """
+    pages = tuple(pages)
+    start = mapped_run(table)
+    if start is None:
+        raise refusals.prefix_target_not_empty()
+    if start + len(pages) > len(table):
+        raise refusals.prefix_too_long(start + len(pages), len(table))
+    if repeats_a_page(pages + get_mapped_pages(table)):
+        raise refusals.repeated_page(pages)
+    pool = retain_all(pool, pages)
+    ids = tuple(require_int("page id", page) for page in pages)
+    return table[:start] + ids + table[start + len(pages) :], pool
+
+
 class SequenceBlockTable:
     """One sequence's logical-page ownership; capacity is fixed at construction."""
 

@@ -179,7 +179,13 @@ def kernel_find_idle_lru(a_mask: int, a_used: int, b_mask: int, b_used: int, e0:
             counts[page] += 1
     occupied = Row([a_mask != 0, b_mask != 0])
     result: int = FIND_IDLE_LRU(
-        pages, Row([len(entry) for entry in entries]), occupied, Row([a_used, b_used]), Row(counts), Row([0] * PAGES)
+        pages,
+        Row([len(entry) for entry in entries]),
+        occupied,
+        Row([a_used, b_used]),
+        Row(counts),
+        Row([0] * PAGES),
+        Row([0] * PAGES),
     )
     return result
 

@@ -45,6 +45,8 @@ class FailureKind(Enum):
     LIVENESS = "liveness"
     DETERMINISM = "determinism"  # a request's tokens differ from its run alone
     ORDER = "queue order"  # a preempted request queued behind a later arrival of its priority
+    CACHE = "cached content"  # a cached page does not hold the tokens its key names
+    ISOLATION = "tenant isolation"  # a request holds a page cached for another tenant or adapter
 
     def __repr__(self) -> str:
         return f"FailureKind.{self.name}"

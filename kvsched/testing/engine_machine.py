@@ -6,9 +6,11 @@ After each event (`EngineMachine.run`): a typed outcome; the spec's outcome and 
 limits (tokens run within `max_batched_tokens`, running within `max_batch_size`); the ghost
 reads (every computed position of every running request reads its own history); determinism
 (every token streamed equals what the request samples alone and densely); a preempted request's
-place (ahead of every later arrival of its priority). At teardown, liveness: with no arrivals
-and a well-behaved model, every request finishes within a bound of steps and every page and
-state slot not held by a published prefix is free.
+place (ahead of every later arrival of its priority); with the automatic prefix cache, every
+cached page holds, in the ghost KV, exactly the tokens its key names, at exactly its positions,
+and no request holds a page cached for another tenant or adapter. At teardown, liveness: with
+no arrivals and a well-behaved model, every request finishes within a bound of steps and every
+page and state slot not held by a published prefix or the cache is free.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from hypothesis.control import currently_in_test_context
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from kvsched.spec import events as ev
-from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, salt_of
 from kvsched.spec.engine_state import EngineState, check_engine_invariants, sequence_of
 from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.page_keys import CacheSalt, page_hash, page_keys
 from kvsched.spec.prefix import get_store_references
+from kvsched.spec.prefix_cache import get_cache_references
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.step import apply
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, capture
@@ -66,6 +70,9 @@ SHAPES = {
         prefix_entries=1,
     ),
 }
+SHAPES["cached"] = replace(SHAPES["default"], pages=9, prefill_reserve_pages=2, prefix_caching=True)
+SHAPES["cached_tight"] = replace(SHAPES["tight"], pages=5, prefix_caching=True)
+TENANTS = 2
 
 
 def spec_engine(config: EngineConfig, model: Any) -> Any:
@@ -82,9 +89,10 @@ def impl_engine(config: EngineConfig, model: Any) -> Any:
     return Engine(config, model)
 
 
-def prefix_for(tokens: tuple[int, ...]) -> PrefixIdentity:
-    """The harness's identity for a prefix: its tokens name it (content-addressed)."""
-    words = [len(tokens), 0, 0, 0]
+def prefix_for(tokens: tuple[int, ...], tenant: int = 0) -> PrefixIdentity:
+    """The harness's identity for a prefix: its tokens name it (content-addressed), within a
+    tenant (named prefixes are shared by name; the harness keeps tenants apart)."""
+    words = [len(tokens) + tenant * 2**16, 0, 0, 0]
     for index, token in enumerate(tokens):
         words[1 + index % 3] = (words[1 + index % 3] * 131 + token + 1) % 2**32
     return PrefixIdentity((words[0], words[1], words[2], words[3]))
@@ -144,6 +152,38 @@ def ghost_failure(model: HarnessModel, state: EngineState) -> CheckFailure | Non
     return CheckFailure(FailureKind.GHOST, "; ".join(mismatches[:3])) if mismatches else None
 
 
+def cache_failure(
+    config: EngineConfig, model: HarnessModel, state: EngineState, salts: set[CacheSalt]
+) -> CheckFailure | None:
+    """Every cached page holds, in the ghost KV, exactly the tokens its key names at exactly its
+    positions (its key is the chain of what it holds, for one of the `salts` in use); no running
+    request holds a page cached for another salt."""
+    page_size, digest = config.page_size, page_hash(config.page_hash)
+    owner: dict[int, CacheSalt] = {}
+    for cached in state.system.cache.pages:
+        rows = model.memory.pages.get(cached.page, {})
+        end = (cached.depth + 1) * page_size
+        history = rows.get(page_size - 1) or ()
+        full = len(history) == end and None not in history
+        if not full or any(rows.get(row) != history[: end - page_size + row + 1] for row in range(page_size)):
+            return CheckFailure(FailureKind.CACHE, f"cached page {cached.page} (depth {cached.depth}) holds {rows}")
+        tokens = tuple(token for token in history if token is not None)
+        salt = next((salt for salt in salts if page_keys(tokens, page_size, salt, digest)[-1] == cached.key), None)
+        if salt is None:
+            return CheckFailure(FailureKind.CACHE, f"page {cached.page}'s key names none of {tokens} for any salt")
+        owner[cached.page] = salt
+    tables = {slot.request_id: slot.table for slot in state.system.scheduler.slots}
+    for entry in state.running:
+        mine = salt_of(config, entry.request)
+        for page in tables.get(entry.request.request_id, ()):
+            if page in owner and owner[page] != mine:
+                return CheckFailure(
+                    FailureKind.ISOLATION,
+                    f"request {entry.request.request_id} ({mine}) reads page {page} of {owner[page]}",
+                )
+    return None
+
+
 class EngineMachine(RuleBasedStateMachine):
     """Drives one engine under test, in lockstep with the spec's unless `reference` is None."""
 
@@ -161,7 +201,8 @@ class EngineMachine(RuleBasedStateMachine):
         self.ref = reference(config, self.ref_model) if reference is not None else None
         self.submissions: dict[int, Submission] = {}
         self.submitted = 0
-        self.published: list[tuple[int, ...]] = []  # the token sequences published so far
+        self.published: list[tuple[tuple[int, ...], int]] = []  # (tokens, tenant) published so far
+        self.salts = {CacheSalt(tenant, 0, config.model_id) for tenant in range(TENANTS)}
         self.failed = False
 
     def fail(self, failure: CheckFailure) -> None:
@@ -184,6 +225,7 @@ class EngineMachine(RuleBasedStateMachine):
             reference = (expected, self.ref.to_spec())
         failure = check_engine_event(self.config, before, event, outcome, after, reference)
         failure = failure or ghost_failure(self.model, after)
+        failure = failure or cache_failure(self.config, self.model, after, self.salts)
         if failure is None and outcome.error is None:
             failure = self._observe(event, outcome.value, after)
         if failure is not None:
@@ -204,7 +246,7 @@ class EngineMachine(RuleBasedStateMachine):
             self.submissions[child.request_id] = Submission(child, self.submitted, list(parent.streamed))
         if isinstance(event, ev.PublishRunning):
             entry = next(entry for entry in after.running if entry.request.request_id == event.request_id)
-            self.published.append(sequence_of(entry.request, entry.generated)[: event.tokens])
+            self.published.append((sequence_of(entry.request, entry.generated)[: event.tokens], entry.request.tenant))
         if not isinstance(value, StepOutput):
             return None
         for request_id, tokens in value.tokens.items():
@@ -251,6 +293,7 @@ class EngineMachine(RuleBasedStateMachine):
         eos=st.sampled_from([None, EOS]),
         priority=st.integers(0, 1),
         prefix=st.integers(0, 9),
+        tenant=st.integers(0, TENANTS - 1),
     )
     def submit(
         self,
@@ -262,10 +305,11 @@ class EngineMachine(RuleBasedStateMachine):
         eos: int | None,
         priority: int,
         prefix: int,
+        tenant: int,
     ) -> None:
         prompt = (base[:shared] + tail) or base[:1]  # prompts share prefixes, so published ones hit
-        identity = prefix_for(prompt[:prefix]) if 0 < prefix <= len(prompt) else None
-        self.run(ev.Submit(EngineRequest(request_id, prompt, max_new_tokens, eos, priority, 0, identity)))
+        identity = prefix_for(prompt[:prefix], tenant) if 0 < prefix <= len(prompt) else None
+        self.run(ev.Submit(EngineRequest(request_id, prompt, max_new_tokens, eos, priority, tenant, identity)))
 
     @rule(
         request_id=st.integers(1, IDS),
@@ -277,8 +321,10 @@ class EngineMachine(RuleBasedStateMachine):
         """A prompt that starts with (or is) a prefix published earlier, naming it: a hit."""
         if not self.published:
             return
-        published = self.published[pick % len(self.published)]
-        request = EngineRequest(request_id, published + tail, max_new_tokens, prefix=prefix_for(published))
+        published, tenant = self.published[pick % len(self.published)]
+        request = EngineRequest(
+            request_id, published + tail, max_new_tokens, tenant=tenant, prefix=prefix_for(published, tenant)
+        )
         self.run(ev.Submit(request))
 
     @rule(value=st.sampled_from([None, -1, "3", 2**64]))
@@ -296,13 +342,19 @@ class EngineMachine(RuleBasedStateMachine):
             return
         entry = running[pick % len(running)]
         sequence = sequence_of(entry.request, entry.generated)
-        self.run(ev.PublishRunning(entry.request.request_id, tokens, prefix_for(sequence[:tokens])))
+        self.run(
+            ev.PublishRunning(entry.request.request_id, tokens, prefix_for(sequence[:tokens], entry.request.tenant))
+        )
 
     @rule(pick=st.integers(0, 5), child=st.integers(0, IDS + 1))
     def fork(self, pick: int, child: int) -> None:
         running = self.engine.to_spec().running
         parent = running[pick % len(running)].request.request_id if running else pick
         self.run(ev.ForkRunning(parent, child))
+
+    @rule()
+    def reset_cache(self) -> None:
+        self.run(ev.ResetCache())
 
     @rule(
         fault=st.sampled_from(
@@ -330,7 +382,12 @@ class EngineMachine(RuleBasedStateMachine):
             self.fail(CheckFailure(FailureKind.LIVENESS, f"work left after {bound} steps"))
         drained = self.engine.to_spec()
         store, pool = drained.system.store, drained.system.pool
-        held = [page for page, count in enumerate(pool.refs) if count != get_store_references(store, page)]
+        cached = get_cache_references(drained.system.cache)
+        held = [
+            page
+            for page, count in enumerate(pool.refs)
+            if count != get_store_references(store, page) + cached.get(page, 0)
+        ]
         if held or any(owner is not None for owner in drained.state_slots):
             self.fail(CheckFailure(FailureKind.LIVENESS, f"pages {held} or state slots still held after draining"))
 

@@ -74,12 +74,16 @@ class HarnessModel(HarnessBackend):
     def execute_prefill(self, items: Sequence[PrefillItem]) -> list[int]:
         if self.prefill_fails:
             raise RuntimeError("injected prefill fault")
+        tables = [[INVALID_BLOCK if page is None else page for page in item.table] for item in items]
+        # One batched call: every chunk attends to the KV as it was when the call began, so a
+        # chunk cannot read KV another chunk of the same call is still writing.
+        reads = [self._before(table, item.start) for item, table in zip(items, tables, strict=True)]
         tokens = []
-        for item in items:
-            table = [INVALID_BLOCK if page is None else page for page in item.table]
-            history: History = ()
+        for item, table, read in zip(items, tables, reads, strict=True):
+            history: History = ()  # a chunk of no tokens computes no logits: it samples garbage
+            before = read
             for offset, token in enumerate(item.tokens):
-                history = self._compute(item.request_id, table, token, item.start + offset)
+                history = before = self._compute(item.request_id, table, token, item.start + offset, before)
             tokens.append(history_token(history))
         return tokens
 
@@ -87,13 +91,18 @@ class HarnessModel(HarnessBackend):
         tokens = []
         for request_id, _, token, position, offset, width, _ in rows:
             table = [int(page) for page in tables[offset : offset + width]]
-            tokens.append(history_token(self._compute(request_id, table, token, position)))
+            before = self._before(table, position)
+            tokens.append(history_token(self._compute(request_id, table, token, position, before)))
         return tokens
 
-    def _compute(self, request_id: int, table: list[int], token: int, position: int) -> History:
-        """Write the KV of `token` at `position` through `table`; the history it encodes."""
+    def _before(self, table: list[int], position: int) -> History | None:
+        """What the KV at `position - 1` encodes (None: never written or unmapped)."""
+        return () if position == 0 else self._read(table, position - 1)
+
+    def _compute(self, request_id: int, table: list[int], token: int, position: int, before: History | None) -> History:
+        """Write the KV of `token` at `position` through `table`, after the KV history `before`
+        (what position - 1 held when read); the history it encodes."""
         page_size = self.memory.page_size
-        before: History | None = () if position == 0 else self._read(table, position - 1)
         history = (before if before is not None else (None,) * position) + (token,)
         logical = position // page_size
         page = table[logical] if logical < len(table) else INVALID_BLOCK

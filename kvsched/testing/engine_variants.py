@@ -1,9 +1,10 @@
 """Deliberately broken engines: proof that the engine harness can fail.
 
-Each variant is impl's `Engine` with one method recompiled with one edit
-(`kvsched.testing.patching.patch_source`), reintroducing a bug serving engines have shipped.
-`ENGINE_VARIANTS` names each, the bug it is, and the check that must catch it with the spec
-beside it (`with_reference`) and without (`alone`: the engine's own checks).
+Each variant is impl's `Engine` with one method (of the engine or of its `PrefixCache`)
+recompiled with one edit (`kvsched.testing.patching.patch_source`), reintroducing a bug serving
+engines have shipped. `ENGINE_VARIANTS` names each, the bug it is, the machine shape it runs on,
+and the check that must catch it with the spec beside it (`with_reference`) and without
+(`alone`: the engine's own checks).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsched.impl.engine import Engine
+from kvsched.impl.prefix_cache import PrefixCache
 from kvsched.spec.engine_config import EngineConfig
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.patching import patch_source
@@ -28,12 +30,22 @@ class EngineVariant:
     edits: tuple[tuple[str, str], ...]
     with_reference: FailureKind
     alone: FailureKind | None  # None: only the spec's lockstep can tell
+    shape: str = "default"  # the engine machine's shape it runs on
+    target: type[Any] = Engine  # the class whose method is edited: Engine or PrefixCache
 
     def factory(self) -> Callable[[EngineConfig, Any], Engine]:
         """Build engines of this variant."""
-        patched = patch_source(getattr(Engine, self.method), self.edits, self.name)
-        broken = type(f"Engine_{self.name}", (Engine,), {self.method: patched})
-        return lambda config, model: broken(config, model)
+        patched = patch_source(getattr(self.target, self.method), self.edits, self.name)
+        broken = type(f"{self.target.__name__}_{self.name}", (self.target,), {self.method: patched})
+        if self.target is Engine:
+            return lambda config, model: broken(config, model)
+
+        def build(config: EngineConfig, model: Any) -> Engine:
+            engine = Engine(config, model)
+            engine.cache.__class__ = broken
+            return engine
+
+        return build
 
 
 ENGINE_VARIANTS = (
@@ -105,5 +117,55 @@ ENGINE_VARIANTS = (
         (("self._rollback(saved)", "pass"),),
         FailureKind.LOCKSTEP,
         FailureKind.ATOMICITY,
+    ),
+    EngineVariant(
+        "publish_on_allocation",
+        "a page enters the prefix cache when it is allocated, before its KV is written (TGI #2489)",
+        "_admit",
+        (
+            (
+                "    return Chunk(request_id, cached, length, _pairs(plan)), slot",
+                "    if keys:\n"
+                "        end = min(len(keys), (cached + length - 1) // page_size + 1)\n"
+                "        table = get_slots(self.scheduler).tables[slot]\n"
+                "        self.cache.insert(self.pool, keys[cached // page_size : end],"
+                " table[cached // page_size : end].tolist(), cached // page_size)\n"
+                "    return Chunk(request_id, cached, length, _pairs(plan)), slot",
+            ),
+        ),
+        FailureKind.LOCKSTEP,
+        FailureKind.DETERMINISM,
+        shape="cached",
+    ),
+    EngineVariant(
+        "evict_keeps_key",
+        "an evicted page is freed but its key still maps to it: a stale page served for a new prefix (nano-vllm #163)",
+        "evict",
+        (("        self._drop(page)", "        pass"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.INVARIANT,
+        shape="cached",
+        target=PrefixCache,
+    ),
+    EngineVariant(
+        "cache_holds_no_reference",
+        "the cache takes no reference of its own, so a page freed by its last request is reused while"
+        " its key still maps to it (vLLM #5543)",
+        "insert",
+        (("        retain_array(pool, np.asarray(taken, dtype=np.int64))", "        pass"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.INVARIANT,
+        shape="cached",
+        target=PrefixCache,
+    ),
+    EngineVariant(
+        "salt_dropped",
+        "page keys leave out the tenant, so two tenants with the same prompt share KV pages"
+        " (vLLM's hash-collision advisory)",
+        "_admit",
+        (("salt = salt_of(self.config, request)", "salt = salt_of(self.config, replace(request, tenant=0))"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.ISOLATION,
+        shape="cached",
     ),
 )

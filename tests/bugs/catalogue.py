@@ -53,6 +53,7 @@ class Bug:
     contracts: tuple[str, ...] = ()
     engine: str | None = None
     slots: str | None = None
+    cache: str | None = None  # a broken form the prefix cache's z3 proofs refute
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -341,5 +342,33 @@ CATALOGUE: tuple[Bug, ...] = (
         "failed-step-kept",
         "A model failure inside a step leaves the step's allocations and tokens behind.",
         engine="failed_step_kept",
+    ),
+    # -- the automatic prefix cache ------------------------------------------------------------
+    Bug(
+        "cache-before-write",
+        "A page enters the prefix cache when it is allocated, before its KV is written (TGI #2489).",
+        engine="publish_on_allocation",
+    ),
+    Bug(
+        "evicted-key-stays",
+        "An evicted page is freed but its key still maps to it, so a stale page is served (nano-vllm #163).",
+        engine="evict_keeps_key",
+        cache="evict_keeps_key",
+    ),
+    Bug(
+        "cache-holds-no-reference",
+        "The cache takes no reference of its own, so a cached page is freed and reused under its key (vLLM #5543).",
+        engine="cache_holds_no_reference",
+        cache="insert_without_reference",
+    ),
+    Bug(
+        "evict-held-page",
+        "Eviction frees a cached page a request still reads.",
+        cache="evict_frees_a_held_page",
+    ),
+    Bug(
+        "tenants-share-pages",
+        "Page keys leave out the tenant, so two tenants with one prompt share KV pages (vLLM's hash advisory).",
+        engine="salt_dropped",
     ),
 )

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, Phase, settings
 from devtools import broken_contracts
 from devtools.mutants import hunt, mutant_system
 from devtools.mutants_corpus import MUTANTS
-from kvsched.proofs import broken, engine_slots
+from kvsched.proofs import broken, cache_conservation, engine_slots
 from kvsched.proofs.explorer import Explorer
 from kvsched.proofs.operations import Bounds
 from kvsched.proofs.subject import SPEC, Subject, variant
@@ -63,6 +63,7 @@ def test_every_realisation_is_listed_under_exactly_one_bug() -> None:
     _listed([name for bug in CATALOGUE for name in bug.contracts], list(broken_contracts.COUNTEREXAMPLES))
     _listed([bug.engine for bug in CATALOGUE if bug.engine], [variant.name for variant in ENGINE_VARIANTS])
     _listed([bug.slots for bug in CATALOGUE if bug.slots], list(engine_slots.broken()))
+    _listed([bug.cache for bug in CATALOGUE if bug.cache], list(cache_conservation.broken()))
     assert all((bug.variant is None) == (bug.kind is None) for bug in CATALOGUE)
 
 

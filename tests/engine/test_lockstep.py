@@ -1,6 +1,7 @@
-"""impl's engine in lockstep with the spec's, every check after every event, over two shapes;
-and the spec's engine alone (its own checks: invariants, ghost reads, determinism, order,
-liveness)."""
+"""impl's engine in lockstep with the spec's, every check after every event, over each shape
+(two with the automatic prefix cache); and the spec's engine alone (its own checks: invariants,
+ghost reads, cached content, tenant isolation, determinism, order, liveness), with and without
+the cache."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def test_impl_engine_refines_the_spec(shape: str) -> None:
     machine.TestCase().runTest()
 
 
-def test_the_spec_engine_alone_passes_every_check() -> None:
-    machine = engine_machine(factory=spec_engine, reference=None)
+@pytest.mark.parametrize("shape", ["default", "cached"])
+def test_the_spec_engine_alone_passes_every_check(shape: str) -> None:
+    machine = engine_machine(factory=spec_engine, reference=None, config=SHAPES[shape])
     machine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
     machine.TestCase().runTest()

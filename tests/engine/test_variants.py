@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from kvsched.spec import EngineRequest, PrefixIdentity
 from kvsched.spec import events as ev
 from kvsched.testing.checks import CheckFailed, FailureKind
-from kvsched.testing.engine_machine import EngineMachine, engine_machine, impl_engine, spec_engine
+from kvsched.testing.engine_machine import SHAPES, EngineMachine, engine_machine, impl_engine, spec_engine
 from kvsched.testing.engine_variants import ENGINE_VARIANTS, EngineVariant
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -53,7 +53,9 @@ def search(variant: EngineVariant, reference: Any) -> tuple[FailureKind, list[ev
     """Run the machine on the variant until a check fails; the kind and the shrunk program."""
     programs: list[list[ev.Event]] = []
 
-    class Recording(engine_machine(factory=variant.factory(), reference=reference)):  # type: ignore[misc]
+    machine = engine_machine(factory=variant.factory(), reference=reference, config=SHAPES[variant.shape])
+
+    class Recording(machine):  # type: ignore[misc,valid-type]
         def __init__(self) -> None:
             super().__init__()
             programs.append([])
@@ -94,5 +96,6 @@ def test_every_variant_fails_its_pinned_program_by_the_named_check(variant: Engi
         path = golden_path(variant, alone)
         assert path.exists(), f"no golden program {path.name}: run KVSCHED_ENGINE_SEARCH=1 KVSCHED_UPDATE_GOLDEN=1"
         program = read_program(path)
-        assert replay(EngineMachine(variant.factory(), None if alone else spec_engine), program) is expected
-        assert replay(EngineMachine(impl_engine, spec_engine), program) is None  # the correct engine passes
+        config = SHAPES[variant.shape]
+        assert replay(EngineMachine(variant.factory(), None if alone else spec_engine, config), program) is expected
+        assert replay(EngineMachine(impl_engine, spec_engine, config), program) is None  # the correct engine passes

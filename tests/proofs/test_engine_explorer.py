@@ -1,7 +1,8 @@
 """The engine explorer: every reachable state of a small engine (five candidate requests, a pool
 of four pages, two priorities, a state slot each, one prefix entry) is explored with every check
-and liveness from every state; impl in lockstep with the spec on a bounded part of it; and the
-broken engines it can see (without KV or model faults) are each caught by the named check."""
+and liveness from every state; so is every state of a small engine with the automatic prefix
+cache (three requests sharing pages, two tenants; ghost KV); impl in lockstep with the spec on a
+bounded part of each; and the broken engines each can see are caught by the named check."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvsched.proofs.engine_explorer import SMALL, EngineExplorer
+from kvsched.proofs.engine_explorer import CACHED, SMALL, EngineBounds, EngineExplorer
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.engine_machine import impl_engine, spec_engine
 from kvsched.testing.engine_variants import ENGINE_VARIANTS
@@ -22,6 +23,13 @@ CAUGHT = {
     "full_hit_prefills_nothing": (FailureKind.LIVENESS, FailureKind.LIVENESS),
     "skip_memory_guard": (FailureKind.LOCKSTEP, None),
     "state_slot_released_twice": (FailureKind.LOCKSTEP, FailureKind.INVARIANT),
+}
+# The same on the cached configuration, for the prefix cache's broken engines.
+CAUGHT_CACHED = {
+    "publish_on_allocation": (FailureKind.LOCKSTEP, FailureKind.GHOST),
+    "evict_keeps_key": (FailureKind.LIVENESS, FailureKind.LIVENESS),
+    "cache_holds_no_reference": (FailureKind.LIVENESS, FailureKind.LIVENESS),
+    "salt_dropped": (FailureKind.LOCKSTEP, FailureKind.ISOLATION),
 }
 
 
@@ -38,12 +46,32 @@ def test_impl_engine_in_lockstep_on_the_first_states() -> None:
     assert result.states >= 700 and result.preemptions > 0
 
 
-@pytest.mark.parametrize("name", sorted(CAUGHT))
-def test_the_explorer_catches_a_broken_engine(name: str) -> None:
+def test_every_reachable_state_of_the_cached_spec_engine_passes_every_check() -> None:
+    result = EngineExplorer(CACHED, spec_engine).run()
+    assert result.violation is None, (result.violation, result.path)
+    assert result.complete and result.states > 3_000
+    assert result.cache_hits > 0 and result.preemptions > 0  # hits and pressure were reached
+
+
+def test_impl_engine_in_lockstep_on_the_first_cached_states() -> None:
+    result = EngineExplorer(replace(CACHED, max_states=1_000), impl_engine, spec_engine).run()
+    assert result.violation is None, (result.violation, result.path)
+    assert result.states >= 450 and result.cache_hits > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "bounds", "caught"),
+    [(name, SMALL, CAUGHT[name]) for name in sorted(CAUGHT)]
+    + [(name, CACHED, CAUGHT_CACHED[name]) for name in sorted(CAUGHT_CACHED)],
+    ids=lambda value: value if isinstance(value, str) else "",
+)
+def test_the_explorer_catches_a_broken_engine(
+    name: str, bounds: EngineBounds, caught: tuple[FailureKind, FailureKind | None]
+) -> None:
     variant = next(variant for variant in ENGINE_VARIANTS if variant.name == name)
-    with_reference, alone = CAUGHT[name]
-    found = EngineExplorer(SMALL, variant.factory(), spec_engine).run().violation
+    with_reference, alone = caught
+    found = EngineExplorer(bounds, variant.factory(), spec_engine).run().violation
     assert found is not None and found.kind is with_reference
     if alone is not None:  # None: only the spec can tell
-        found = EngineExplorer(SMALL, variant.factory()).run().violation
+        found = EngineExplorer(bounds, variant.factory()).run().violation
         assert found is not None and found.kind is alone

@@ -32,7 +32,7 @@ from kvsched.proofs.invariant import CONJUNCTS, Conjunct
 from kvsched.proofs.model import NONE, Sys, between, bound, in_pages
 from kvsched.proofs.operations import Bounds
 from kvsched.spec import RequestState
-from kvsched.spec.invariants import INVARIANTS, check_invariants, inv_tables_fixed_capacity
+from kvsched.spec.invariants import INVARIANTS, check_invariants, inv_cache_well_formed, inv_tables_fixed_capacity
 from kvsched.spec.system import SystemState
 
 BOUNDS = Bounds(requests=2, pages=3, logical_pages=2, entries=2, entry_pages=2, max_references=2, max_external=1)
@@ -42,6 +42,7 @@ CHECKED = (*CONJUNCTS, COUNTING)
 
 BY_CONSTRUCTION = {
     inv_tables_fixed_capacity: "the model has one `width` for every table, so a ragged table has no encoding",
+    inv_cache_well_formed: "the system model has no automatic cache (kvsched.proofs.cache_conservation has its own)",
 }
 
 Corruption = Callable[[SystemState], SystemState | None]

@@ -1,0 +1,189 @@
+"""The automatic prefix cache over impl's pool: the spec's `prefix_cache`, built for speed.
+
+Storage, allocated at construction, one entry per physical page:
+
+    index      dict key -> page
+    keys       list, the key cached on each page (None: not cached)
+    cached     bool[pages]
+    depth      int64[pages]      chain depth (logical page index)
+    last_used  int64[pages]      the clock's stamp of its last use
+
+Eviction sorts the evictable pages (cached, reference count 1) by the spec's order with one
+`np.lexsort`. Rollback is a journal: every change appends what undoes it, `mark()` names a
+point and `undo(mark)` returns to it exactly (the engine marks at the start of each step);
+`settle()` forgets the journal once nothing can roll back. `to_spec()` is the abstraction
+function to the spec's `CacheState`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_array
+from kvsched.spec import refusals
+from kvsched.spec.page_keys import Key
+from kvsched.spec.prefix_cache import CachedPage, CacheState, CacheStats
+
+QUERIES, QUERY_TOKENS, HITS, HIT_TOKENS, EVICTIONS = range(5)
+Mark = tuple[int, int, tuple[int, ...]]
+
+
+class PrefixCache:
+    """Cached pages of one pool, found by key; see the module docstring."""
+
+    def __init__(self, pages: int) -> None:
+        self._index: dict[Key, int] = {}
+        self._keys: list[Key | None] = [None] * pages
+        self._cached = np.zeros(pages, dtype=np.bool_)
+        self._depth = np.zeros(pages, dtype=np.int64)
+        self._last_used = np.zeros(pages, dtype=np.int64)
+        self.clock = 0
+        self._stats = [0, 0, 0, 0, 0]
+        self._journal: list[tuple[Any, ...]] = []
+
+    # -- the abstraction ----------------------------------------------------------------------
+
+    def to_spec(self) -> CacheState:
+        """The abstraction function: this cache as the spec's `CacheState`."""
+        pages = np.flatnonzero(self._cached).tolist()
+        depth, last_used = self._depth[pages].tolist(), self._last_used[pages].tolist()
+        entries = []
+        for page, page_depth, stamp in zip(pages, depth, last_used, strict=True):
+            key = self._keys[page]
+            assert key is not None
+            entries.append(CachedPage(page, key, page_depth, stamp))
+        return CacheState(tuple(entries), self.clock, CacheStats(*self._stats))
+
+    @property
+    def stats(self) -> CacheStats:
+        """The counters."""
+        return CacheStats(*self._stats)
+
+    def cached_mask(self) -> npt.NDArray[np.bool_]:
+        """Which pages are cached (the cache's one reference on each)."""
+        return self._cached
+
+    # -- rollback -----------------------------------------------------------------------------
+
+    def mark(self) -> Mark:
+        """A point `undo` can return to."""
+        return (len(self._journal), self.clock, tuple(self._stats))
+
+    def undo(self, mark: Mark) -> None:
+        """Undo every change since `mark` (the pool's references are the pool checkpoint's)."""
+        length, clock, stats = mark
+        journal = self._journal
+        while len(journal) > length:
+            entry = journal.pop()
+            if entry[0] == "insert":
+                self._drop(entry[1])
+            elif entry[0] == "evict":
+                _, page, key, depth, stamp = entry
+                self._add(page, key, depth, stamp)
+            else:
+                _, pages, stamps = entry
+                self._last_used[pages] = stamps
+        self.clock, self._stats = clock, list(stats)
+
+    def settle(self) -> None:
+        """Forget the journal (no mark taken so far will be undone)."""
+        self._journal.clear()
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def lookup(self, keys: Sequence[Key]) -> list[int]:
+        """The pages cached under `keys[0]`, `keys[1]`, ... up to the first key not cached."""
+        index, pages = self._index, []
+        for key in keys:
+            page = index.get(key)
+            if page is None:
+                break
+            pages.append(page)
+        return pages
+
+    def insert(self, pool: BlockPool, keys: Sequence[Key], pages: Sequence[int], first_depth: int) -> None:
+        """Cache `pages[i]` under `keys[i]` at depth `first_depth + i`, in order (the spec's
+        `insert` each), retaining the ones taken."""
+        taken = []
+        for offset, (key, page) in enumerate(zip(keys, pages, strict=True)):
+            if key in self._index or self._cached[page]:
+                continue
+            self._add(page, key, first_depth + offset, self.clock)
+            self._journal.append(("insert", page))
+            taken.append(page)
+        if taken:
+            retain_array(pool, np.asarray(taken, dtype=np.int64))
+
+    def stamp(self, pages: npt.NDArray[np.integer]) -> None:
+        """A request released `pages`: stamp the cached ones now; the clock ticks."""
+        used = pages[self._cached[pages]]
+        if used.shape[0]:
+            self._journal.append(("stamp", used, self._last_used[used].copy()))
+            self._last_used[used] = self.clock
+        self.clock += 1
+
+    def evict(self, pool: BlockPool, count: int, keep: Sequence[int] = ()) -> int:
+        """Evict up to `count` evictable pages in the spec's order, none in `keep`; how many."""
+        if count <= 0:
+            return 0
+        refs = get_arrays(pool).refs
+        candidates = np.flatnonzero(self._cached & (refs == 1))
+        if len(keep):
+            candidates = candidates[~np.isin(candidates, np.asarray(keep, dtype=np.int64))]
+        if candidates.shape[0] == 0:
+            return 0
+        order = np.lexsort((candidates, -self._depth[candidates], self._last_used[candidates]))
+        victims = candidates[order[:count]]
+        release_array(pool, victims)
+        for page in victims.tolist():
+            key = self._keys[page]
+            self._journal.append(("evict", page, key, int(self._depth[page]), int(self._last_used[page])))
+            self._drop(page)
+        self._stats[EVICTIONS] += victims.shape[0]
+        return int(victims.shape[0])
+
+    def reset(self, pool: BlockPool) -> None:
+        """Drop every cached page; `CacheInUse` (nothing changed) while any is held elsewhere."""
+        refs = get_arrays(pool).refs
+        pages = np.flatnonzero(self._cached)
+        held = pages[refs[pages] != 1]
+        if held.shape[0]:
+            raise refusals.cache_in_use(held.tolist())
+        release_array(pool, pages)
+        for page in pages.tolist():
+            key = self._keys[page]
+            self._journal.append(("evict", page, key, int(self._depth[page]), int(self._last_used[page])))
+            self._drop(page)
+
+    def count_query(self, tokens: int, hit_tokens: int) -> None:
+        """An admission looked up `tokens` tokens and found `hit_tokens` of them."""
+        stats = self._stats
+        stats[QUERIES] += 1
+        stats[QUERY_TOKENS] += tokens
+        stats[HITS] += hit_tokens > 0
+        stats[HIT_TOKENS] += hit_tokens
+
+    # -- storage ------------------------------------------------------------------------------
+
+    def _add(self, page: int, key: Key, depth: int, stamp: int) -> None:
+        self._index[key] = page
+        self._keys[page] = key
+        self._cached[page] = True
+        self._depth[page] = depth
+        self._last_used[page] = stamp
+
+    def _drop(self, page: int) -> None:
+        key = self._keys[page]
+        assert key is not None
+        del self._index[key]
+        self._keys[page] = None
+        self._cached[page] = False
+        self._depth[page] = 0
+        self._last_used[page] = 0
+
+    def __repr__(self) -> str:
+        return f"PrefixCache(pages={len(self._keys)}, cached={len(self._index)})"
