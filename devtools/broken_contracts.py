@@ -32,7 +32,7 @@ from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.impl.system import ImplSystem
-from kvsched.impl.table import SequenceBlockTable
+from kvsched.impl.table import SequenceBlockTable, append_row_shared
 from kvsched.impl.writes import _run_steps
 from kvsched.spec import lifecycle as scheduler_ops
 from kvsched.spec import pool as pool_ops
@@ -164,6 +164,16 @@ class FullBeforeUnknownScheduler(RequestScheduler):
     )
 
 
+class RepeatsAttachScheduler(RequestScheduler):
+    """`attach_pages` without its repeated-page check: a cached page attached at two positions."""
+
+    attach_pages = swap(
+        RequestScheduler.attach_pages,
+        append_row_shared,
+        patch_source(append_row_shared, (("if repeats_in(pages, row, start):", "if False:"),), "attach repeats a page"),
+    )
+
+
 _launch_count_at_most_one = patch_source(
     execute_round,
     (("if receipt.backend_launches != 1:", "if receipt.backend_launches > 1:"),),
@@ -250,6 +260,7 @@ impl_store = rebind(pair_systems.impl_store, impl_system=system_with(store_class
 impl_scheduler = rebind(
     pair_systems.impl_scheduler, impl_system=system_with(scheduler_class=FullBeforeUnknownScheduler)
 )
+impl_attach = rebind(pair_systems.impl_attach, impl_system=system_with(scheduler_class=RepeatsAttachScheduler))
 impl_round = rebind(pair_systems.impl_round, impl_system=system_with(scheduler_class=ZeroLaunchScheduler))
 impl_round_buffers = rebind(
     pair_systems.impl_round_buffers, impl_system=system_with(scheduler_class=MisnamedShortItemsScheduler)
@@ -271,6 +282,7 @@ DIFF_TARGETS = (
     ("kvsched.contracts.pair_systems.spec_writable", "impl_writable"),
     ("kvsched.contracts.pair_systems.spec_store", "impl_store"),
     ("kvsched.contracts.pair_systems.spec_scheduler", "impl_scheduler"),
+    ("kvsched.contracts.pair_systems.spec_attach", "impl_attach"),
     ("kvsched.contracts.pair_systems.spec_round", "impl_round"),
     ("kvsched.contracts.pair_systems.spec_round_buffers", "impl_round_buffers"),
     ("kvsched.contracts.pair_tables.spec_install", "impl_install"),
@@ -293,6 +305,7 @@ COUNTEREXAMPLES: dict[str, tuple[object, ...]] = {
     "impl_writable": (2, 1, 2, 2, 0),
     "impl_store": (2, 4, 1, 0, 1, 1, False, 1),
     "impl_scheduler": (0, 1, 0, 2, 3, 3, 0, 0),
+    "impl_attach": (0, 2, 1, 1),
     "impl_round": (False, False, True, True, 0, 0, 4),
     "impl_round_buffers": (False, False, False, False, 0, 0, 1),
     "impl_install": (0, 0, 1, 5, 5, 0, 2),
@@ -316,6 +329,7 @@ ITERATIONS: dict[str, int] = {
     "impl_writable": 100,
     "impl_store": 50,
     "impl_scheduler": 50,
+    "impl_attach": 100,
     "impl_round": 400,
     "impl_round_buffers": 50,
     "impl_install": 400,

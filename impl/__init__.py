@@ -11,6 +11,7 @@ from kvsched.impl.engine import Engine
 from kvsched.impl.null_model import NullModel
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
+from kvsched.impl.prefix_cache import PrefixCache
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.impl.system import ImplSystem, make_impl_system
 from kvsched.impl.table import SequenceBlockTable
@@ -48,6 +49,7 @@ __all__ = [
     "ImplSystem",
     "KvschedError",
     "NullModel",
+    "PrefixCache",
     "PrefixIdentity",
     "PrefixKvStore",
     "PrefixPageSet",

@@ -153,6 +153,7 @@ class Engine:
         self.hasher = PageHasher(config.page_size, page_hash(config.page_hash))
         self._page_keys: list[list[Key]] = [[] for _ in range(config.requests)]  # each slot's full pages' keys
         self._salts: list[CacheSalt | None] = [None] * config.requests
+        self._salt_of: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> salt
         self._saved: Saved | None = None  # the running step's checkpoint
         self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
 
@@ -464,7 +465,7 @@ class Engine:
         keys: list[Key] = []
         hit: list[int] = []
         if self.config.prefix_caching:
-            salt = salt_of(self.config, request)
+            salt = self._salt_of.get((request.tenant, request.adapter)) or self._new_salt(request)
             data = request.prompt_bytes + pack_tokens(front.generated) if front.generated else request.prompt_bytes
             keys = self.hasher.keys_of(data, length_of // page_size, salt)
             if cached % page_size == 0:
@@ -620,6 +621,10 @@ class Engine:
                 assert salt is not None
                 self.hasher.extend(keys, self._tokens[slot, : end * page_size].astype("<u4").tobytes(), end, salt)
             self.cache.insert(self.pool, keys[first:end], tables[slot, first:end].tolist(), first)
+
+    def _new_salt(self, request: EngineRequest) -> CacheSalt:
+        salt = self._salt_of[request.tenant, request.adapter] = salt_of(self.config, request)
+        return salt
 
     def _evict(self, pages: int, keep: list[int] | None = None) -> int:
         if pages <= 0 or not self.config.prefix_caching:

@@ -6,6 +6,11 @@ Workloads (page size 16, 512-token prompts; W3 of the peer benchmarks):
 - mixed, for R: R - 1 requests decoding and one new 512-token request admitted in the timed
   step, prefilled in one chunk (each timed step is a decode round plus an admission and a
   512-token prefill; the newcomer is cancelled between steps, untimed).
+- W2 (the peer benchmarks' shared prefix): 256 requests whose prompts are one 1024-token prefix
+  plus 128 unique tokens. The first runs alone; then the other 255 are submitted and stepped
+  until done (each generates one token), timed: microseconds per admitted request, submit and
+  hashing included. Three ways: the automatic prefix cache with SHA-256 keys, with xxh3-128
+  keys, and the named prefix (the first request publishes it, the others name it).
 
 The spec is slow, so it times fewer steps; figures are microseconds per step. After each
 workload the two engines' abstract states are compared: the bench fails loudly if they differ.
@@ -19,7 +24,7 @@ import gc
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kvsched import impl, spec
@@ -120,6 +125,97 @@ def bench(requests: int, plan: Plan, mixed: bool) -> dict[str, Any]:
     }
 
 
+W2_PREFIX, W2_UNIQUE, W2_REQUESTS = 1024, 128, 256
+W2_TARGET_US = 20.0  # per admitted request, hashing included
+W2_MODES = ("cache sha256", "cache xxh3_128", "named prefix")
+
+
+def w2_requests(count: int, named: spec.PrefixIdentity | None) -> list[EngineRequest]:
+    """W2's requests: the shared prefix, then each one's unique tokens."""
+    prefix = prompt(0, W2_PREFIX)
+    return [
+        EngineRequest(index + 1, prefix + prompt(index + 1, W2_UNIQUE), 2 if index == 0 else 1, prefix=named)
+        for index in range(count)
+    ]
+
+
+def w2_config(count: int, mode: str) -> EngineConfig:
+    """An engine that holds W2 without eviction, admitting 16 requests' suffixes per step."""
+    tokens = W2_PREFIX + W2_UNIQUE + 16
+    logical = -(-tokens // PAGE_SIZE)
+    return EngineConfig(
+        requests=count,
+        pages=W2_PREFIX // PAGE_SIZE + count * (logical - W2_PREFIX // PAGE_SIZE + 1),
+        page_size=PAGE_SIZE,
+        logical_pages=logical,
+        max_batch_size=count,
+        max_batched_tokens=16 * W2_UNIQUE,
+        chunk_size=W2_PREFIX + W2_UNIQUE,
+        prefill_reserve_pages=0,
+        max_queue=count,
+        max_seq_len=logical * PAGE_SIZE,
+        prefix_entries=1 if mode == "named prefix" else 0,
+        prefix_caching=mode != "named prefix",
+        page_hash=mode.removeprefix("cache ") if mode != "named prefix" else "sha256",
+    )
+
+
+def run_w2(flavour: Any, count: int, mode: str) -> tuple[float, Any]:
+    """W2 on an engine of `flavour`: microseconds per admitted request after the first, and the
+    engine (for its cache counters and state)."""
+    named = spec.PrefixIdentity((2, 0, 2, 4)) if mode == "named prefix" else None
+    first, *rest = w2_requests(count, named)
+    engine = flavour.Engine(w2_config(count, mode), flavour.NullModel())
+    engine.submit(replace(first, prefix=None))
+    engine.step()  # the first request's prompt is computed (and, cached, its full pages are)
+    if named is not None:
+        engine.publish(first.request_id, W2_PREFIX, named)
+    while engine.has_work():
+        engine.step()
+    gc.collect()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for request in rest:
+            engine.submit(request)
+        while engine.has_work():
+            engine.step()
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.enable()
+    return 1e6 * elapsed / len(rest), engine
+
+
+def bench_w2(plan: Plan) -> list[dict[str, Any]]:
+    """W2 rows: impl over all 256 requests (best of `plan.repeat`), the spec over its first
+    `spec_requests` (its states equal to impl's on the same run), and the cache's hit tokens."""
+    count = W2_REQUESTS if plan.requests[-1] >= 256 else 16
+    spec_count = min(count, 24)
+    rows = []
+    for mode in W2_MODES:
+        _log(f"W2 {mode}: spec on {spec_count} requests, impl on {count} (best of {plan.repeat})")
+        spec_us, spec_engine = run_w2(spec, spec_count, mode)
+        _, impl_engine = run_w2(impl, spec_count, mode)
+        if spec_engine.to_spec() != impl_engine.to_spec():
+            raise AssertionError(f"W2 {mode}: spec and impl engines disagree")
+        runs = [run_w2(impl, count, mode) for _ in range(plan.repeat)]
+        impl_us = min(us for us, _ in runs)
+        stats = runs[0][1].to_spec().system.cache.stats
+        hit = stats.hit_tokens / stats.query_tokens if stats.query_tokens else None
+        _log(f"  impl {impl_us:,.1f} us, spec {spec_us:,.1f} us per admitted request")
+        rows.append(
+            {
+                "workload": f"W2 {mode}",
+                "requests": count,
+                "spec_us": spec_us,
+                "impl_us": impl_us,
+                "speedup": spec_us / impl_us,
+                "hit_tokens": hit,
+            }
+        )
+    return rows
+
+
 def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
     steady = [row for row in rows if row["workload"] == "steady decode"]
     at_256 = [row["impl_us"] for row in steady if row["requests"] == 256]
@@ -132,16 +228,20 @@ def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "speedup_met": min(row["speedup"] for row in rows) >= SPEEDUP_TARGET,
         "vllm_step_us_at_256": VLLM_STEP_US,
         "vllm_over_impl_at_256": VLLM_STEP_US / at_256[0] if at_256 else None,
+        "w2_target_us": W2_TARGET_US,
+        "w2_impl_us": {row["workload"]: row["impl_us"] for row in rows if row["workload"].startswith("W2")},
+        "w2_hit_tokens": {row["workload"]: row["hit_tokens"] for row in rows if row.get("hit_tokens") is not None},
     }
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    header = f"{'workload':<15}{'R':>5}{'spec':>16}{'impl':>14}{'speedup':>10}"
+    header = f"{'workload':<20}{'R':>5}{'spec':>16}{'impl':>14}{'speedup':>10}{'hit tokens':>12}"
     lines = [header, "-" * len(header)]
     for row in rows:
+        hit = row.get("hit_tokens")
         lines.append(
-            f"{row['workload']:<15}{row['requests']:>5}{row['spec_us']:>13,.1f} us"
-            f"{row['impl_us']:>11,.1f} us{row['speedup']:>9,.1f}x"
+            f"{row['workload']:<20}{row['requests']:>5}{row['spec_us']:>13,.1f} us"
+            f"{row['impl_us']:>11,.1f} us{row['speedup']:>9,.1f}x{'' if hit is None else f'{hit:>11.1%}'}"
         )
     return "\n".join(lines)
 
@@ -156,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else Plan()
     rows = [bench(requests, plan, mixed=False) for requests in plan.requests]
     rows.append(bench(plan.requests[-1], plan, mixed=True))
+    rows += bench_w2(plan)
     result = verdict(rows)
     report = {"plan": asdict(plan), "page_size": PAGE_SIZE, "rows": rows, "verdict": result}
     print(table(rows))

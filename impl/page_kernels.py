@@ -204,3 +204,29 @@ def is_clear(row: Any) -> bool:
         if row[index] != INVALID:
             return False
     return True
+
+
+@jit
+def mapped_prefix(row: Any) -> int:
+    """How many leading entries of `row` are mapped, or -1 when a mapped entry follows an
+    unmapped one (the mapped pages are not exactly the first)."""
+    count = 0
+    while count < row.shape[0] and row[count] != INVALID:
+        count += 1
+    for index in range(count, row.shape[0]):
+        if row[index] != INVALID:
+            return -1
+    return count
+
+
+@jit
+def repeats_in(pages: Any, row: Any, start: int) -> bool:
+    """A page of `pages` appears twice, or among `row[:start]`."""
+    for index in range(pages.shape[0]):
+        for other in range(index):
+            if pages[other] == pages[index]:
+                return True
+        for other in range(start):
+            if row[other] == pages[index]:
+                return True
+    return False

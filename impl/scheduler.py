@@ -207,7 +207,7 @@ class RequestScheduler:
         count = int(self._slots.token_counts[slot])
         if mapped is None or count != mapped * page_size:
             raise refusals.not_page_aligned(int(self._slots.request_ids[slot]), slot, count, page_size)
-        append_row_shared(row, pool, pages)
+        append_row_shared(row, pool, pages, mapped)
         tokens = len(pages) * page_size
         self._slots.token_counts[slot] = count + tokens
         self._slots.prefix_tokens[slot] += tokens

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from kvsched.impl.page_kernels import clear_row, is_clear
+from kvsched.impl.page_kernels import clear_row, is_clear, mapped_prefix, repeats_in
 from kvsched.impl.pool import BlockPool, release_array, retain_array, retain_sequence
 from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX
@@ -63,22 +63,25 @@ def install_row_prefix(row: TableRow, pool: BlockPool, pages: npt.NDArray[np.uin
 
 def mapped_run(row: TableRow) -> int | None:
     """How many logical pages are mapped, when they are exactly the first ones (else None)."""
-    mapped = row != INVALID_BLOCK
-    count = int(np.count_nonzero(mapped))
-    return count if bool(mapped[:count].all()) else None
+    count = mapped_prefix(row)
+    return None if count < 0 else int(count)
 
 
-def append_row_shared(row: TableRow, pool: BlockPool, pages: Sequence[int] | npt.NDArray[np.int64]) -> None:
-    """The spec's `append_shared` on a row: map `pages` right after its mapped leading run,
-    retaining each, all or nothing, with the spec's errors in its order."""
-    start = mapped_run(row)
+def append_row_shared(
+    row: TableRow, pool: BlockPool, pages: Sequence[int] | npt.NDArray[np.int64], start: int | None = None
+) -> None:
+    """The spec's `append_shared` on a row: map `pages` right after its mapped leading run
+    (`start`, when the caller has it), retaining each, all or nothing, with the spec's errors
+    in its order."""
+    start = mapped_run(row) if start is None else start
     if start is None:
         raise refusals.prefix_target_not_empty()
     if start + len(pages) > row.shape[0]:
         raise refusals.prefix_too_long(start + len(pages), row.shape[0])
-    if isinstance(pages, np.ndarray) and pages.dtype == np.int64:  # impl's own callers: one kernel
-        mapped = row[:start].astype(np.int64)
-        if np.unique(pages).shape[0] != pages.shape[0] or np.isin(pages, mapped).any():
+    if not isinstance(pages, np.ndarray) and all(type(page) is int and 0 <= page <= U32_MAX for page in pages):
+        pages = np.asarray(pages, dtype=np.int64)  # plain page ids: the kernels' path
+    if isinstance(pages, np.ndarray) and pages.dtype == np.int64:
+        if repeats_in(pages, row, start):
             raise refusals.repeated_page(tuple(pages.tolist()))
         retain_array(pool, pages)
     else:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import z3
 
+from kvsched.proofs.inductive import decide
 from kvsched.proofs.model import Arr, Bool, Int
 
 RESOURCE_LIMIT = 5_000_000  # z3's counted resource units per check (never a wall-clock timeout)
@@ -200,13 +201,6 @@ def broken() -> dict[str, Transition]:
     }
 
 
-def _check(claim: Bool) -> z3.CheckSatResult:
-    solver = z3.Solver()
-    solver.set("rlimit", RESOURCE_LIMIT)
-    solver.add(claim)
-    return solver.check()
-
-
 def _within_bound() -> Bool:
     p, k = z3.Ints("p k")
     return z3.And(p >= 0, p < BOUND, k >= 0, k <= BOUND)
@@ -217,13 +211,15 @@ def preserves(transition: Transition, bounded: bool = False) -> z3.CheckSatResul
     bounded size, where a `sat` comes with a counterexample)."""
     x, y = state("x"), state("y")
     domain = _within_bound() if bounded else z3.BoolVal(True)
-    return _check(z3.And(domain, invariant(x, bounded), transition(x, y), z3.Not(invariant(y, bounded))))
+    return decide(
+        z3.And(domain, invariant(x, bounded), transition(x, y), z3.Not(invariant(y, bounded))), RESOURCE_LIMIT
+    )
 
 
 def enabled(transition: Transition) -> z3.CheckSatResult:
     """`sat`: a bounded state satisfying the invariant can take the transition (not vacuous)."""
     x, y = state("x"), state("y")
-    return _check(z3.And(_within_bound(), invariant(x, True), transition(x, y)))
+    return decide(z3.And(_within_bound(), invariant(x, True), transition(x, y)), RESOURCE_LIMIT)
 
 
 # -- salts ------------------------------------------------------------------------------------
@@ -271,7 +267,7 @@ def salts_separate(depth_a: int, depth_b: int, *, injective: bool = True) -> z3.
     pages_a = [z3.Int(f"a.{index}") for index in range(depth_a)]
     pages_b = [z3.Int(f"b.{index}") for index in range(depth_b)]
     collide = key_of(first, pages_a) == key_of(second, pages_b)
-    return _check(z3.And(*hash_axioms(injective=injective), first != second, collide))
+    return decide(z3.And(*hash_axioms(injective=injective), first != second, collide), RESOURCE_LIMIT)
 
 
 def unsalted_keys_collide(depth: int) -> z3.CheckSatResult:
@@ -280,7 +276,7 @@ def unsalted_keys_collide(depth: int) -> z3.CheckSatResult:
     first, second = z3.Ints("salt.a salt.b")
     pages = [z3.Int(f"a.{index}") for index in range(depth)]
     same = key_of(first, pages, salted=False) == key_of(second, pages, salted=False)
-    return _check(z3.And(first != second, z3.Not(same)))
+    return decide(z3.And(first != second, z3.Not(same)), RESOURCE_LIMIT)
 
 
 def main() -> int:

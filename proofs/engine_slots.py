@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import z3
 
+from kvsched.proofs.inductive import decide
 from kvsched.proofs.model import Arr, Bool, Int
 
 RESOURCE_LIMIT = 5_000_000  # z3's counted resource units per check (never a wall-clock timeout)
@@ -100,13 +101,6 @@ def give_back(x: Slots, y: Slots, request: Int, *, times: int = 1) -> Bool:
     )
 
 
-def _check(claim: Bool) -> z3.CheckSatResult:
-    solver = z3.Solver()
-    solver.set("rlimit", RESOURCE_LIMIT)
-    solver.add(claim)
-    return solver.check()
-
-
 Transition = Callable[[Slots, Slots], Bool]
 
 
@@ -133,13 +127,15 @@ def preserves(transition: Transition, bounded: bool = False) -> z3.CheckSatResul
     bounded size, where a `sat` comes with a counterexample)."""
     x, y = state("x"), state("y")
     domain = _requests_within_bound() if bounded else z3.BoolVal(True)
-    return _check(z3.And(domain, invariant(x, bounded), transition(x, y), z3.Not(invariant(y, bounded))))
+    return decide(
+        z3.And(domain, invariant(x, bounded), transition(x, y), z3.Not(invariant(y, bounded))), RESOURCE_LIMIT
+    )
 
 
 def enabled(transition: Transition) -> z3.CheckSatResult:
     """`sat`: a bounded state satisfying the invariant can take the transition (not vacuous)."""
     x, y = state("x"), state("y")
-    return _check(z3.And(_requests_within_bound(), invariant(x, True), transition(x, y)))
+    return decide(z3.And(_requests_within_bound(), invariant(x, True), transition(x, y)), RESOURCE_LIMIT)
 
 
 def _requests_within_bound() -> Bool:

@@ -81,6 +81,13 @@ def bounded_solver(resource_limit: int = RESOURCE_LIMIT) -> z3.Solver:
     return solver
 
 
+def decide(claim: Bool, resource_limit: int = RESOURCE_LIMIT) -> z3.CheckSatResult:
+    """`check` of the one `claim` on a bounded solver."""
+    solver = bounded_solver(resource_limit)
+    solver.add(claim)
+    return solver.check()
+
+
 def _solver(obligation: Obligation, resource_limit: int) -> z3.Solver:
     solver = bounded_solver(resource_limit)
     solver.add(*obligation.hypotheses)

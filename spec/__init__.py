@@ -52,10 +52,12 @@ from kvsched.spec.errors import *  # noqa: F403  (the closed error hierarchy is 
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.identity import PrefixIdentity, derive_prefix_identity
 from kvsched.spec.model import EngineModel, NullModel, PrefillBackend, PrefillItem
+from kvsched.spec.page_keys import CacheSalt, page_keys
 from kvsched.spec.paged_config import DEFAULT_BLOCK_SIZE, PagedKvConfig, fill_identity_block_table
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import Allocated, BlockPool, Copy, CopyOnWrite, Existing, PoolState
 from kvsched.spec.prefix import PrefixKvStore, PrefixPageSet, StoreState
+from kvsched.spec.prefix_cache import CachedPage, CacheState, CacheStats
 from kvsched.spec.scheduler import RequestScheduler
 from kvsched.spec.sequence import FinishReason, GenerationSequence, SequenceManager
 from kvsched.spec.slots import LIVE, Admission, RequestState, RequestView, SchedulerState
@@ -70,6 +72,10 @@ __all__ = [
     "Allocated",
     "BatchConfig",
     "BlockPool",
+    "CacheSalt",
+    "CacheState",
+    "CacheStats",
+    "CachedPage",
     "Copy",
     "CopyOnWrite",
     "Engine",
@@ -110,4 +116,5 @@ __all__ = [
     "WritePlan",
     "derive_prefix_identity",
     "fill_identity_block_table",
+    "page_keys",
 ]

@@ -11,6 +11,7 @@ parts) and runs the loop an inference engine runs every iteration:
     fork(parent, child)       run a copy of a running request, sharing its pages copy-on-write
     step()           one iteration, below; returns a `StepOutput`
     has_work()       something is queued, running or not yet reported
+    reset_cache()    drop every page of the automatic prefix cache (`CacheInUse` while held)
 
 One step, in order:
 1. Room: make room for every decoding request's next token (`prepare_decode_round`) and for
@@ -38,6 +39,12 @@ One step, in order:
    for and counted by one `record_chunk`); a chunk that completes its sequence samples the next
    token (and may finish it).
 6. Requests that finished this step release their pages and state slots at its end.
+7. With the automatic prefix cache (`prefix_caching`; `kvsched.spec.prefix_cache`): the pages
+   this step completed were cached before those releases (after the model calls succeeded, so
+   a cached page's KV is written), admissions (4) attached the longest cached run of their
+   pages, and the step ends by evicting cached pages until `prefill_reserve_pages` are free, for
+   the next step (a step never writes a page it freed, evicted ones included). Under pressure
+   (2) eviction comes before reclaiming named prefixes and before preemption.
 
 Atomicity: `submit` and `cancel` change nothing on error; a model failure inside `step` (typed
 `BackendFailed`, or the round's identity errors) leaves the engine exactly as before the step,

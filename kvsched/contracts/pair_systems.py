@@ -150,6 +150,36 @@ def impl_scheduler(o0: int, a0: int, o1: int, a1: int, o2: int, a2: int, o3: int
     return scheduler_program(impl_system(CONFIG), (o0, a0, o1, a1, o2, a2, o3, a3))
 
 
+def _attach_domain(own: int, count: int, page0: int, page1: int) -> bool:
+    return in_range(own, count, high=2) & in_range(page0, page1, low=-1, high=PAGES)
+
+
+def attach_program(system: SystemUnderTest, own: int, pages: tuple[int, ...]) -> Outcome:
+    """Request 1 computes two full pages (0 and 1); request 2 is admitted and counts `own`
+    tokens of its own (0: none; 1: half a page, so nothing may follow; 2: a full page of its
+    own, page 2); then `attach_pages(2, pages)`, the automatic prefix cache's hit."""
+    setup: list[Event] = [ev.Admit(1, None), ev.EnsureWritable(1, 0), ev.EnsureWritable(1, 1), ev.RecordTokens(1, 4)]
+    setup.append(ev.Admit(2, None))
+    if own:
+        setup += [ev.EnsureWritable(2, 0), ev.RecordTokens(2, own)]
+    play(system, setup)
+    return observe(system, ev.AttachPages(2, pages))
+
+
+def spec_attach(own: int, count: int, page0: int, page1: int) -> Outcome:
+    """`attach_program` on the spec, attaching the first `count` of (page0, page1)."""
+    if not _attach_domain(own, count, page0, page1):
+        return None
+    return attach_program(spec_system(CONFIG), own, (page0, page1)[:count])
+
+
+def impl_attach(own: int, count: int, page0: int, page1: int) -> Outcome:
+    """`attach_program` on impl."""
+    if not _attach_domain(own, count, page0, page1):
+        return None
+    return attach_program(impl_system(CONFIG), own, (page0, page1)[:count])
+
+
 def _round_domain(token0: int, token1: int, fault: int) -> bool:
     return in_range(token0, token1, high=49) & in_range(fault, high=len(FAULTS) - 1)
 
@@ -246,4 +276,6 @@ SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
         (0, 0, 1, 1, 2, 1, 4),
     ),
     "round_buffers": ((0, 1, 1, 0, 5, 6, 1), (0, 0, 1, 1, 1, 2, 3), (1, 1, 1, 1, 3, 4, 2), (1, 0, 0, 1, 0, 0, 3)),
+    # a hit of both pages, a repeated page, after a half page, past the table, a free page
+    "attach": ((0, 2, 0, 1), (0, 2, 1, 1), (1, 1, 0, 0), (2, 2, 0, 1), (0, 1, 2, 0)),
 }

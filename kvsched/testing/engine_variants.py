@@ -162,8 +162,8 @@ ENGINE_VARIANTS = (
         "salt_dropped",
         "page keys leave out the tenant, so two tenants with the same prompt share KV pages"
         " (vLLM's hash-collision advisory)",
-        "_admit",
-        (("salt = salt_of(self.config, request)", "salt = salt_of(self.config, replace(request, tenant=0))"),),
+        "_new_salt",
+        (("= salt_of(self.config, request)", "= salt_of(self.config, replace(request, tenant=0))"),),
         FailureKind.LOCKSTEP,
         FailureKind.ISOLATION,
         shape="cached",

@@ -362,6 +362,11 @@ CATALOGUE: tuple[Bug, ...] = (
         cache="insert_without_reference",
     ),
     Bug(
+        "attach-repeats-page",
+        "A cache hit attaches one page at two positions of a table.",
+        contracts=("impl_attach",),
+    ),
+    Bug(
         "evict-held-page",
         "Eviction frees a cached page a request still reads.",
         cache="evict_frees_a_held_page",

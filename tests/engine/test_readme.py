@@ -1,4 +1,4 @@
-"""The README's embedding example runs as written."""
+"""The README's embedding examples run as written."""
 
 from __future__ import annotations
 
@@ -15,3 +15,10 @@ def test_the_readme_embedding_example_runs() -> None:
     with contextlib.redirect_stdout(printed):
         exec(compile(block[: block.index("```")], "README.md", "exec"), {})
     assert printed.getvalue().count("MAX_LENGTH after 20 tokens") == 3
+
+
+def test_the_readme_prefix_caching_example_runs() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("### Automatic prefix caching")
+    block = readme[readme.index("```python\n", start) + len("```python\n") :]
+    exec(compile(block[: block.index("```")], "README.md", "exec"), {})
