@@ -23,6 +23,7 @@ from kvsched.spec.errors import CacheInUse
 from kvsched.spec.page_keys import CacheSalt, pack_tokens, page_keys, register_page_hash, sha256
 from kvsched.testing.checks import CheckFailed, FailureKind
 from kvsched.testing.engine_machine import engine_machine, shape, spec_engine
+from tests.engine.support import SEARCH
 
 
 def test_a_key_names_the_whole_chain_and_the_salt() -> None:
@@ -149,14 +150,6 @@ def truncated(data: bytes) -> bytes:
 
 
 register_page_hash("sha256-1byte", truncated)
-SEARCH = settings(
-    max_examples=300,
-    stateful_step_count=40,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
 
 
 def test_a_truncated_hash_collides_and_the_machine_catches_the_wrong_kv() -> None:

@@ -12,23 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from kvsched.spec import EngineRequest, PrefixIdentity
 from kvsched.spec import events as ev
 from kvsched.testing.checks import CheckFailed, FailureKind
 from kvsched.testing.engine_machine import SHAPES, EngineMachine, engine_machine, impl_engine, spec_engine
 from kvsched.testing.engine_variants import ENGINE_VARIANTS, EngineVariant
+from tests.engine.support import SEARCH
 
 GOLDEN = Path(__file__).with_name("golden")
-SEARCH = settings(
-    max_examples=300,
-    stateful_step_count=40,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
 NAMESPACE: dict[str, Any] = {"EngineRequest": EngineRequest, "PrefixIdentity": PrefixIdentity}
 exec("from kvsched.spec.events import *", NAMESPACE)
 
