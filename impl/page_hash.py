@@ -1,8 +1,11 @@
 """Page keys in one pass over a prompt's bytes, and the xxh3-128 page hash.
 
 `keys_of` computes exactly `kvsched.spec.page_keys.page_keys` (the same chain, the same bytes),
-slicing the sequence's little-endian u32 bytes once per page instead of packing each page.
-Importing this module registers `"xxh3_128"` (128-bit xxh3, python-xxhash) as a page hash.
+slicing the sequence's little-endian u32 bytes once per page instead of packing each page. It
+remembers the last sequence it keyed for each salt: a sequence whose first pages are
+byte-for-byte that one's (a shared system prompt) reuses their keys, found by comparing bytes,
+never by trusting a hash, and hashes only the pages after them. Importing this module
+registers `"xxh3_128"` (128-bit xxh3, python-xxhash) as a page hash.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class PageHasher:
         self.page_size = page_size
         self.digest = digest
         self._roots: dict[CacheSalt, Key] = {}
+        self._last: dict[CacheSalt, tuple[bytes, list[Key]]] = {}  # the last sequence keyed, per salt
 
     def root(self, salt: CacheSalt) -> Key:
         """The key a salt's first page chains from."""
@@ -33,12 +37,28 @@ class PageHasher:
 
     def keys_of(self, data: bytes, pages: int, salt: CacheSalt) -> list[Key]:
         """The keys of the first `pages` full pages of the tokens packed in `data`."""
-        digest, step = self.digest, self.page_size * 4
-        keys, parent = [], self.root(salt)
-        for start in range(0, pages * step, step):
-            parent = digest(parent + data[start : start + step])
-            keys.append(parent)
-        return keys
+        step = self.page_size * 4
+        keys = self._shared_keys(data, pages, salt)
+        self.extend(keys, data, pages, salt)
+        self._last[salt] = (data[: pages * step], keys)
+        return list(keys)
+
+    def _shared_keys(self, data: bytes, pages: int, salt: CacheSalt) -> list[Key]:
+        """The keys of the longest run of first pages `data` shares, byte for byte, with the
+        last sequence keyed under `salt` (a binary search over whole-prefix comparisons)."""
+        last = self._last.get(salt)
+        if last is None:
+            return []
+        previous, keys = last
+        step = self.page_size * 4
+        low, high = 0, min(pages, len(keys))
+        while low < high:  # invariant: the first `low` pages are shared
+            middle = (low + high + 1) // 2
+            if data[: middle * step] == previous[: middle * step]:
+                low = middle
+            else:
+                high = middle - 1
+        return keys[:low]
 
     def extend(self, keys: list[Key], data: bytes, pages: int, salt: CacheSalt) -> None:
         """Append to `keys` (the first pages' keys) until it holds `pages` keys."""

@@ -219,3 +219,21 @@ def test_attach_pages_needs_the_count_to_end_the_mapped_pages() -> None:
     scheduler.record_chunk(2, 1, pool)
     with pytest.raises(InvalidState):
         scheduler.attach_pages(2, [0], pool)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 40), st.lists(st.integers(0, 3), max_size=12), st.integers(0, 1), st.integers(0, 13)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_impl_keys_reuse_a_shared_start_and_equal_the_spec_keys(sequences: list[tuple[Any, ...]]) -> None:
+    base = tuple(range(40))
+    hasher = PageHasher(4, sha256)
+    for shared, tail, tenant, pages in sequences:
+        tokens = base[:shared] + tuple(tail)
+        count = min(pages, len(tokens) // 4)
+        salt = CacheSalt(tenant=tenant)
+        assert hasher.keys_of(pack_tokens(tokens), count, salt) == list(page_keys(tokens, 4, salt, sha256, count))
