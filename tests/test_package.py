@@ -1,4 +1,4 @@
-"""The package boundary: the core needs only numpy and numba, each command says which extra it
+"""The package boundary: the core needs only numpy, numba and xxhash, each command says which extra it
 needs, and the wheel carries no project tooling, bug corpus, report or manifest."""
 
 from __future__ import annotations
