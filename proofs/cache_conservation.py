@@ -41,6 +41,7 @@ import z3
 
 from kvsched.proofs.inductive import decide
 from kvsched.proofs.model import Arr, Bool, Int
+from kvsched.proofs.preservation import SmallModel
 
 RESOURCE_LIMIT = 5_000_000  # z3's counted resource units per check (never a wall-clock timeout)
 BOUND = 3  # bounded checks: 3 pages, keys 0..3
@@ -206,22 +207,6 @@ def _within_bound() -> Bool:
     return z3.And(p >= 0, p < BOUND, k >= 0, k <= BOUND)
 
 
-def preserves(transition: Transition, bounded: bool = False) -> z3.CheckSatResult:
-    """`unsat`: the transition keeps the invariant from every state of every size (or of the
-    bounded size, where a `sat` comes with a counterexample)."""
-    x, y = state("x"), state("y")
-    domain = _within_bound() if bounded else z3.BoolVal(True)
-    return decide(
-        z3.And(domain, invariant(x, bounded), transition(x, y), z3.Not(invariant(y, bounded))), RESOURCE_LIMIT
-    )
-
-
-def enabled(transition: Transition) -> z3.CheckSatResult:
-    """`sat`: a bounded state satisfying the invariant can take the transition (not vacuous)."""
-    x, y = state("x"), state("y")
-    return decide(z3.And(_within_bound(), invariant(x, True), transition(x, y)), RESOURCE_LIMIT)
-
-
 # -- salts ------------------------------------------------------------------------------------
 
 Key = z3.DeclareSort("Key")
@@ -282,15 +267,7 @@ def unsalted_keys_collide(depth: int) -> z3.CheckSatResult:
 def main() -> int:
     """Prove every transition and the salt theorem, refute every broken form; 0 when all is as
     it must be."""
-    ok = True
-    for name, transition in transitions().items():
-        proved, witnessed = preserves(transition), enabled(transition)
-        ok &= proved == z3.unsat and witnessed == z3.sat
-        print(f"prefix cache  {name:<26} {'proved' if proved == z3.unsat else proved}, enabled: {witnessed}")
-    for name, transition in broken().items():
-        refuted = preserves(transition, bounded=True)
-        ok &= refuted == z3.sat
-        print(f"prefix cache  {name:<26} {'refuted' if refuted == z3.sat else 'NOT REFUTED: ' + str(refuted)}")
+    ok = MODEL.report("prefix cache", 26, transitions(), broken())
     separate = all(salts_separate(a, b) == z3.unsat for a in range(DEPTH + 1) for b in range(DEPTH + 1))
     unsalted = unsalted_keys_collide(2) == z3.unsat
     not_injective = salts_separate(2, 2, injective=False) == z3.sat
@@ -299,6 +276,11 @@ def main() -> int:
     print(f"prefix cache  {'salt_dropped':<26} {'refuted' if unsalted else 'NOT REFUTED'}")
     print(f"prefix cache  {'hash_not_injective':<26} {'refuted' if not_injective else 'NOT REFUTED'}")
     return 0 if ok else 1
+
+
+MODEL = SmallModel(state, invariant, _within_bound, RESOURCE_LIMIT)
+preserves = MODEL.preserves
+enabled = MODEL.enabled
 
 
 if __name__ == "__main__":

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import z3
 
-from kvsched.proofs.inductive import decide
 from kvsched.proofs.model import Arr, Bool, Int
+from kvsched.proofs.preservation import SmallModel
 
 RESOURCE_LIMIT = 5_000_000  # z3's counted resource units per check (never a wall-clock timeout)
 
@@ -122,22 +122,6 @@ def broken() -> dict[str, Transition]:
     }
 
 
-def preserves(transition: Transition, bounded: bool = False) -> z3.CheckSatResult:
-    """`unsat`: the transition keeps the invariant from every state of every size (or of the
-    bounded size, where a `sat` comes with a counterexample)."""
-    x, y = state("x"), state("y")
-    domain = _requests_within_bound() if bounded else z3.BoolVal(True)
-    return decide(
-        z3.And(domain, invariant(x, bounded), transition(x, y), z3.Not(invariant(y, bounded))), RESOURCE_LIMIT
-    )
-
-
-def enabled(transition: Transition) -> z3.CheckSatResult:
-    """`sat`: a bounded state satisfying the invariant can take the transition (not vacuous)."""
-    x, y = state("x"), state("y")
-    return decide(z3.And(_requests_within_bound(), invariant(x, True), transition(x, y)), RESOURCE_LIMIT)
-
-
 def _requests_within_bound() -> Bool:
     request, slot = z3.Ints("request slot")
     return z3.And(request >= 1, request <= BOUND, slot >= -1, slot <= BOUND)
@@ -145,16 +129,13 @@ def _requests_within_bound() -> Bool:
 
 def main() -> int:
     """Prove every transition, refute every broken one; 0 when all is as it must be."""
-    ok = True
-    for name, transition in transitions().items():
-        proved, witnessed = preserves(transition), enabled(transition)
-        ok &= proved == z3.unsat and witnessed == z3.sat
-        print(f"engine slots  {name:<18} {'proved' if proved == z3.unsat else proved}, enabled: {witnessed}")
-    for name, transition in broken().items():
-        refuted = preserves(transition, bounded=True)
-        ok &= refuted == z3.sat
-        print(f"engine slots  {name:<18} {'refuted' if refuted == z3.sat else 'NOT REFUTED: ' + str(refuted)}")
+    ok = MODEL.report("engine slots", 18, transitions(), broken())
     return 0 if ok else 1
+
+
+MODEL = SmallModel(state, invariant, _requests_within_bound, RESOURCE_LIMIT)
+preserves = MODEL.preserves
+enabled = MODEL.enabled
 
 
 if __name__ == "__main__":
