@@ -152,8 +152,7 @@ class Engine:
         self.cache = PrefixCache(config.pages)
         self.hasher = PageHasher(config.page_size, page_hash(config.page_hash))
         self._page_keys: list[list[Key]] = [[] for _ in range(config.requests)]  # each slot's full pages' keys
-        self._salts: list[CacheSalt | None] = [None] * config.requests
-        self._salt_of: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> salt
+        self._salts: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> its salt, once built
         self._saved: Saved | None = None  # the running step's checkpoint
         self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
 
@@ -240,7 +239,6 @@ class Engine:
         self._admissions += 1
         self._requests[slot] = replace(request, request_id=child_id)
         self._page_keys[slot] = list(self._page_keys[parent])
-        self._salts[slot] = self._salts[parent]
         self._running[child_id] = slot
         if parent in self._prefilling:
             self._prefilling.add(slot)
@@ -465,7 +463,7 @@ class Engine:
         keys: list[Key] = []
         hit: list[int] = []
         if self.config.prefix_caching:
-            salt = self._salt_of.get((request.tenant, request.adapter)) or self._new_salt(request)
+            salt = self._salt(request)
             data = request.prompt_bytes + pack_tokens(front.generated) if front.generated else request.prompt_bytes
             keys = self.hasher.keys_of(data, length_of // page_size, salt)
             if cached % page_size == 0:
@@ -484,7 +482,6 @@ class Engine:
                 self.scheduler.attach_pages(request_id, np.asarray(hit, dtype=np.int64), self.pool)
             self.cache.count_query(length_of, len(hit) * page_size)
             self._page_keys[slot] = keys
-            self._salts[slot] = salt
         if admission.prefix_tokens + len(hit) * page_size == cached:
             plan = self.scheduler.record_chunk(request_id, length, self.pool)
         else:  # a full hit recomputes its last prompt token, which the prefix already counts
@@ -617,13 +614,17 @@ class Engine:
                 continue
             keys = self._page_keys[slot]
             if len(keys) < end:
-                salt = self._salts[slot]
-                assert salt is not None
-                self.hasher.extend(keys, self._tokens[slot, : end * page_size].astype("<u4").tobytes(), end, salt)
+                request = self._requests[slot]
+                assert request is not None
+                data = self._tokens[slot, : end * page_size].astype("<u4").tobytes()
+                self.hasher.extend(keys, data, end, self._salt(request))
             self.cache.insert(self.pool, keys[first:end], tables[slot, first:end].tolist(), first)
 
-    def _new_salt(self, request: EngineRequest) -> CacheSalt:
-        salt = self._salt_of[request.tenant, request.adapter] = salt_of(self.config, request)
+    def _salt(self, request: EngineRequest) -> CacheSalt:
+        """The request's salt (`salt_of`), built once per tenant and adapter."""
+        salt = self._salts.get((request.tenant, request.adapter))
+        if salt is None:
+            salt = self._salts[request.tenant, request.adapter] = salt_of(self.config, request)
         return salt
 
     def _evict(self, pages: int, keep: list[int] | None = None) -> int:

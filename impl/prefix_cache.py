@@ -138,11 +138,7 @@ class PrefixCache:
             return 0
         order = np.lexsort((candidates, -self._depth[candidates], self._last_used[candidates]))
         victims = candidates[order[:count]]
-        release_array(pool, victims)
-        for page in victims.tolist():
-            key = self._keys[page]
-            self._journal.append(("evict", page, key, int(self._depth[page]), int(self._last_used[page])))
-            self._drop(page)
+        self._leave(pool, victims)
         self._stats[EVICTIONS] += victims.shape[0]
         return int(victims.shape[0])
 
@@ -153,11 +149,7 @@ class PrefixCache:
         held = pages[refs[pages] != 1]
         if held.shape[0]:
             raise refusals.cache_in_use(held.tolist())
-        release_array(pool, pages)
-        for page in pages.tolist():
-            key = self._keys[page]
-            self._journal.append(("evict", page, key, int(self._depth[page]), int(self._last_used[page])))
-            self._drop(page)
+        self._leave(pool, pages)
 
     def count_query(self, tokens: int, hit_tokens: int) -> None:
         """An admission looked up `tokens` tokens and found `hit_tokens` of them."""
@@ -168,6 +160,14 @@ class PrefixCache:
         stats[HIT_TOKENS] += hit_tokens
 
     # -- storage ------------------------------------------------------------------------------
+
+    def _leave(self, pool: BlockPool, pages: npt.NDArray[np.intp]) -> None:
+        """`pages` (each cached, held only by the cache) leave it, released in order; journaled."""
+        release_array(pool, pages)
+        for page in pages.tolist():
+            key = self._keys[page]
+            self._journal.append(("evict", page, key, int(self._depth[page]), int(self._last_used[page])))
+            self._drop(page)
 
     def _add(self, page: int, key: Key, depth: int, stamp: int) -> None:
         self._index[key] = page

@@ -41,7 +41,7 @@ import z3
 
 from kvsched.proofs.inductive import decide
 from kvsched.proofs.model import Arr, Bool, Int
-from kvsched.proofs.preservation import SmallModel
+from kvsched.proofs.preservation import SmallModel, every
 
 RESOURCE_LIMIT = 5_000_000  # z3's counted resource units per check (never a wall-clock timeout)
 BOUND = 3  # bounded checks: 3 pages, keys 0..3
@@ -79,12 +79,6 @@ def state(name: str) -> Cache:
 def invariant(x: Cache, bounded: bool = False) -> Bool:
     """The invariant, quantified (every size, every key), or over `BOUND` pages and keys."""
 
-    def every(body: Callable[[Int], Bool], name: str, values: range) -> Bool:
-        if bounded:
-            return z3.And(*(body(z3.IntVal(value)) for value in values))
-        variable = z3.Int(f"inv.{name}")
-        return z3.ForAll([variable], body(variable))
-
     def page_rule(p: Int) -> Bool:
         counted = z3.And(
             x.refs[p] == x.others[p] + x.cached[p], x.others[p] >= 0, z3.Or(x.cached[p] == 0, x.cached[p] == 1)
@@ -98,7 +92,7 @@ def invariant(x: Cache, bounded: bool = False) -> Bool:
         return z3.Implies(p != -1, z3.And(p >= 0, p < x.pages, x.cached[p] == 1, x.key[p] == k))
 
     size = x.pages == BOUND if bounded else x.pages >= 0
-    return z3.And(size, every(page_rule, "p", range(BOUND)), every(key_rule, "k", range(BOUND + 1)))
+    return z3.And(size, every(page_rule, "p", range(BOUND), bounded), every(key_rule, "k", range(BOUND + 1), bounded))
 
 
 def _same(x: Cache, y: Cache, *changed: str) -> Bool:

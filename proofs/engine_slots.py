@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import z3
 
 from kvsched.proofs.model import Arr, Bool, Int
-from kvsched.proofs.preservation import SmallModel
+from kvsched.proofs.preservation import SmallModel, every
 
 RESOURCE_LIMIT = 5_000_000  # z3's counted resource units per check (never a wall-clock timeout)
 
@@ -55,12 +55,6 @@ BOUND = 3  # bounded checks: 3 slots, requests 1..3 (where z3 builds witnesses a
 def invariant(x: Slots, bounded: bool = False) -> Bool:
     """The invariant, quantified (every size), or over `BOUND` slots and requests (`bounded`)."""
 
-    def every(body: Callable[[Int], Bool], name: str, values: range) -> Bool:
-        if bounded:
-            return z3.And(*(body(z3.IntVal(value)) for value in values))
-        variable = z3.Int(f"inv.{name}")
-        return z3.ForAll([variable], body(variable))
-
     def slot_rule(s: Int) -> Bool:
         free_once = z3.If(x.owner[s] == 0, x.copies[s] == 1, x.copies[s] == 0)
         owned = z3.Implies(x.owner[s] != 0, z3.And(x.owner[s] > 0, x.holds[x.owner[s]] == s))
@@ -71,7 +65,9 @@ def invariant(x: Slots, bounded: bool = False) -> Bool:
         return z3.Implies(z3.And(r > 0, x.holds[r] != -1), valid)
 
     size = x.slots == BOUND if bounded else x.slots >= 0
-    return z3.And(size, every(slot_rule, "s", range(BOUND)), every(request_rule, "r", range(1, BOUND + 1)))
+    return z3.And(
+        size, every(slot_rule, "s", range(BOUND), bounded), every(request_rule, "r", range(1, BOUND + 1), bounded)
+    )
 
 
 def take(x: Slots, y: Slots, request: Int, slot: Int, *, check_free: bool = True) -> Bool:

@@ -14,10 +14,18 @@ from typing import Any, Generic, TypeVar
 import z3
 
 from kvsched.proofs.inductive import decide
-from kvsched.proofs.model import Bool
+from kvsched.proofs.model import Bool, Int
 
 S = TypeVar("S")
 Transition = Callable[[Any, Any], Bool]
+
+
+def every(body: Callable[[Int], Bool], name: str, values: range, bounded: bool) -> Bool:
+    """`body` of every integer (a quantifier), or, `bounded`, of each of `values`."""
+    if bounded:
+        return z3.And(*(body(z3.IntVal(value)) for value in values))
+    variable = z3.Int(f"inv.{name}")
+    return z3.ForAll([variable], body(variable))
 
 
 @dataclass(frozen=True)

@@ -107,9 +107,8 @@ class StepRecord:
     preempted: list[int] = field(default_factory=list)
     finishing: list[int] = field(default_factory=list)  # finished this step: released at its end
     tokens_run: int = 0
-    written: dict[int, tuple[int, int]] = field(
-        default_factory=dict
-    )  # request id -> positions whose KV this step wrote
+    # request id -> (start, stop): the positions whose KV this step wrote
+    written: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

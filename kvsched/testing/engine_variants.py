@@ -141,7 +141,7 @@ ENGINE_VARIANTS = (
         "evict_keeps_key",
         "an evicted page is freed but its key still maps to it: a stale page served for a new prefix (nano-vllm #163)",
         "evict",
-        (("        self._drop(page)", "        pass"),),
+        (("self._leave(pool, victims)", "release_array(pool, victims)"),),
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
         shape="cached",
@@ -162,7 +162,7 @@ ENGINE_VARIANTS = (
         "salt_dropped",
         "page keys leave out the tenant, so two tenants with the same prompt share KV pages"
         " (vLLM's hash-collision advisory)",
-        "_new_salt",
+        "_salt",
         (("= salt_of(self.config, request)", "= salt_of(self.config, replace(request, tenant=0))"),),
         FailureKind.LOCKSTEP,
         FailureKind.ISOLATION,

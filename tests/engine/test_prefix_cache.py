@@ -237,3 +237,21 @@ def test_impl_keys_reuse_a_shared_start_and_equal_the_spec_keys(sequences: list[
         count = min(pages, len(tokens) // 4)
         salt = CacheSalt(tenant=tenant)
         assert hasher.keys_of(pack_tokens(tokens), count, salt) == list(page_keys(tokens, 4, salt, sha256, count))
+
+
+def test_the_cached_content_check_fails_on_a_page_cached_before_its_kv_is_written() -> None:
+    from kvsched.spec import EngineRequest
+    from kvsched.spec import events as ev
+    from kvsched.testing.engine_machine import SHAPES, EngineMachine, impl_engine
+    from kvsched.testing.engine_variants import ENGINE_VARIANTS
+
+    variant = next(variant for variant in ENGINE_VARIANTS if variant.name == "publish_on_allocation")
+    program: list[ev.Event] = [ev.Submit(EngineRequest(1, (3, 1, 4), 2)), ev.Step()]  # chunk 1: page 0 half written
+    broken = EngineMachine(variant.factory(), None, SHAPES["cached_tight"])
+    with pytest.raises(CheckFailed) as caught:
+        for event in program:
+            broken.run(event)
+    assert caught.value.failure.kind is FailureKind.CACHE
+    correct = EngineMachine(impl_engine, None, SHAPES["cached_tight"])
+    for event in program:
+        correct.run(event)
