@@ -33,7 +33,7 @@ from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.impl.system import ImplSystem
 from kvsched.impl.table import SequenceBlockTable, append_row_shared
-from kvsched.impl.writes import _run_steps
+from kvsched.impl.writes import run_steps
 from kvsched.spec import lifecycle as scheduler_ops
 from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix as prefix_ops
@@ -202,7 +202,7 @@ class MisnamedShortItemsScheduler(RequestScheduler):
 
 
 _batch_keeps_earlier_steps = patch_source(
-    _run_steps,
+    run_steps,
     (("        undo_rows(slots.tables, buffers.slots, buffers.logical_pages, count, refs, top, *buffers[2:5])\n", ""),),
     "a batch refused at a later request keeps its earlier steps",
 )
@@ -212,7 +212,7 @@ class HalfUndoneBatchScheduler(RequestScheduler):
     """`ensure_writable_batch` that, refused at an unknown or invalid request after some steps ran,
     raises without undoing them (their copies and allocations stay)."""
 
-    ensure_writable_batch = swap(RequestScheduler.ensure_writable_batch, _run_steps, _batch_keeps_earlier_steps)
+    ensure_writable_batch = swap(RequestScheduler.ensure_writable_batch, run_steps, _batch_keeps_earlier_steps)
 
 
 def system_with(

@@ -36,11 +36,19 @@ from kvsched.impl.page_hash import PageHasher
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.prefix_cache import Mark, PrefixCache
-from kvsched.impl.scheduler import RequestScheduler, get_indexes, get_slots, round_outputs
+from kvsched.impl.scheduler import (
+    Newcomer,
+    RequestScheduler,
+    claim_slot,
+    finish_slots,
+    get_indexes,
+    get_slots,
+    round_outputs,
+    seat_newcomers,
+)
 from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec import refusals
-from kvsched.spec.batch import INVALID_BLOCK
 from kvsched.spec.domain import require_u64
 from kvsched.spec.engine import Chunk, call_model, chunk_pages, require_prefill_tokens
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, fits, pages_for, salt_of
@@ -104,6 +112,15 @@ class Record:
     tokens_run: int = 0
     chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (slot, start, stop) each chunk wrote
     decoded: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, np.intp))  # slots whose round filled a page
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """An admission short of free pages: how many it needs, and the cached pages it would hit
+    (which relief must not evict)."""
+
+    pages: int
+    keep: list[int]
 
 
 @dataclass(slots=True)
@@ -201,7 +218,7 @@ class Engine:
         request_id = require_u64("request_id", request_id)
         slot = self._running.get(request_id)
         if slot is not None:
-            self._release(slot)
+            self._release([slot])
         elif request_id in self._queued:
             for priority, entries in self._queue.items():
                 kept = deque(entry for entry in entries if entry.request.request_id != request_id)
@@ -307,8 +324,8 @@ class Engine:
                 self._decode(plan, record)
                 self._prefill(chunks, record)
                 self._publish_written(record)
-                for slot in record.finishing:
-                    self._release(slot)
+                if record.finishing:
+                    self._release(record.finishing)
             self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
         except BaseException:
             self._rollback(saved)
@@ -432,33 +449,50 @@ class Engine:
         record.finishing.append(slot)
 
     def _prefill(self, chunks: list[tuple[Chunk, int]], record: Record) -> None:
+        """Run the running requests' chunks and admit newcomers into the budget left (their
+        pages attached and allocated in one call once all are chosen: `seat_newcomers`)."""
         budget = self.config.max_batched_tokens - record.tokens_run - sum(chunk.length for chunk, _ in chunks)
+        copies = [pair for chunk, _ in chunks for pair in chunk.copies]
+        newcomers: list[Newcomer] = []
+        claimed = 0  # the free pages the newcomers' chunks take
         while budget:
-            admitted = self._admit(budget)
+            admitted = self._admit(budget, self.pool.free_count() - claimed, newcomers)
             if admitted is None:
+                break
+            if isinstance(admitted, Shortfall):  # relieve the pressure for a later step, after seating
+                copies += self._seat(newcomers)
+                newcomers = []
+                self._relieve(admitted.pages, keep=admitted.keep)
                 break
             chunks.append(admitted)
             budget -= admitted[0].length
+            claimed += len(newcomers[-1].pages)
+        copies += self._seat(newcomers)
         if chunks:
-            self._run_chunks(chunks, record)
+            self._run_chunks(chunks, tuple(copies), record)
+
+    def _seat(self, newcomers: list[Newcomer]) -> tuple[tuple[int, int], ...]:
+        """Attach and allocate the newcomers' pages; the copies their chunks need."""
+        return _pairs(seat_newcomers(self.scheduler, newcomers, self.store, self.pool)) if newcomers else ()
 
     def _prefill_order(self, slot: int) -> tuple[int, int]:
         request = self._requests[slot]
         assert request is not None
         return (-request.priority, int(self._fields[slot, ADMITTED]))
 
-    def _admit(self, budget: int) -> tuple[Chunk, int] | None:
+    def _admit(self, budget: int, free: int, newcomers: list[Newcomer]) -> tuple[Chunk, int] | Shortfall | None:
+        """Admit the front of the queue into `newcomers` (its pages not yet seated), with `free`
+        pages left: its chunk and slot; a `Shortfall` when its pages are not free; else None."""
         front = self._front()
         if front is None or len(self._running) >= self.config.max_batch_size:
             return None
-        free = self.pool.free_count()
         if free < self.config.prefill_reserve_pages and self._running:
             return None
         if self._state_owners and not self._state_free:
             return None
         request = front.request
         length_of = len(request.prompt) + len(front.generated)
-        identity, cached = self._usable_prefix(request.prefix, length_of, budget)
+        identity, named, cached = self._usable_prefix(request.prefix, length_of, budget)
         page_size = self.config.page_size
         keys: list[Key] = []
         hit: list[int] = []
@@ -472,26 +506,21 @@ class Engine:
         length = min(self.config.chunk_size, length_of - cached, budget)
         pages = chunk_pages(cached, length, page_size)
         if len(pages) > free:
-            self._relieve(len(pages), keep=hit)  # for a later step: this one writes no freed page
-            return None
+            return Shortfall(len(pages), hit)  # relieved for a later step: this one writes no freed page
         request_id = request.request_id
-        admission = self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool)
-        slot = admission.slot
+        slot = claim_slot(self.scheduler, request_id)
+        counted = length if named + len(hit) * page_size == cached else 0  # a full hit's prefix counts it
+        newcomers.append(Newcomer(slot, identity, hit, pages, counted))
         if self.config.prefix_caching:
-            if hit:
-                self.scheduler.attach_pages(request_id, np.asarray(hit, dtype=np.int64), self.pool)
             self.cache.count_query(length_of, len(hit) * page_size)
             self._page_keys[slot] = keys
-        if admission.prefix_tokens + len(hit) * page_size == cached:
-            plan = self.scheduler.record_chunk(request_id, length, self.pool)
-        else:  # a full hit recomputes its last prompt token, which the prefix already counts
-            plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
         self._touch_queue()
         entries = self._queue[self._priorities[-1]]
         entries.popleft()
         self._dequeued(request_id)
         self._tokens[slot, : len(request.prompt)] = np.frombuffer(request.prompt_bytes, dtype="<u4")
-        self._tokens[slot, len(request.prompt) : length_of] = front.generated
+        if front.generated:
+            self._tokens[slot, len(request.prompt) : length_of] = front.generated
         state_slot = heapq.heappop(self._state_free) if self._state_owners else -1
         if state_slot >= 0:
             self._state_owners[state_slot] = request_id
@@ -502,21 +531,22 @@ class Engine:
         self._requests[slot] = request
         self._running[request_id] = slot
         self._prefilling.add(slot)
-        return Chunk(request_id, cached, length, _pairs(plan)), slot
+        return Chunk(request_id, cached, length, ()), slot
 
     def _usable_prefix(
         self, identity: PrefixIdentity | None, length: int, budget: int
-    ) -> tuple[PrefixIdentity | None, int]:
+    ) -> tuple[PrefixIdentity | None, int, int]:
+        """The named prefix a request of `length` tokens can attach: its identity, its tokens and
+        the tokens it leaves uncomputed (all but the last token at most); else (None, 0, 0)."""
         page_set = None if identity is None else self.store.get(identity)
         if page_set is None or page_set.token_count > length:
-            return None, 0
+            return None, 0, 0
         cached = min(page_set.token_count, length - 1)
         if length - cached > min(self.config.chunk_size, budget):
-            return None, 0
-        return identity, cached
+            return None, 0, 0
+        return identity, page_set.token_count, cached
 
-    def _run_chunks(self, chunks: list[tuple[Chunk, int]], record: Record) -> None:
-        copies = tuple(pair for chunk, _ in chunks for pair in chunk.copies)
+    def _run_chunks(self, chunks: list[tuple[Chunk, int]], copies: tuple[tuple[int, int], ...], record: Record) -> None:
         if copies:
             call_model(lambda: self.model.copy_pages(copies))
         items = [
@@ -558,22 +588,21 @@ class Engine:
 
     # -- releasing and preempting -------------------------------------------------------------
 
-    def _release(self, slot: int) -> int:
-        """Finish the request in `slot` (pages released), free its state slot; its id."""
-        request = self._requests[slot]
-        assert request is not None
+    def _release(self, slots: list[int]) -> None:
+        """Finish the requests in `slots`, in order (pages released), and free their state slots."""
         if self.config.prefix_caching:
-            row = get_slots(self.scheduler).tables[slot]
-            self.cache.stamp(row[row != INVALID_BLOCK].astype(np.intp))
-        self.scheduler.finish(request.request_id, self.pool)
-        state_slot = int(self._fields[slot, STATE_SLOT])
-        if state_slot >= 0:
-            self._state_owners[state_slot] = None
-            heapq.heappush(self._state_free, state_slot)
-        del self._running[request.request_id]
-        self._prefilling.discard(slot)
-        self._requests[slot] = None
-        return request.request_id
+            self.cache.stamp(get_slots(self.scheduler).tables[slots])
+        finish_slots(self.scheduler, slots, self.pool)
+        for slot in slots:
+            request = self._requests[slot]
+            assert request is not None
+            state_slot = int(self._fields[slot, STATE_SLOT])
+            if state_slot >= 0:
+                self._state_owners[state_slot] = None
+                heapq.heappush(self._state_free, state_slot)
+            del self._running[request.request_id]
+            self._prefilling.discard(slot)
+            self._requests[slot] = None
 
     def _victim(self) -> int | None:
         def order(slot: int) -> tuple[int, int]:
@@ -587,7 +616,7 @@ class Engine:
         request = self._requests[slot]
         assert request is not None
         generated = tuple(self._tokens[slot, len(request.prompt) : int(self._fields[slot, LENGTH])].tolist())
-        self._release(slot)
+        self._release([slot])
         self._touch_queue()
         self._enqueue(Queued(request, generated), front=True)
         record.preempted.append(request.request_id)
@@ -607,18 +636,24 @@ class Engine:
         for slot, start, stop in record.chunks:
             written[slot] = (start, stop)
         tables = get_slots(self.scheduler).tables
+        keys: list[Key] = []
+        pages: list[int] = []
+        depths: list[int] = []
         for slot in sorted(written, key=lambda slot: int(self._fields[slot, ADMITTED])):
             start, stop = written[slot]
             first, end = start // page_size, stop // page_size
             if first == end:
                 continue
-            keys = self._page_keys[slot]
-            if len(keys) < end:
+            slot_keys = self._page_keys[slot]
+            if len(slot_keys) < end:
                 request = self._requests[slot]
                 assert request is not None
                 data = self._tokens[slot, : end * page_size].astype("<u4").tobytes()
-                self.hasher.extend(keys, data, end, self._salt(request))
-            self.cache.insert(self.pool, keys[first:end], tables[slot, first:end].tolist(), first)
+                self.hasher.extend(slot_keys, data, end, self._salt(request))
+            keys += slot_keys[first:end]
+            pages += tables[slot, first:end].tolist()
+            depths += range(first, end)
+        self.cache.insert(self.pool, keys, pages, depths)
 
     def _salt(self, request: EngineRequest) -> CacheSalt:
         """The request's salt (`salt_of`), built once per tenant and adapter."""

@@ -27,6 +27,7 @@ class PageHasher:
         self.digest = digest
         self._roots: dict[CacheSalt, Key] = {}
         self._last: dict[CacheSalt, tuple[bytes, list[Key]]] = {}  # the last sequence keyed, per salt
+        self._shared: dict[CacheSalt, int] = {}  # the pages that sequence shared with the one before
 
     def root(self, salt: CacheSalt) -> Key:
         """The key a salt's first page chains from."""
@@ -39,20 +40,29 @@ class PageHasher:
         """The keys of the first `pages` full pages of the tokens packed in `data`."""
         step = self.page_size * 4
         keys = self._shared_keys(data, pages, salt)
+        self._shared[salt] = len(keys)
         self.extend(keys, data, pages, salt)
         self._last[salt] = (data[: pages * step], keys)
         return list(keys)
 
     def _shared_keys(self, data: bytes, pages: int, salt: CacheSalt) -> list[Key]:
         """The keys of the longest run of first pages `data` shares, byte for byte, with the
-        last sequence keyed under `salt` (a binary search over whole-prefix comparisons)."""
+        last sequence keyed under `salt`: the run the sequence before shared, when it still
+        holds exactly, else a binary search over whole-prefix comparisons."""
         last = self._last.get(salt)
         if last is None:
             return []
         previous, keys = last
         step = self.page_size * 4
         low, high = 0, min(pages, len(keys))
-        while low < high:  # invariant: the first `low` pages are shared
+        hint = min(self._shared.get(salt, 0), high)
+        if data[: hint * step] == previous[: hint * step]:
+            if hint == high or data[hint * step : (hint + 1) * step] != previous[hint * step : (hint + 1) * step]:
+                return keys[:hint]  # the common case: a shared system prompt as long as before
+            low = hint + 1
+        else:
+            high = hint - 1
+        while low < high:  # invariant: the first `low` pages are shared, and `high` bounds the run
             middle = (low + high + 1) // 2
             if data[: middle * step] == previous[: middle * step]:
                 low = middle

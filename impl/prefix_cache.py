@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_array
 from kvsched.spec import refusals
+from kvsched.spec.batch import INVALID_BLOCK
 from kvsched.spec.page_keys import Key
 from kvsched.spec.prefix_cache import CachedPage, CacheState, CacheStats
 
@@ -80,7 +81,8 @@ class PrefixCache:
         while len(journal) > length:
             entry = journal.pop()
             if entry[0] == "insert":
-                self._drop(entry[1])
+                for page in reversed(entry[1]):
+                    self._drop(page)
             elif entry[0] == "evict":
                 _, page, key, depth, stamp = entry
                 self._add(page, key, depth, stamp)
@@ -105,26 +107,39 @@ class PrefixCache:
             pages.append(page)
         return pages
 
-    def insert(self, pool: BlockPool, keys: Sequence[Key], pages: Sequence[int], first_depth: int) -> None:
-        """Cache `pages[i]` under `keys[i]` at depth `first_depth + i`, in order (the spec's
-        `insert` each), retaining the ones taken."""
-        taken = []
-        for offset, (key, page) in enumerate(zip(keys, pages, strict=True)):
-            if key in self._index or self._cached[page]:
+    def insert(self, pool: BlockPool, keys: Sequence[Key], pages: Sequence[int], depths: Sequence[int]) -> None:
+        """Cache `pages[i]` under `keys[i]` at depth `depths[i]`, in order (the spec's `insert`
+        each: a key or a page already cached is left as it is), retaining the ones taken."""
+        index, cached_keys = self._index, self._keys
+        taken: list[int] = []
+        taken_depths: list[int] = []
+        for key, page, depth in zip(keys, pages, depths, strict=True):
+            if key in index or cached_keys[page] is not None:
                 continue
-            self._add(page, key, first_depth + offset, self.clock)
-            self._journal.append(("insert", page))
+            index[key] = page
+            cached_keys[page] = key
             taken.append(page)
+            taken_depths.append(depth)
         if taken:
-            retain_array(pool, np.asarray(taken, dtype=np.int64))
+            self._journal.append(("insert", taken))
+            added = np.asarray(taken, dtype=np.int64)
+            self._cached[added] = True
+            self._depth[added] = taken_depths
+            self._last_used[added] = self.clock
+            retain_array(pool, added)
 
-    def stamp(self, pages: npt.NDArray[np.integer]) -> None:
-        """A request released `pages`: stamp the cached ones now; the clock ticks."""
-        used = pages[self._cached[pages]]
-        if used.shape[0]:
-            self._journal.append(("stamp", used, self._last_used[used].copy()))
-            self._last_used[used] = self.clock
-        self.clock += 1
+    def stamp(self, rows: npt.NDArray[np.uint32]) -> None:
+        """Requests released their pages, one request a row of `rows` (page ids, INVALID_BLOCK
+        where unmapped) in order: the spec's `stamp` of each, the clock ticking after each."""
+        stamps = np.broadcast_to(np.arange(self.clock, self.clock + rows.shape[0])[:, None], rows.shape)
+        mapped = rows != INVALID_BLOCK
+        pages, stamps = rows[mapped].astype(np.intp), stamps[mapped]
+        used = self._cached[pages]
+        pages, stamps = pages[used], stamps[used]
+        if pages.shape[0]:
+            self._journal.append(("stamp", pages, self._last_used[pages].copy()))
+            np.maximum.at(self._last_used, pages, stamps)  # a later release's stamp wins: it is larger
+        self.clock += rows.shape[0]
 
     def evict(self, pool: BlockPool, count: int, keep: Sequence[int] = ()) -> int:
         """Evict up to `count` evictable pages in the spec's order, none in `keep`; how many."""

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import MutableSequence, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from kvsched.abi import ArrayDecodeBackend, empty_items, empty_outputs
 from kvsched.impl.lowering import execute_round, require_disjoint, require_scratch
-from kvsched.impl.pool import BlockPool, get_arrays
+from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_array
 from kvsched.impl.prefix import PrefixKvStore, attach_row
 from kvsched.impl.slots import (
     DECODE,
@@ -48,6 +49,7 @@ from kvsched.impl.writes import (
     ensure_writable_range,
     new_write_buffers,
     prepare_decode_round,
+    run_steps,
 )
 from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
@@ -407,3 +409,77 @@ def get_slots(scheduler: RequestScheduler) -> SlotArrays:
 def round_outputs(scheduler: RequestScheduler, count: int) -> npt.NDArray[np.void]:
     """The outputs of the scheduler's latest round run in its own buffers (its first `count`)."""
     return scheduler._outputs[:count]
+
+
+# -- the engine's admissions, one step's at a time ----------------------------------------------
+
+
+class Newcomer(NamedTuple):
+    """One admission the engine has checked: the slot `claim_slot` gave it, the named prefix it
+    attaches (or None), the cached pages after it, the logical pages its first chunk writes, and
+    the tokens that chunk counts (0 for a full hit, whose named prefix already counts them)."""
+
+    slot: int
+    identity: PrefixIdentity | None
+    hit: list[int]
+    pages: range
+    tokens: int
+
+
+def claim_slot(scheduler: RequestScheduler, request_id: int) -> int:
+    """Occupy the lowest empty slot with `request_id` in PREFILL (the engine has checked that one
+    is empty and the id is not live); `seat_newcomers` attaches its pages."""
+    slot = scheduler._empty[0]
+    scheduler._occupy(slot, request_id, PREFILL)
+    return slot
+
+
+def seat_newcomers(
+    scheduler: RequestScheduler, newcomers: Sequence[Newcomer], store: PrefixKvStore, pool: BlockPool
+) -> ArrayWritePlan:
+    """What `admit_with_prefix`, `attach_pages` and `record_chunk` (for a full hit,
+    `ensure_writable_batch` of the chunk's pages) do after the slot, for every newcomer in order,
+    with one kernel call for all their chunks: the same state, for inputs the engine has checked
+    (hits page-aligned after the named prefix, and free pages enough for every chunk). Attaching
+    never takes a free page, so running every chunk after every attach allocates the same pages."""
+    slots = scheduler._slots
+    tables, page_size = slots.tables, scheduler._page_size or 0
+    hits: list[npt.NDArray[np.int64]] = []
+    step_slots: list[int] = []
+    step_pages: list[int] = []
+    for slot, identity, hit, pages, tokens in newcomers:
+        row = tables[slot]
+        named = 0 if identity is None else attach_row(store, identity, row, pool) or 0
+        if named:
+            slots.states[slot] = DECODE
+            scheduler._decoding += 1
+        if hit:
+            start = -(-named // page_size)
+            hits.append(np.asarray(hit, dtype=np.int64))
+            row[start : start + len(hit)] = hits[-1]
+        attached = named + len(hit) * page_size
+        slots.prefix_tokens[slot] = attached
+        slots.token_counts[slot] = min(attached + tokens, U32_MAX)
+        step_slots += [slot] * len(pages)
+        step_pages += pages
+    if hits:
+        retain_array(pool, np.concatenate(hits))
+    count = len(step_slots)
+    buffers = new_write_buffers(count)
+    buffers.slots[:count] = step_slots
+    buffers.logical_pages[:count] = step_pages
+    return run_steps(slots, pool, buffers, count, step_pages, None)
+
+
+def finish_slots(scheduler: RequestScheduler, slots: list[int], pool: BlockPool) -> None:
+    """`finish` of the live request in each of `slots`, in order, with one kernel call for all
+    their pages (released row by row, in logical order, as `finish` releases them)."""
+    arrays = scheduler._slots
+    release_array(pool, arrays.tables[slots].ravel(), skip_invalid=True)
+    arrays.tables[slots] = INVALID_BLOCK
+    scheduler._decoding -= int(np.count_nonzero(arrays.states[slots] == DECODE))
+    for request_id in arrays.request_ids[slots].tolist():
+        del scheduler._slot_of[request_id]
+    for slot in slots:
+        heapq.heappush(scheduler._empty, slot)
+    clear_slot(arrays, slots)

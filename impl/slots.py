@@ -55,8 +55,8 @@ def new_slot_arrays(requests: int, logical_pages: int) -> SlotArrays:
     )
 
 
-def clear_slot(slots: SlotArrays, slot: int) -> None:
-    """Reset every field but the table (which `release_row` clears)."""
+def clear_slot(slots: SlotArrays, slot: int | list[int]) -> None:
+    """Reset every field of a slot (or a list of them) but the table (which `release_row` clears)."""
     slots.request_ids[slot] = 0
     slots.states[slot] = EMPTY
     slots.token_counts[slot] = 0

@@ -30,7 +30,13 @@ TableRow = npt.NDArray[np.uint32]
 
 def to_spec_table(row: TableRow) -> Table:
     """The abstraction function for one row."""
-    return tuple(None if entry == INVALID_BLOCK else entry for entry in row.tolist())
+    entries: list[int] = row.tolist()
+    if INVALID_BLOCK not in entries:
+        return tuple(entries)
+    mapped = entries.index(INVALID_BLOCK)
+    if entries.count(INVALID_BLOCK) == len(entries) - mapped:  # a mapped run, then nothing: the usual row
+        return tuple(entries[:mapped]) + (None,) * (len(entries) - mapped)
+    return tuple([None if entry == INVALID_BLOCK else entry for entry in entries])
 
 
 def require_logical_page(row: TableRow, logical_page: object) -> int:

@@ -219,7 +219,7 @@ def ensure_writable_batch(
     count = len(step_slots)
     buffers.slots[:count] = step_slots
     buffers.logical_pages[:count] = step_pages
-    return _run_steps(slots, pool, buffers, count, targets, failure)
+    return run_steps(slots, pool, buffers, count, targets, failure)
 
 
 def ensure_writable_range(slots: SlotArrays, slot: int, pages: range, pool: BlockPool) -> ArrayWritePlan:
@@ -232,10 +232,10 @@ def ensure_writable_range(slots: SlotArrays, slot: int, pages: range, pool: Bloc
     buffers.logical_pages[:count] = np.arange(pages.start, pages.start + count, dtype=np.int64)
     if count and pages.start + count > width:
         buffers.logical_pages[count - 1] = -1  # only the last step can be outside the table
-    return _run_steps(slots, pool, buffers, count, pages, None)
+    return run_steps(slots, pool, buffers, count, pages, None)
 
 
-def _run_steps(
+def run_steps(
     slots: SlotArrays,
     pool: BlockPool,
     buffers: WriteBuffers,

@@ -121,9 +121,9 @@ class Chunk:
     copies: tuple[tuple[int, int], ...]
 
 
-def chunk_pages(start: int, length: int, page_size: int) -> list[int]:
+def chunk_pages(start: int, length: int, page_size: int) -> range:
     """The logical pages positions `start .. start + length - 1` land on."""
-    return list(range(start // page_size, (start + length - 1) // page_size + 1))
+    return range(start // page_size, (start + length - 1) // page_size + 1)
 
 
 def plan_copies(plan: WritePlan) -> tuple[tuple[int, int], ...]:

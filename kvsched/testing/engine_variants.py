@@ -121,21 +121,24 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "publish_on_allocation",
         "a page enters the prefix cache when it is allocated, before its KV is written (TGI #2489)",
-        "_admit",
+        "_prefill",
         (
             (
-                "    return Chunk(request_id, cached, length, _pairs(plan)), slot",
-                "    if keys:\n"
-                "        end = min(len(keys), (cached + length - 1) // page_size + 1)\n"
-                "        table = get_slots(self.scheduler).tables[slot]\n"
-                "        self.cache.insert(self.pool, keys[cached // page_size : end],"
-                " table[cached // page_size : end].tolist(), cached // page_size)\n"
-                "    return Chunk(request_id, cached, length, _pairs(plan)), slot",
+                "    copies += self._seat(newcomers)\n    if chunks:",
+                "    copies += self._seat(newcomers)\n"
+                "    for newcomer in newcomers:\n"
+                "        keys = self._page_keys[newcomer.slot]\n"
+                "        table = get_slots(self.scheduler).tables[newcomer.slot]\n"
+                "        first, end = newcomer.pages.start, min(len(keys), newcomer.pages.stop)\n"
+                "        if first < end:\n"
+                "            pages = table[first:end].tolist()\n"
+                "            self.cache.insert(self.pool, keys[first:end], pages, range(first, end))\n"
+                "    if chunks:",
             ),
         ),
         FailureKind.LOCKSTEP,
-        FailureKind.DETERMINISM,
-        shape="cached",
+        FailureKind.CACHE,
+        shape="cached_tight",  # a chunk of one token: a page is allocated a step before it is full
     ),
     EngineVariant(
         "evict_keeps_key",
@@ -152,7 +155,7 @@ ENGINE_VARIANTS = (
         "the cache takes no reference of its own, so a page freed by its last request is reused while"
         " its key still maps to it (vLLM #5543)",
         "insert",
-        (("        retain_array(pool, np.asarray(taken, dtype=np.int64))", "        pass"),),
+        (("        retain_array(pool, added)", "        pass"),),
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
         shape="cached",

@@ -19,6 +19,7 @@ from kvsched.impl.pool import get_arrays
 from kvsched.impl.prefix_cache import Mark, PrefixCache
 from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix_cache as cache_ops
+from kvsched.spec.batch import INVALID_BLOCK
 from kvsched.spec.errors import CacheInUse
 from kvsched.spec.page_keys import CacheSalt, pack_tokens, page_keys, register_page_hash, sha256
 from kvsched.testing.checks import CheckFailed, FailureKind
@@ -81,7 +82,9 @@ OPERATIONS = st.lists(
         st.tuples(st.just("allocate")),
         st.tuples(st.just("release"), st.integers(0, 5)),
         st.tuples(st.just("insert"), st.integers(0, 5), st.integers(0, 3), st.integers(0, 4)),
-        st.tuples(st.just("stamp"), st.lists(st.integers(0, 5), max_size=3)),
+        st.tuples(  # requests release their pages, one after the other: one row each
+            st.just("stamp"), st.lists(st.lists(st.integers(0, 5), max_size=3, unique=True), min_size=1, max_size=3)
+        ),
         st.tuples(st.just("evict"), st.integers(0, 3), st.lists(st.integers(0, 5), max_size=2)),
         st.tuples(st.just("reset")),
         st.tuples(st.just("mark")),
@@ -109,10 +112,14 @@ def test_impl_cache_in_lockstep_with_the_spec(operations: list[tuple[Any, ...]])
         elif name == "insert" and pool.refs[operation[1]] > 0:
             key = bytes([operation[2]])
             cache, pool = cache_ops.insert(cache, pool, key, operation[1], operation[3])
-            impl_cache.insert(impl_pool, [key], [operation[1]], operation[3])
+            impl_cache.insert(impl_pool, [key], [operation[1]], [operation[3]])
         elif name == "stamp":
-            cache = cache_ops.stamp(cache, operation[1])
-            impl_cache.stamp(np.asarray(operation[1], dtype=np.intp))
+            for row in operation[1]:
+                cache = cache_ops.stamp(cache, row)
+            rows = np.full((len(operation[1]), 3), INVALID_BLOCK, dtype=np.uint32)
+            for index, row in enumerate(operation[1]):
+                rows[index, : len(row)] = row
+            impl_cache.stamp(rows)
         elif name == "evict":
             cache, pool, evicted = cache_ops.evict(cache, pool, operation[1], operation[2])
             assert impl_cache.evict(impl_pool, operation[1], operation[2]) == evicted
