@@ -99,13 +99,10 @@ class PrefixCache:
 
     def lookup(self, keys: Sequence[Key]) -> list[int]:
         """The pages cached under `keys[0]`, `keys[1]`, ... up to the first key not cached."""
-        index, pages = self._index, []
-        for key in keys:
-            page = index.get(key)
-            if page is None:
-                break
-            pages.append(page)
-        return pages
+        pages: list[int | None] = list(map(self._index.get, keys))
+        if None in pages:
+            del pages[pages.index(None) :]
+        return pages  # type: ignore[return-value]  # no None is left
 
     def insert(self, pool: BlockPool, keys: Sequence[Key], pages: Sequence[int], depths: Sequence[int]) -> None:
         """Cache `pages[i]` under `keys[i]` at depth `depths[i]`, in order (the spec's `insert`
