@@ -19,6 +19,9 @@ $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# nano-vllm's block manager, for the safety harness's shipped adapter: --no-deps, because the
+	# distribution asks for torch, triton and transformers, which its block manager never imports.
+	$(BIN)/python -m pip install -q --no-deps 'nano-vllm-fork==20260210'
 	touch $(STAMP)
 
 ## The test suite (fast profiles: what CI runs), on every core.

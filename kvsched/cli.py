@@ -145,6 +145,25 @@ def _delegated(argv: list[str]) -> tuple[str, str, list[str]] | None:
     return None
 
 
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="MODULE:FACTORY (safety: factory(pages, page_size) -> PageManager)")
+    parser.add_argument("--mode", choices=("safety", "exact"), default="safety")
+    parser.add_argument("--examples", type=int, default=200, help="programs to generate (default 200)")
+    parser.add_argument("--steps", type=int, default=30, help="calls per program (default 30)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pages", type=int, default=8, help="safety: pages per manager (default 8)")
+    parser.add_argument("--page-size", type=int, default=2, help="safety: tokens per page (default 2)")
+    parser.add_argument("--shrink-seconds", type=int, default=60, help="safety: shrinking's bound (default 60)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+
+
+def command_check(args: argparse.Namespace) -> int:
+    """A bounded campaign against MODULE:FACTORY; non-zero on a counterexample."""
+    check: Any = load("kvsched.testing.check_command", "check")
+    result: int = check.run(args)
+    return result
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvsched", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -157,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", help="also write the summary table as JSON here")
     verify.add_argument("--variant", help="check a deliberately broken spec variant instead (must fail)")
     verify.set_defaults(run=command_verify)
+    check = commands.add_parser("check", help="check anyone's page manager: kvsched check MODULE:FACTORY")
+    check.set_defaults(run=command_check)
+    _check_arguments(check)
     # The delegated commands are listed for --help; main() hands their arguments on untouched.
     commands.add_parser("proofs", help="the z3 proofs and the exhaustive explorer")
     commands.add_parser("bench", help="benchmarks: bookkeeping (default), `bench decode` or `bench engine`")

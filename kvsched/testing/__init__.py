@@ -1,5 +1,13 @@
 """The stateful harness, for checking kvsched or your own page manager (`kvsched[testing]`).
 
+Safety mode, for anyone's page manager: write a `PageManager` adapter (the verbs every paged
+engine has, and a `PoolView` of the pool as plain ints; `kvsched.testing.adapter`), then run
+`search_safety(factory)` or `kvsched check MODULE:FACTORY`. `SafetyMachine(factory)` is the
+engine side it drives, which a printed counterexample calls directly. Shipped adapters:
+`kvsched.testing.adapters` (kvsched's parts, nano-vllm). `docs/checking-your-page-manager.md`
+walks through one.
+
+Exact mode, lockstep with kvsched's spec:
 Wrap your pool, prefix store and scheduler in a `SystemUnderTest` adapter (three objects with
 the spec's API, `snapshot()` as your abstraction function to the spec's states, and round
 scratch in your form; `kvsched.testing.impl_system` is the twenty-line example), then run
@@ -15,11 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsched.testing.adapter import ManagerFactory, PageManager, PoolView
 from kvsched.testing.campaign import CampaignResult, run_campaign, run_machine
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, capture, check_step
 from kvsched.testing.engine_machine import EngineMachine, engine_machine, impl_engine, spec_engine
 from kvsched.testing.impl_system import impl_system
 from kvsched.testing.machine import CampaignStats, KvschedMachine
+from kvsched.testing.safety import SafetyMachine
+from kvsched.testing.safety_search import SafetyResult, search_safety
 from kvsched.testing.system import SpecSystem, SystemConfig, SystemFactory, SystemUnderTest, spec_system
 
 __all__ = [
@@ -31,7 +42,12 @@ __all__ = [
     "Explorer",
     "FailureKind",
     "KvschedMachine",
+    "ManagerFactory",
     "Outcome",
+    "PageManager",
+    "PoolView",
+    "SafetyMachine",
+    "SafetyResult",
     "SpecSystem",
     "SystemConfig",
     "SystemFactory",
@@ -43,6 +59,7 @@ __all__ = [
     "impl_system",
     "run_campaign",
     "run_machine",
+    "search_safety",
     "spec_engine",
     "spec_system",
 ]

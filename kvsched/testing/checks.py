@@ -47,6 +47,8 @@ class FailureKind(Enum):
     ORDER = "queue order"  # a preempted request queued behind a later arrival of its priority
     CACHE = "cached content"  # a cached page does not hold the tokens its key names
     ISOLATION = "tenant isolation"  # a request holds a page cached for another tenant or adapter
+    FULL_HIT = "full prefix hit"  # a prefix hit left no prompt token to compute
+    LEAK = "leaked page"  # a page neither free nor reserved once every request is freed
 
     def __repr__(self) -> str:
         return f"FailureKind.{self.name}"

@@ -1,0 +1,80 @@
+"""The adapter protocol: what the safety harness needs from anyone's page manager.
+
+An adapter wraps a paged KV manager (nano-vllm's `BlockManager`, vLLM's `BlockPool`, kvsched's
+own parts, yours) behind the verbs every paged engine has. The harness plays the engine: it
+decides which request runs, samples tokens, and writes a ghost KV cache itself after each
+successful call. The adapter only forwards. Request ids and page ids are plain ints.
+
+    admit(request_id, tokens) -> int | None
+        Give the request pages for its prompt `tokens` (the manager may hit its prefix cache).
+        Returns how many leading tokens the manager says are already computed (0 without a
+        hit), or None when it refuses for lack of pages.
+    append(request_id, token) -> bool
+        The request's sequence grew by `token`: make room for its KV (one position). False
+        when refused for lack of pages.
+    written(request_id, tokens)
+        The harness wrote the KV of the request's first `tokens` positions (a manager that
+        caches after the write publishes full pages here; others ignore it).
+    free(request_id)
+        The request finished, or was preempted: release its pages.
+    fork(parent_id, child_id) -> bool            (capability "fork")
+        The child shares the parent's pages (copy-on-write on its next write).
+    copies() -> Sequence[tuple[int, int]]        (capability "copy_on_write")
+        The (source, destination) page copies the last successful `append` asked the engine
+        to make before it writes (the harness copies its ghost KV along).
+    reset_cache() -> bool                        (capability "reset_cache")
+        Drop every cached page; False when refused (a cached page is in use).
+    view() -> PoolView
+        The pool as plain ints, read after every call.
+
+A capability the manager lacks is left out of `capabilities`, never faked: the harness does
+not call it. With "atomic", a refused `admit` or `append` must leave the view unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+CAPABILITIES = frozenset({"fork", "copy_on_write", "reset_cache", "atomic"})
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """A page manager's state as plain ints.
+
+    `holders[page]` is how many requests hold the page (a prefix cache's own hold is not
+    counted: vLLM's `ref_cnt` and nano-vllm's `ref_count` count requests only). `free` is the
+    set of pages the manager may hand out next, cached-but-unheld pages included. `tables`
+    maps every live request to its block table, logical page order. `cached` maps each page
+    the prefix cache can serve to its key (any hashable; only equality is used). `reserved`
+    are pages the manager never hands out (vLLM's null block).
+    """
+
+    holders: tuple[int, ...]
+    free: frozenset[int]
+    tables: Mapping[int, tuple[int, ...]]
+    cached: Mapping[int, object] = field(default_factory=dict)
+    reserved: frozenset[int] = frozenset()
+
+
+@runtime_checkable
+class PageManager(Protocol):
+    """What the safety harness drives; see the module docstring."""
+
+    capabilities: frozenset[str]
+
+    def admit(self, request_id: int, tokens: Sequence[int]) -> int | None: ...
+
+    def append(self, request_id: int, token: int) -> bool: ...
+
+    def written(self, request_id: int, tokens: int) -> None: ...
+
+    def free(self, request_id: int) -> None: ...
+
+    def view(self) -> PoolView: ...
+
+
+ManagerFactory = Callable[[int, int], PageManager]
+"""Builds a fresh manager of `pages` pages of `page_size` tokens: `factory(pages, page_size)`."""

@@ -1,0 +1,154 @@
+"""kvsched's own parts behind the adapter protocol: impl's pool, scheduler and automatic prefix
+cache, driven as an engine drives them (the same calls `kvsched.impl.Engine` makes).
+
+Admission hashes the prompt's full pages (SHA-256 chained keys), attaches the longest cached
+run (leaving the last token to compute), evicts cached pages only the cache holds when the
+free stack is short, then makes the prompt's pages writable (`record_chunk`). A decode makes
+its position's page writable (allocation or copy-on-write). `written` publishes each full page
+once its KV is written. The cache's own reference is a holder in kvsched's counts, not in the
+protocol's, so the view subtracts it; a page only the cache holds is evictable, so it is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvsched.impl.page_hash import PageHasher
+from kvsched.impl.pool import BlockPool, get_arrays
+from kvsched.impl.prefix import PrefixKvStore
+from kvsched.impl.prefix_cache import PrefixCache
+from kvsched.impl.scheduler import RequestScheduler
+from kvsched.spec.errors import CacheInUse, Exhausted
+from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, sha256
+from kvsched.spec.pool import Copy
+from kvsched.testing.adapter import PoolView
+
+SALT = CacheSalt()
+
+
+class KvschedManager:
+    """impl's parts for `pages` pages of `page_size` tokens, up to `requests` live requests."""
+
+    capabilities = frozenset({"fork", "copy_on_write", "reset_cache", "atomic"})
+
+    def __init__(self, pages: int, page_size: int, requests: int = 16, logical_pages: int = 64) -> None:
+        self.pool = BlockPool(pages)
+        self.store = PrefixKvStore(1, logical_pages, pool=self.pool)
+        self.scheduler = RequestScheduler(
+            requests, logical_pages, pool=self.pool, prefixes=self.store, page_size=page_size
+        )
+        self.cache = PrefixCache(pages)
+        self.hasher = PageHasher(page_size, sha256)
+        self.page_size, self.width = page_size, logical_pages * page_size
+        self.tokens: dict[int, list[int]] = {}
+        self.keys: dict[int, list[Key]] = {}  # each request's full pages' keys, as far as known
+        self.published: dict[int, int] = {}  # each request's pages cached so far
+        self._copies: list[tuple[int, int]] = []  # the last append's copy-on-write
+
+    def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
+        self.cache.settle()
+        size = self.page_size
+        if self.scheduler.active_count() == self.scheduler.requests or len(tokens) > self.width:
+            return None
+        keys = self.hasher.keys_of(pack_tokens(tokens), len(tokens) // size, SALT)
+        hit = self.cache.lookup(keys[: (len(tokens) - 1) // size])
+        if not self._room(-(-len(tokens) // size) - len(hit), keep=hit):
+            return None
+        self.scheduler.admit_with_prefix(request_id, None, self.store, self.pool)
+        if hit:
+            self.scheduler.attach_pages(request_id, hit, self.pool)
+        self.scheduler.record_chunk(request_id, len(tokens) - len(hit) * size, self.pool)
+        self.tokens[request_id], self.keys[request_id] = list(tokens), keys
+        self.published[request_id] = len(hit)
+        return len(hit) * size
+
+    def append(self, request_id: int, token: int) -> bool:
+        self.cache.settle()
+        tokens = self.tokens[request_id]
+        if len(tokens) == self.width:
+            return False
+        try:
+            action = self.scheduler.ensure_writable(request_id, len(tokens) // self.page_size, self.pool)
+        except Exhausted:
+            if not self._room(1, keep=()):
+                return False
+            action = self.scheduler.ensure_writable(request_id, len(tokens) // self.page_size, self.pool)
+        self._copies = [(action.source, action.destination)] if isinstance(action, Copy) else []
+        self.scheduler.record_tokens(request_id, 1)
+        tokens.append(token)
+        return True
+
+    def copies(self) -> list[tuple[int, int]]:
+        return self._copies
+
+    def written(self, request_id: int, tokens: int) -> None:
+        first, end = self.published[request_id], tokens // self.page_size
+        if end <= first:
+            return
+        keys = self.keys[request_id]
+        if len(keys) < end:
+            self.hasher.extend(keys, pack_tokens(self.tokens[request_id][: end * self.page_size]), end, SALT)
+        table = self.scheduler.page_table(request_id)
+        self.cache.insert(
+            self.pool, keys[first:end], [page for page in table[first:end] if page is not None], range(first, end)
+        )
+        self.published[request_id] = end
+
+    def free(self, request_id: int) -> None:
+        self.cache.settle()
+        row = np.asarray([page for page in self.scheduler.page_table(request_id) if page is not None], dtype=np.uint32)
+        self.cache.stamp(row[None, :])
+        self.scheduler.finish(request_id, self.pool)
+        del self.tokens[request_id], self.keys[request_id], self.published[request_id]
+
+    def fork(self, parent_id: int, child_id: int) -> bool:
+        if self.scheduler.active_count() == self.scheduler.requests:
+            return False
+        self.scheduler.fork(parent_id, child_id, self.pool)
+        self.tokens[child_id] = list(self.tokens[parent_id])
+        self.keys[child_id] = list(self.keys[parent_id])
+        self.published[child_id] = self.published[parent_id]
+        return True
+
+    def reset_cache(self) -> bool:
+        self.cache.settle()
+        try:
+            self.cache.reset(self.pool)
+        except CacheInUse:
+            return False
+        return True
+
+    def view(self) -> PoolView:
+        refs = get_arrays(self.pool).refs.astype(np.int64)
+        cached = self.cache.cached_mask()
+        holders = refs - cached
+        spec = self.cache.to_spec()
+        tables = {request_id: self.scheduler.page_table(request_id) for request_id in self.tokens}
+        return PoolView(
+            holders=tuple(holders.tolist()),
+            free=frozenset(np.flatnonzero(holders == 0).tolist()),
+            tables={
+                request_id: tuple(page for page in table if page is not None) for request_id, table in tables.items()
+            },
+            cached={entry.page: entry.key for entry in spec.pages},
+        )
+
+    def _room(self, pages: int, keep: Sequence[int]) -> bool:
+        """Free pages enough for `pages` new ones, evicting cached pages not in `keep` if that
+        suffices; False (nothing evicted) if it does not."""
+        short = pages - self.pool.free_count()
+        if short <= 0:
+            return True
+        refs = get_arrays(self.pool).refs
+        evictable = np.flatnonzero(self.cache.cached_mask() & (refs == 1))
+        if np.setdiff1d(evictable, np.asarray(keep, dtype=np.int64)).shape[0] < short:
+            return False
+        self.cache.evict(self.pool, short, keep)
+        return True
+
+
+def manager(pages: int, page_size: int) -> KvschedManager:
+    """kvsched's parts, with the automatic prefix cache."""
+    return KvschedManager(pages, page_size)

@@ -1,0 +1,267 @@
+"""Safety mode: what every correct page manager must do, checked through the adapter protocol.
+
+`SafetyMachine(factory)` plays the engine over a `PageManager` (`kvsched.testing.adapter`): it
+submits prompts, decodes, finishes, preempts and resumes, forks and resets the cache, and keeps a
+ghost KV cache of its own. After each call the manager accepted, the harness writes the KV of
+the positions the engine would compute, into the pages the manager's view says the request holds.
+A slot's ghost value is the context its KV was computed from (the request's tokens up to and
+including that position): causal attention makes a position's KV depend on everything before it.
+
+Checked after every call (each failure a `CheckFailed` naming its `FailureKind`):
+- INVARIANT: every page a live request holds is in range, not reserved, and held once per
+  table; `holders[page]` equals the number of live tables holding it; a free page is held by
+  nobody; exactly the live requests have tables.
+- GHOST: every position a request reads (all before the one it computes) holds, in the page
+  its table maps, the KV of exactly its own context (a prefix hit serves only such pages).
+- FULL_HIT: a prefix hit leaves at least one prompt token to compute (its logits are the
+  next token's).
+- EXCLUSIVE: a write lands only in a page no other live request holds.
+- ATOMICITY (capability "atomic"): a refused `admit` or `append` leaves the view unchanged.
+- LEAK (`teardown`): once every request is freed, every page not reserved is free.
+
+Not checked: policy. Free order, placement, eviction order, which page is reused: a manager may
+choose any, so a correct FIFO free list, tail-first release or a different eviction order pass.
+Every call is recorded as source (`program`), so a counterexample is a runnable program over the
+user's own factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvsched.testing.adapter import ManagerFactory, PageManager, PoolView
+from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
+
+Context = tuple[int, ...]
+VOCABULARY = 3  # decoded tokens: a small vocabulary makes prompts and pages repeat
+
+
+# One `CheckFailed` subclass per check: hypothesis shrinks a failure only towards failures of the
+# same exception type, so a counterexample keeps the check it was found by.
+FAILED: dict[FailureKind, type[CheckFailed]] = {
+    kind: type(f"{kind.name.title().replace('_', '')}Failed", (CheckFailed,), {"__module__": __name__})
+    for kind in FailureKind
+}
+
+
+def next_token(tokens: Sequence[int]) -> int:
+    """The harness model's next token: a fixed function of the whole sequence."""
+    return (sum(tokens) * 7 + len(tokens)) % VOCABULARY
+
+
+class SafetyMachine:
+    """The engine side of safety mode over one fresh manager; see the module docstring."""
+
+    def __init__(self, factory: ManagerFactory, pages: int = 8, page_size: int = 2) -> None:
+        self.manager: PageManager = factory(pages, page_size)
+        self.pages, self.page_size = pages, page_size
+        self.capabilities = frozenset(self.manager.capabilities)
+        self.sequences: dict[int, list[int]] = {}  # live request -> its tokens, every one computed
+        self.preempted: dict[int, list[int]] = {}  # preempted request -> the tokens it resumes with
+        self.kv: dict[int, dict[int, Context]] = {}  # ghost KV: page -> slot -> the context written there
+        self.program: list[str] = []
+        self.failed = False
+        self.calls = {"admitted": 0, "refused": 0, "hit_tokens": 0, "decoded": 0}
+        self._check(self.manager.view())
+
+    # -- the verbs ------------------------------------------------------------------------------
+
+    def submit(self, request_id: int, tokens: Sequence[int]) -> bool:
+        """Admit a new request with prompt `tokens` and prefill it; False when refused."""
+        self._record(f"machine.submit({request_id}, {tuple(tokens)!r})")
+        if request_id in self.sequences or request_id in self.preempted or not tokens:
+            raise ValueError(f"request {request_id} is live or preempted, or its prompt is empty")
+        return self._admit(request_id, list(tokens))
+
+    def decode(self, request_id: int) -> bool:
+        """Sample the request's next token, make room for it, and compute its KV; False when
+        the manager refuses (no page for it)."""
+        self._record(f"machine.decode({request_id})")
+        tokens = self._live(request_id)
+        token = next_token(tokens)
+        before = self.manager.view()
+        if not self.manager.append(request_id, token):
+            self._refused("append", before)
+            return False
+        tokens.append(token)
+        if "copy_on_write" in self.capabilities:
+            for source, destination in getattr(self.manager, "copies")():  # noqa: B009
+                self.kv[destination] = dict(self.kv.get(source, {}))
+        view = self.manager.view()
+        self._check(view)
+        self._compute(request_id, view, len(tokens) - 1)
+        self.calls["decoded"] += 1
+        return True
+
+    def finish(self, request_id: int) -> None:
+        """The request is done: the manager frees its pages."""
+        self._record(f"machine.finish({request_id})")
+        self._live(request_id)
+        self.manager.free(request_id)
+        del self.sequences[request_id]
+        self._check(self.manager.view())
+
+    def preempt(self, request_id: int) -> None:
+        """Free the request's pages, keeping its tokens to resume it later (recomputed)."""
+        self._record(f"machine.preempt({request_id})")
+        tokens = self._live(request_id)
+        self.manager.free(request_id)
+        self.preempted[request_id] = self.sequences.pop(request_id)
+        assert tokens is self.preempted[request_id]
+        self._check(self.manager.view())
+
+    def resume(self, request_id: int) -> bool:
+        """Readmit a preempted request with every token it had; False when refused."""
+        self._record(f"machine.resume({request_id})")
+        tokens = self.preempted.get(request_id)
+        if tokens is None:
+            raise ValueError(f"request {request_id} is not preempted")
+        if self._admit(request_id, tokens):
+            del self.preempted[request_id]
+            return True
+        return False
+
+    def fork(self, parent_id: int, child_id: int) -> bool:
+        """The child shares the parent's pages and tokens (capability "fork")."""
+        self._record(f"machine.fork({parent_id}, {child_id})")
+        tokens = self._live(parent_id)
+        if "fork" not in self.capabilities or child_id in self.sequences or child_id in self.preempted:
+            raise ValueError(f"no fork capability, or request {child_id} exists")
+        fork = getattr(self.manager, "fork")  # noqa: B009  (optional: not in the protocol)
+        before = self.manager.view()
+        if not fork(parent_id, child_id):
+            self._refused("fork", before)
+            return False
+        self.sequences[child_id] = list(tokens)
+        self._check(self.manager.view())
+        return True
+
+    def reset_cache(self) -> bool:
+        """Drop every cached page (capability "reset_cache"); the manager may refuse."""
+        self._record("machine.reset_cache()")
+        if "reset_cache" not in self.capabilities:
+            raise ValueError("no reset_cache capability")
+        done = bool(getattr(self.manager, "reset_cache")())  # noqa: B009
+        self._check(self.manager.view())
+        return done
+
+    def teardown(self) -> None:
+        """Finish every live request; then no page may be left held or lost."""
+        self._record("machine.teardown()")
+        for request_id in list(self.sequences):
+            self.manager.free(request_id)
+            del self.sequences[request_id]
+        self.preempted.clear()
+        view = self.manager.view()
+        self._check(view)
+        lost = sorted(set(range(self.pages)) - view.free - view.reserved)
+        if lost:
+            self._fail(FailureKind.LEAK, f"pages {lost} are neither free nor reserved once every request is freed")
+
+    # -- the engine's work ------------------------------------------------------------------------
+
+    def _admit(self, request_id: int, tokens: list[int]) -> bool:
+        before = self.manager.view()
+        cached = self.manager.admit(request_id, tuple(tokens))
+        if cached is None:
+            self._refused("admit", before)
+            return False
+        view = self.manager.view()
+        self.sequences[request_id] = tokens
+        self._check(view)
+        if not 0 <= cached < len(tokens):
+            self._fail(
+                FailureKind.FULL_HIT,
+                f"request {request_id}: the manager says {cached} of its {len(tokens)} tokens are computed;"
+                " a prefix hit must leave at least the last prompt token to compute",
+            )
+        self._read(request_id, view, cached)
+        for position in range(cached, len(tokens)):
+            self._compute(request_id, view, position, read=False)
+        self.calls["admitted"] += 1
+        self.calls["hit_tokens"] += cached
+        return True
+
+    def _compute(self, request_id: int, view: PoolView, position: int, read: bool = True) -> None:
+        """The engine computes `position`: it reads every earlier one, then writes its KV."""
+        if read:
+            self._read(request_id, view, position)
+        table = view.tables[request_id]
+        page = table[position // self.page_size]
+        others = [other for other, held in view.tables.items() if other != request_id and page in held]
+        if others:
+            self._fail(
+                FailureKind.EXCLUSIVE,
+                f"request {request_id} writes position {position} into page {page}, which requests {others} hold",
+            )
+        self.kv.setdefault(page, {})[position % self.page_size] = tuple(self.sequences[request_id][: position + 1])
+        self.manager.written(request_id, position + 1)
+
+    def _read(self, request_id: int, view: PoolView, stop: int) -> None:
+        """Every position before `stop` holds, in the request's page, its own context's KV."""
+        tokens = self.sequences[request_id]
+        table = view.tables[request_id]
+        for position in range(stop):
+            page = table[position // self.page_size]
+            found = self.kv.get(page, {}).get(position % self.page_size)
+            if found != tuple(tokens[: position + 1]):
+                what = "nothing" if found is None else f"the KV of context {found}"
+                self._fail(
+                    FailureKind.GHOST,
+                    f"request {request_id} reads position {position} (context {tuple(tokens[: position + 1])})"
+                    f" from page {page}, which holds {what}",
+                )
+
+    # -- checks -------------------------------------------------------------------------------------
+
+    def _check(self, view: PoolView) -> None:
+        """The view's invariants; `kind` INVARIANT."""
+        if len(view.holders) != self.pages:
+            self._fail(FailureKind.INVARIANT, f"the view has {len(view.holders)} holder counts for {self.pages} pages")
+        if set(view.tables) != set(self.sequences):
+            self._fail(
+                FailureKind.INVARIANT,
+                f"tables for requests {sorted(view.tables)}, but the live requests are {sorted(self.sequences)}",
+            )
+        counts = [0] * self.pages
+        for request_id, table in view.tables.items():
+            needed = -(-len(self.sequences[request_id]) // self.page_size)
+            if len(table) < needed:
+                self._fail(
+                    FailureKind.INVARIANT, f"request {request_id} holds {len(table)} pages for {needed} pages of tokens"
+                )
+            if len(set(table)) != len(table):
+                self._fail(FailureKind.INVARIANT, f"request {request_id} holds a page twice: {table}")
+            for page in table:
+                if not 0 <= page < self.pages or page in view.reserved:
+                    self._fail(FailureKind.INVARIANT, f"request {request_id} holds page {page}, outside the pool")
+                counts[page] += 1
+        for page, (held, expected) in enumerate(zip(view.holders, counts, strict=True)):
+            if held != expected:
+                self._fail(
+                    FailureKind.INVARIANT, f"page {page} counts {held} holders, but {expected} live tables hold it"
+                )
+            if page in view.free and expected:
+                self._fail(FailureKind.INVARIANT, f"page {page} is free while {expected} requests hold it")
+        if view.free & view.reserved:
+            self._fail(FailureKind.INVARIANT, f"reserved pages {sorted(view.free & view.reserved)} are free")
+
+    def _refused(self, verb: str, before: PoolView) -> None:
+        self.calls["refused"] += 1
+        after = self.manager.view()
+        if "atomic" in self.capabilities and after != before:
+            self._fail(FailureKind.ATOMICITY, f"a refused {verb} changed the pool: {before} -> {after}")
+        self._check(after)
+
+    def _live(self, request_id: int) -> list[int]:
+        tokens = self.sequences.get(request_id)
+        if tokens is None:
+            raise ValueError(f"request {request_id} is not live")
+        return tokens
+
+    def _record(self, line: str) -> None:
+        self.program.append(line)
+
+    def _fail(self, kind: FailureKind, detail: str) -> None:
+        self.failed = True
+        raise FAILED[kind](CheckFailure(kind, detail))
