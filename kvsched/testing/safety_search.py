@@ -22,10 +22,13 @@ when that bound cut shrinking short.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import hypothesis.internal.conjecture.engine as conjecture_engine
+import hypothesis.internal.conjecture.providers as hypothesis_providers
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
@@ -147,6 +150,23 @@ def machine_class(
     return SafetyRun
 
 
+@contextmanager
+def seed_alone() -> Iterator[None]:
+    """Generation as a function of the seed alone. Hypothesis draws some values (5 %) from the
+    literals of the local modules loaded so far, its "local constants", so what a seed generates
+    would change with what the process had imported; inside, only its global constants are drawn."""
+    providers: Any = hypothesis_providers
+    sets: Any = type(providers.GLOBAL_CONSTANTS.integers)
+    empty = providers.Constants(integers=sets(), floats=sets(key=providers.float_to_int), bytes=sets(), strings=sets())
+    saved: Any = (providers._get_local_constants, providers.CONSTANTS_CACHE)
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE = type(saved[1])(1024)  # its entries hold the local constants seen
+    try:
+        yield
+    finally:
+        providers._get_local_constants, providers.CONSTANTS_CACHE = saved
+
+
 def format_program(machine: SafetyMachine, failure: CheckFailure, factory_module: str, factory_name: str) -> str:
     """The machine's calls as a program over the user's factory, the failed check on top."""
     lines = [
@@ -198,7 +218,7 @@ def search_safety(
     start = time.process_time()
     failure: CheckFailure | None = None
     try:
-        with with_reporter(lambda value: reports.append(str(value))):
+        with seed_alone(), with_reporter(lambda value: reports.append(str(value))):
             seed(seed_value)(get_state_machine_test(machine, settings=options))()
     except CheckFailed as error:
         failure = error.failure
