@@ -52,6 +52,17 @@ def test_the_stale_hash_of_issue_163_serves_another_prefix_kv_on_upstream_logic(
     assert fixed in (None, FailureKind.FULL_HIT)
 
 
+@pytest.mark.skipif(not os.environ.get("KVSCHED_SAFETY_SEARCH"), reason="the search runs in make safety-search")
+def test_kvsched_check_search_finds_the_stale_hash_of_issue_163(capsys: pytest.CaptureFixture[str]) -> None:
+    """The pinned program is what this search prints (about 100 s of CPU)."""
+    target = "kvsched.testing.adapters.nanovllm:upstream_manager"
+    status = main(["check", target, "--seed", "1", "--examples", "1000", "--shrink-seconds", "0", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 1 and report["check"] == "GHOST"
+    pinned = [line for line in GOLDEN.read_text().splitlines() if not line.startswith("# Found by")]
+    assert report["program"].splitlines() == pinned
+
+
 def test_the_readme_adapter_is_at_most_60_lines_and_finds_the_full_hit() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = readme.index("### Checking your own page manager")
