@@ -18,7 +18,7 @@ function to the spec's `CacheState`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -102,7 +102,7 @@ class PrefixCache:
         pages: list[int | None] = list(map(self._index.get, keys))
         if None in pages:
             del pages[pages.index(None) :]
-        return pages  # type: ignore[return-value]  # no None is left
+        return cast(list[int], pages)  # no None is left
 
     def insert(self, pool: BlockPool, keys: Sequence[Key], pages: Sequence[int], depths: Sequence[int]) -> None:
         """Cache `pages[i]` under `keys[i]` at depth `depths[i]`, in order (the spec's `insert`

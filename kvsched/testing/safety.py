@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kvsched.testing.adapter import ManagerFactory, PageManager, PoolView
+from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, PoolView
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
 
 Context = tuple[int, ...]
@@ -82,6 +82,9 @@ class SafetyMachine:
         self.manager: Any = _Guarded(factory(pages, page_size))
         self.pages, self.page_size = pages, page_size
         self.capabilities = frozenset(self.manager.capabilities)
+        unknown = self.capabilities - CAPABILITIES
+        if unknown:
+            raise ValueError(f"unknown capabilities {sorted(unknown)}; the harness knows {sorted(CAPABILITIES)}")
         self.sequences: dict[int, list[int]] = {}  # live request -> its tokens, every one computed
         self.preempted: dict[int, list[int]] = {}  # preempted request -> the tokens it resumes with
         self.kv: dict[int, dict[int, Context]] = {}  # ghost KV: page -> slot -> the context written there
@@ -130,10 +133,9 @@ class SafetyMachine:
     def preempt(self, request_id: int) -> None:
         """Free the request's pages, keeping its tokens to resume it later (recomputed)."""
         self._record(f"machine.preempt({request_id})")
-        tokens = self._live(request_id)
+        self.preempted[request_id] = self._live(request_id)
         self.manager.free(request_id)
-        self.preempted[request_id] = self.sequences.pop(request_id)
-        assert tokens is self.preempted[request_id]
+        del self.sequences[request_id]
         self._check(self.manager.view())
 
     def resume(self, request_id: int) -> bool:

@@ -154,3 +154,11 @@ def test_a_seed_generates_the_same_campaign_whatever_the_process_imported() -> N
     done = subprocess.run([sys.executable, "-c", SEED_SCRIPT], cwd=root, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True"]
+
+
+def test_a_capability_the_harness_does_not_know_is_refused_not_ignored() -> None:
+    class Misspelt(kvsched_parts.KvschedManager):
+        capabilities = frozenset({"atomic", "forks"})
+
+    with pytest.raises(ValueError, match="forks"):
+        SafetyMachine(Misspelt)

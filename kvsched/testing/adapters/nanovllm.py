@@ -26,16 +26,13 @@ from kvsched.testing.adapter import PoolView
 
 def _modules() -> tuple[Any, Any]:
     """nanovllm's `BlockManager` and `Sequence` classes, without the package's `__init__`."""
-    if "nanovllm.engine.block_manager" not in sys.modules:
-        found = importlib.util.find_spec("nanovllm") if "nanovllm" not in sys.modules else None
-        if found is not None:
-            if not found.submodule_search_locations:
-                raise ImportError("nanovllm is not a package")
-            package = types.ModuleType("nanovllm")
-            package.__path__ = list(found.submodule_search_locations)
-            sys.modules["nanovllm"] = package
-        elif "nanovllm" not in sys.modules:
+    if "nanovllm" not in sys.modules:
+        found = importlib.util.find_spec("nanovllm")
+        if found is None or not found.submodule_search_locations:
             raise ImportError("nano-vllm is not installed: pip install --no-deps nano-vllm-fork numpy xxhash")
+        package = types.ModuleType("nanovllm")  # a bare package: its __init__ (torch) never runs
+        package.__path__ = list(found.submodule_search_locations)
+        sys.modules["nanovllm"] = package
     block_manager: Any = importlib.import_module("nanovllm.engine.block_manager")
     sequence: Any = importlib.import_module("nanovllm.engine.sequence")
     return block_manager.BlockManager, sequence.Sequence
