@@ -48,6 +48,14 @@ def no_free_page(pages: int) -> Exhausted:
     return Exhausted(f"no free page: all {pages} pages are held", needed=1, free=0)
 
 
+def not_enough_free(needed: int, free: int) -> Exhausted:
+    return Exhausted(f"cannot allocate {needed} pages: {free} are free", needed=needed, free=free)
+
+
+def cache_free_page(page: int) -> InvalidBlock:
+    return InvalidBlock(f"page {page} is not held: only a held page can be cached", page=page, holders=0)
+
+
 def retain_free_page(page: int) -> InvalidBlock:
     return InvalidBlock(f"page {page} is free: only a held page can be retained", page=page, holders=0)
 

@@ -1,0 +1,36 @@
+"""Deliberately wrong reserves: `make vllm` runs vLLM's own tests over each and requires them to
+fail, and the lockstep test requires the spec to tell each apart.
+
+Select one for the pytest plugin with `KVSCHED_VLLM_RESERVE=variants:NAME` (this folder on
+`PYTHONPATH`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvsched.impl.reserve import Reserve
+from kvsched.spec.reserve import Freed
+
+
+class NewestFirst(Reserve):
+    """Parks a freed cached page at the front: the newest parked page is evicted first."""
+
+    def free(self, pages: Sequence[int]) -> Freed:
+        freed = super().free(pages)
+        for page in reversed(freed.back):
+            self.queue.move_to_end(page, last=False)
+        return Freed((*freed.back, *freed.front), ())
+
+
+class DropHashOnFree(Reserve):
+    """Forgets a page's keys when its last holder frees it: nothing freed can be hit again."""
+
+    def free(self, pages: Sequence[int]) -> Freed:
+        self._check_release(pages)
+        for page in {page for page in pages if self.refs[page] == 1}:
+            self.forget(page)
+        return super().free(pages)
+
+
+VARIANTS = {"NewestFirst": NewestFirst, "DropHashOnFree": DropHashOnFree}

@@ -1,0 +1,1 @@
+"""kvsched inside other engines: each integration substitutes a certified part for the engine's own."""
