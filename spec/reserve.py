@@ -122,18 +122,18 @@ def allocate(state: ReserveState, n: int) -> tuple[ReserveState, tuple[int, ...]
     return replace(state, refs=refs, queue=state.queue[n:], entries=entries), taken
 
 
-def touch(state: ReserveState, pages: Sequence[int]) -> ReserveState:
+def touch(state: ReserveState, pages: Sequence[int]) -> tuple[ReserveState, tuple[int, ...]]:
     """One more reference on each page; a free page leaves the queue (a cache hit revives it).
-    A reserved page is held by the pool and stays as it is."""
+    A reserved page is held by the pool and stays as it is. The revived pages, in order."""
     counts: dict[int, int] = {}
     for page in pages:
         page = _require_page(state, page)
         if page in state.reserved:
             continue
         counts[page] = counts.get(page, state.refs[page]) + 1
-    revived = {page for page in counts if state.refs[page] == 0}
+    revived = tuple(page for page in counts if state.refs[page] == 0)
     queue = tuple(page for page in state.queue if page not in revived)
-    return replace(state, refs=_with_counts(state, counts), queue=queue)
+    return replace(state, refs=_with_counts(state, counts), queue=queue), revived
 
 
 def _release(state: ReserveState, pages: Sequence[int], park: Callable[[int], bool]) -> tuple[ReserveState, Freed]:
@@ -238,8 +238,9 @@ class Reserve:
         self.state, pages = allocate(self.state, n)
         return pages
 
-    def touch(self, pages: Sequence[int]) -> None:
-        self.state = touch(self.state, pages)
+    def touch(self, pages: Sequence[int]) -> tuple[int, ...]:
+        self.state, revived = touch(self.state, pages)
+        return revived
 
     def free(self, pages: Sequence[int]) -> Freed:
         self.state, freed = free(self.state, pages)

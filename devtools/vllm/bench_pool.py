@@ -1,0 +1,204 @@
+"""W1 and W2 through vLLM's own `KVCacheManager`, over vLLM's `BlockPool` and over kvsched's.
+
+The peer benchmark's workloads, both pools in one process, interleaved, median of `--repeats`:
+
+    W1  decode steady state: R requests of a 512-token prompt admitted, then 256 decode steps,
+        each step one `allocate_slots(request, 1)` per request and a sampled token appended
+        (vLLM hashes each newly full block); prefix caching on; µs per decode step
+    W2  shared prefix: 256 requests of a 1,024-token shared prefix and 128 tokens of their own,
+        each `get_computed_blocks` then `allocate_slots`; µs per admitted request (request
+        construction and its hashing not included, as in the peer benchmark)
+
+A second, instrumented run of each times the calls into the pool alone, so the table says what
+the layers above it (the coordinator, the single-type manager, `KVCacheManager`) cost.
+
+    python bench_pool.py [--repeats 3] [--json OUT]      (vLLM's venv; run from outside the checkout)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BLOCK = 16
+POOL_METHODS = (
+    "get_new_blocks",
+    "touch",
+    "free_blocks",
+    "get_cached_block",
+    "cache_full_blocks",
+    "get_num_free_blocks",
+)
+
+
+class Vllm:
+    def __init__(self) -> None:
+        import torch
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core import kv_cache_utils
+        from vllm.v1.core.kv_cache_manager import KVCacheManager
+        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+        from vllm.v1.request import Request, RequestStatus
+
+        from kvsched.integrations.vllm import block_pool
+
+        self.block_pool = block_pool
+        hash_fn = get_hash_fn_by_name("sha256")
+        kv_cache_utils.init_none_hash(hash_fn)
+        self.hasher = kv_cache_utils.get_request_block_hasher(BLOCK, hash_fn)
+        self.torch, self.KVCacheManager, self.SamplingParams = torch, KVCacheManager, SamplingParams
+        self.Request, self.RequestStatus = Request, RequestStatus
+        self.specs = (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec)
+
+    def manager(self, blocks: int, max_model_len: int, pool: str) -> Any:
+        spec_class, config_class, group_class = self.specs
+        spec = spec_class(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=self.torch.float32)
+        config = config_class(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[group_class(["layer"], spec)])
+        if pool == "kvsched":
+            self.block_pool.install()
+        try:
+            return self.KVCacheManager(
+                config,
+                max_model_len=max_model_len,
+                scheduler_block_size=BLOCK,
+                hash_block_size=BLOCK,
+                enable_caching=True,
+                log_stats=False,
+            )
+        finally:
+            self.block_pool.uninstall()
+
+    def request(self, request_id: int, tokens: list[int], max_tokens: int) -> Any:
+        params = self.SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        return self.Request(str(request_id), tokens, params, None, block_hasher=self.hasher)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def instrument(manager: Any) -> dict[str, float]:
+    """Time every call into the manager's pool (the instance's methods wrapped; a call the pool
+    makes to itself is inside the outer call's time)."""
+    spent = {"pool_s": 0.0, "depth": 0.0}
+    pool = manager.block_pool
+    clock = time.perf_counter
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if spent["depth"]:
+                return method(*args, **kwargs)
+            spent["depth"] = 1
+            started = clock()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent["pool_s"] += clock() - started
+                spent["depth"] = 0
+
+        return timed
+
+    for name in POOL_METHODS:
+        setattr(pool, name, wrap(getattr(pool, name)))
+    return spent
+
+
+def w1(v: Vllm, pool: str, requests: int, timed_pool: bool, prompt: int = 512, steps: int = 256) -> dict[str, float]:
+    blocks = requests * cdiv(prompt + steps + 1, BLOCK) + 64
+    manager = v.manager(blocks, prompt + steps + 64, pool)
+    spent = instrument(manager) if timed_pool else {"pool_s": 0.0}
+    reqs = [v.request(i, list(range(i * prompt + 1, (i + 1) * prompt + 1)), steps + 1) for i in range(requests)]
+    for request in reqs:
+        computed, hit, _ = manager.get_computed_blocks(request)
+        assert manager.allocate_slots(request, prompt - hit, hit, computed) is not None
+        request.status = v.RequestStatus.RUNNING
+        request.num_computed_tokens = prompt
+        request.append_output_token_ids(7)
+    spent["pool_s"] = 0.0
+    allocate = manager.allocate_slots
+    started = time.perf_counter()
+    for _ in range(steps):
+        for request in reqs:
+            if allocate(request, 1) is None:
+                raise RuntimeError("the pool is too small")
+            request.num_computed_tokens += 1
+            request.append_output_token_ids(7)
+    decode = time.perf_counter() - started
+    pool_s = spent["pool_s"]
+    for request in reqs:
+        manager.free(request)
+    assert manager.block_pool.get_num_free_blocks() == blocks - 1
+    return {"us_per_step": decode / steps * 1e6, "pool_us_per_step": pool_s / steps * 1e6}
+
+
+def w2(v: Vllm, pool: str, timed_pool: bool, n: int = 256, prefix: int = 1024, unique: int = 128) -> dict[str, float]:
+    blocks = cdiv(prefix, BLOCK) + n * cdiv(unique, BLOCK) + 64
+    manager = v.manager(blocks, prefix + unique + 64, pool)
+    spent = instrument(manager) if timed_pool else {"pool_s": 0.0}
+    shared = list(range(1, prefix + 1))
+    reqs = [v.request(i, shared + list(range(10**7 + i * unique, 10**7 + (i + 1) * unique)), 1) for i in range(n)]
+    hits = 0
+    started = time.perf_counter()
+    for request in reqs:
+        computed, hit, _ = manager.get_computed_blocks(request)
+        new = request.num_tokens - hit
+        if manager.allocate_slots(request, new, hit, computed, full_sequence_must_fit=True) is None:
+            raise RuntimeError("the pool is too small")
+        request.status = v.RequestStatus.RUNNING
+        request.num_computed_tokens = hit + new
+        hits += hit
+    admit = time.perf_counter() - started
+    for request in reqs:
+        manager.free(request)
+    return {"us_per_request": admit / n * 1e6, "pool_us_per_request": spent["pool_s"] / n * 1e6, "hit_tokens": hits}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--requests", type=int, nargs="+", default=[32, 256])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    v = Vllm()
+    rows: list[dict[str, Any]] = []
+    cases: list[tuple[str, str, Callable[[str, bool], dict[str, float]], str]] = []
+    for requests in args.requests:
+        cases.append((f"W1 R={requests}", "µs per decode step", lambda p, t, r=requests: w1(v, p, r, t), "us_per_step"))
+    cases.append(("W2 N=256", "µs per admitted request", lambda p, t: w2(v, p, t), "us_per_request"))
+    for name, unit, run, key in cases:
+        times: dict[str, list[float]] = {"stock": [], "kvsched": []}
+        pool_share: dict[str, list[float]] = {"stock": [], "kvsched": []}
+        for repeat in range(args.repeats):
+            for pool in ("stock", "kvsched"):
+                times[pool].append(run(pool, False)[key])
+                pool_share[pool].append(run(pool, True)[f"pool_{key}"])
+                print(f"  {name} {pool} #{repeat + 1}: {times[pool][-1]:.1f} {unit}", file=sys.stderr, flush=True)
+        row = {
+            "case": name,
+            "unit": unit,
+            **{f"{pool}": statistics.median(values) for pool, values in times.items()},
+            **{f"{pool}_in_pool": statistics.median(values) for pool, values in pool_share.items()},
+            "runs": times,
+        }
+        row["kvsched_over_stock"] = row["kvsched"] / row["stock"]
+        rows.append(row)
+    print(f"{'case':<12} {'unit':<24} {'stock':>9} {'kvsched':>9} {'ratio':>6}   in the pool: stock / kvsched")
+    for row in rows:
+        print(
+            f"{row['case']:<12} {row['unit']:<24} {row['stock']:>9.1f} {row['kvsched']:>9.1f}"
+            f" {row['kvsched_over_stock']:>6.2f}   {row['stock_in_pool']:.1f} / {row['kvsched_in_pool']:.1f}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Greedy generation end to end, vLLM's own pool against kvsched's, on a config-only model.
+
+Each case runs twice, each time in a fresh process: stock vLLM, then vLLM with
+`scheduler_cls=KvschedScheduler` (the engine core in-process, so the script can confirm the
+pool it ran on). The outputs, each request's cached-token count and the engine's prefix-cache
+and preemption counters must be identical. The model is `models/kvsched/tiny-llama` (a
+`config.json`, dummy weights), the prompts token ids (no tokenizer).
+
+    python e2e.py [--json OUT]          (HF_HUB_OFFLINE=1; run from outside the checkout)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+MODEL = HERE / "models" / "kvsched" / "tiny-llama"
+
+# name: (engine arguments, number of prompts, shared prefix tokens, own tokens, tokens generated)
+CASES: dict[str, tuple[dict[str, Any], int, int, int, int]] = {
+    "prefix caching": ({"enable_prefix_caching": True}, 12, 160, 40, 24),
+    "prefix caching off": ({"enable_prefix_caching": False}, 12, 160, 40, 24),
+    "memory pressure": ({"enable_prefix_caching": True, "num_gpu_blocks_override": 32}, 16, 128, 100, 48),
+}
+
+
+def prompts(count: int, shared: int, own: int) -> list[list[int]]:
+    """`count` prompts: two families, each sharing a prefix of `shared` tokens, then their own."""
+    families = [[3 + (7 * i + 11 * f) % 500 for i in range(shared)] for f in range(2)]
+    return [families[n % 2] + [3 + (13 * n + 5 * i) % 500 for i in range(own)] for n in range(count)]
+
+
+def run_case(name: str, pool: str) -> dict[str, Any]:
+    """One engine, one case: what it generated and counted (called in a fresh process)."""
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    engine_args, count, shared, own, generated = CASES[name]
+    extra: dict[str, Any] = {}
+    if pool == "kvsched":
+        extra["scheduler_cls"] = "kvsched.integrations.vllm.scheduler.KvschedScheduler"
+    llm = LLM(
+        model=str(MODEL),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        dtype="float32",
+        block_size=32,
+        max_model_len=512,
+        max_num_seqs=8,
+        gpu_memory_utilization=0.2,
+        max_num_batched_tokens=1024,
+        async_scheduling=False,
+        seed=0,
+        disable_log_stats=False,
+        **engine_args,
+        **extra,
+    )
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    pool_class = type(scheduler.kv_cache_manager.block_pool).__qualname__
+    params = SamplingParams(temperature=0.0, max_tokens=generated, ignore_eos=True, detokenize=False)
+    started = time.perf_counter()
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts(count, shared, own)], params)
+    seconds = time.perf_counter() - started
+    counters = {
+        metric.name: metric.value
+        for metric in llm.get_metrics()
+        if metric.name
+        in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions", "vllm:generation_tokens")
+    }
+    return {
+        "pool": pool_class,
+        "outputs": [list(out.outputs[0].token_ids) for out in outputs],
+        "cached_tokens": [out.num_cached_tokens for out in outputs],
+        "counters": counters,
+        "seconds": round(seconds, 2),
+    }
+
+
+def in_fresh_process(name: str, pool: str) -> dict[str, Any]:
+    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1")
+    if pool == "kvsched":
+        env["KVSCHED_VLLM_DEBUG"] = "1"  # every pool call checks vLLM's views against the reserve
+    done = subprocess.run(
+        [sys.executable, __file__, "--case", name, "--pool", pool],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{name} on {pool}: exit {done.returncode}\n{done.stderr[-4000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=sorted(CASES))
+    parser.add_argument("--pool", choices=["stock", "kvsched"])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if args.case:
+        print(json.dumps(run_case(args.case, args.pool)))
+        return 0
+    failures = 0
+    report: dict[str, Any] = {}
+    for name in CASES:
+        stock, ours = in_fresh_process(name, "stock"), in_fresh_process(name, "kvsched")
+        same = {key: stock[key] == ours[key] for key in ("outputs", "cached_tokens", "counters")}
+        right_pools = stock["pool"] == "BlockPool" and ours["pool"] == "KvschedBlockPool"
+        ok = all(same.values()) and right_pools
+        failures += not ok
+        counters = ours["counters"]
+        print(
+            f"{'same' if ok else 'DIFFERENT'}  {name}: {len(ours['outputs'])} requests,"
+            f" {sum(ours['cached_tokens'])} cached tokens, counters {counters};"
+            f" pools {stock['pool']} / {ours['pool']}; {stock['seconds']} s / {ours['seconds']} s"
+            + ("" if ok else f"; differs in {[key for key, equal in same.items() if not equal]}")
+        )
+        report[name] = {"same": ok, "stock": stock, "kvsched": ours}
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

