@@ -9,8 +9,9 @@ The peer benchmark's workloads, both pools in one process, interleaved, median o
         each `get_computed_blocks` then `allocate_slots`; µs per admitted request (request
         construction and its hashing not included, as in the peer benchmark)
 
-A second, instrumented run of each times the calls into the pool alone, so the table says what
-the layers above it (the coordinator, the single-type manager, `KVCacheManager`) cost.
+A second, instrumented run of each times the calls into the pool alone (less the timing
+wrapper's own cost per call, calibrated on a no-op), so the table says what the layers above it
+(the coordinator, the single-type manager, `KVCacheManager`) cost.
 
     python bench_pool.py [--repeats 3] [--json OUT]      (vLLM's venv; run from outside the checkout)
 """
@@ -18,6 +19,7 @@ the layers above it (the coordinator, the single-type manager, `KVCacheManager`)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 BLOCK = 16
+WRAPPER_S = 0.0  # the timing wrapper's own cost per call (`wrapper_cost`)
 POOL_METHODS = (
     "get_new_blocks",
     "touch",
@@ -87,7 +90,7 @@ def cdiv(a: int, b: int) -> int:
 def instrument(manager: Any) -> dict[str, float]:
     """Time every call into the manager's pool (the instance's methods wrapped; a call the pool
     makes to itself is inside the outer call's time)."""
-    spent = {"pool_s": 0.0, "depth": 0.0}
+    spent = {"pool_s": 0.0, "depth": 0.0, "calls": 0.0}
     pool = manager.block_pool
     clock = time.perf_counter
 
@@ -96,6 +99,7 @@ def instrument(manager: Any) -> dict[str, float]:
             if spent["depth"]:
                 return method(*args, **kwargs)
             spent["depth"] = 1
+            spent["calls"] += 1
             started = clock()
             try:
                 return method(*args, **kwargs)
@@ -110,7 +114,19 @@ def instrument(manager: Any) -> dict[str, float]:
     return spent
 
 
-def w1(v: Vllm, pool: str, requests: int, timed_pool: bool, prompt: int = 512, steps: int = 256) -> dict[str, float]:
+def wrapper_cost() -> float:
+    """Seconds the timing wrapper adds to one call (a no-op timed the same way), subtracted."""
+    holder = type("Holder", (), {name: staticmethod(lambda *args: None) for name in POOL_METHODS})()
+    instrument(type("Manager", (), {"block_pool": holder})())
+    noop = holder.touch
+    calls = 200_000
+    started = time.perf_counter()
+    for _ in range(calls):
+        noop()
+    return (time.perf_counter() - started) / calls
+
+
+def w1(v: Vllm, pool: str, timed_pool: bool, requests: int, prompt: int = 512, steps: int = 256) -> dict[str, float]:
     blocks = requests * cdiv(prompt + steps + 1, BLOCK) + 64
     manager = v.manager(blocks, prompt + steps + 64, pool)
     spent = instrument(manager) if timed_pool else {"pool_s": 0.0}
@@ -121,7 +137,7 @@ def w1(v: Vllm, pool: str, requests: int, timed_pool: bool, prompt: int = 512, s
         request.status = v.RequestStatus.RUNNING
         request.num_computed_tokens = prompt
         request.append_output_token_ids(7)
-    spent["pool_s"] = 0.0
+    spent["pool_s"] = spent["calls"] = 0.0
     allocate = manager.allocate_slots
     started = time.perf_counter()
     for _ in range(steps):
@@ -131,7 +147,7 @@ def w1(v: Vllm, pool: str, requests: int, timed_pool: bool, prompt: int = 512, s
             request.num_computed_tokens += 1
             request.append_output_token_ids(7)
     decode = time.perf_counter() - started
-    pool_s = spent["pool_s"]
+    pool_s = spent["pool_s"] - spent.get("calls", 0.0) * WRAPPER_S
     for request in reqs:
         manager.free(request)
     assert manager.block_pool.get_num_free_blocks() == blocks - 1
@@ -145,6 +161,7 @@ def w2(v: Vllm, pool: str, timed_pool: bool, n: int = 256, prefix: int = 1024, u
     shared = list(range(1, prefix + 1))
     reqs = [v.request(i, shared + list(range(10**7 + i * unique, 10**7 + (i + 1) * unique)), 1) for i in range(n)]
     hits = 0
+    spent["pool_s"] = spent["calls"] = 0.0
     started = time.perf_counter()
     for request in reqs:
         computed, hit, _ = manager.get_computed_blocks(request)
@@ -157,7 +174,8 @@ def w2(v: Vllm, pool: str, timed_pool: bool, n: int = 256, prefix: int = 1024, u
     admit = time.perf_counter() - started
     for request in reqs:
         manager.free(request)
-    return {"us_per_request": admit / n * 1e6, "pool_us_per_request": spent["pool_s"] / n * 1e6, "hit_tokens": hits}
+    pool_s = spent["pool_s"] - spent.get("calls", 0.0) * WRAPPER_S
+    return {"us_per_request": admit / n * 1e6, "pool_us_per_request": pool_s / n * 1e6, "hit_tokens": hits}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,11 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     v = Vllm()
+    global WRAPPER_S
+    WRAPPER_S = wrapper_cost()
     rows: list[dict[str, Any]] = []
-    cases: list[tuple[str, str, Callable[[str, bool], dict[str, float]], str]] = []
-    for requests in args.requests:
-        cases.append((f"W1 R={requests}", "µs per decode step", lambda p, t, r=requests: w1(v, p, r, t), "us_per_step"))
-    cases.append(("W2 N=256", "µs per admitted request", lambda p, t: w2(v, p, t), "us_per_request"))
+    cases: list[tuple[str, str, Callable[[str, bool], dict[str, float]], str]] = [
+        (f"W1 R={r}", "µs per decode step", functools.partial(w1, v, requests=r), "us_per_step") for r in args.requests
+    ]
+    cases.append(("W2 N=256", "µs per admitted request", functools.partial(w2, v), "us_per_request"))
     for name, unit, run, key in cases:
         times: dict[str, list[float]] = {"stock": [], "kvsched": []}
         pool_share: dict[str, list[float]] = {"stock": [], "kvsched": []}
@@ -180,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 times[pool].append(run(pool, False)[key])
                 pool_share[pool].append(run(pool, True)[f"pool_{key}"])
                 print(f"  {name} {pool} #{repeat + 1}: {times[pool][-1]:.1f} {unit}", file=sys.stderr, flush=True)
-        row = {
+        row: dict[str, Any] = {
             "case": name,
             "unit": unit,
             **{f"{pool}": statistics.median(values) for pool, values in times.items()},

@@ -22,8 +22,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 INDEX = "https://pypi.org/simple/vllm/"
 KEEP = ("tests/__init__.py", "tests/utils.py", "tests/v1/__init__.py", "tests/v1/core/", "tests/v1/kv_connector/unit/")
-MARKERS = ("slow_test", "skip_global_cleanup", "core_model", "hybrid_model", "cpu_model", "cpu_test", "split")
-MARKERS += ("distributed", "optional")
+MARKERS = ("slow_test", "skip_global_cleanup", "core_model", "hybrid_model", "cpu_model", "cpu_test")
+MARKERS_MORE = ("split", "distributed", "optional")
 
 
 def sdist(work: Path, release: str) -> Path:
@@ -52,7 +52,7 @@ def extract(archive: Path, into: Path, release: str) -> None:
             member.name = member.name[len(prefix) :]
         tar.extractall(into, members=members, filter="data")
     (into / "tests" / "v1" / "kv_connector" / "__init__.py").touch()
-    (into / "pytest.ini").write_text("[pytest]\nmarkers =\n" + "".join(f"    {m}\n" for m in MARKERS))
+    (into / "pytest.ini").write_text("[pytest]\nmarkers =\n" + "".join(f"    {m}\n" for m in MARKERS + MARKERS_MORE))
 
 
 def hub(models: Path, home: Path) -> None:
