@@ -47,8 +47,9 @@ class Reserve:
     # -- queries -------------------------------------------------------------------------------
 
     def lookup(self, key: Key) -> int | None:
-        pages = self._by_key.get(key)
-        return next(iter(pages)) if pages else None
+        for page in self._by_key.get(key, ()):
+            return page  # the first registered
+        return None
 
     def is_cached(self, page: int) -> bool:
         return page in self._by_page
@@ -86,7 +87,8 @@ class Reserve:
         queue = self.queue
         if n > len(queue):
             raise refusals.not_enough_free(n, len(queue))
-        taken = tuple(queue.popitem(last=False)[0] for _ in range(n))
+        pop = queue.popitem
+        taken = tuple([pop(last=False)[0] for _ in range(n)])
         refs = self.refs
         cached = self._by_page
         for page in taken:

@@ -9,9 +9,9 @@ The peer benchmark's workloads, both pools in one process, interleaved, median o
         each `get_computed_blocks` then `allocate_slots`; µs per admitted request (request
         construction and its hashing not included, as in the peer benchmark)
 
-A second, instrumented run of each times the calls into the pool alone (less the timing
-wrapper's own cost per call, calibrated on a no-op), so the table says what the layers above it
-(the coordinator, the single-type manager, `KVCacheManager`) cost.
+A second run of each records the calls the manager makes into its pool and replays them, timed,
+on a fresh pool of the same class: the pool's own share, so the table says what the layers
+above it (the coordinator, the single-type manager, `KVCacheManager`) cost.
 
     python bench_pool.py [--repeats 3] [--json OUT]      (vLLM's venv; run from outside the checkout)
 """
@@ -26,10 +26,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 BLOCK = 16
-WRAPPER_S = 0.0  # the timing wrapper's own cost per call (`wrapper_cost`)
 POOL_METHODS = (
     "get_new_blocks",
     "touch",
@@ -87,49 +86,73 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def instrument(manager: Any) -> dict[str, float]:
-    """Time every call into the manager's pool (the instance's methods wrapped; a call the pool
-    makes to itself is inside the outer call's time)."""
-    spent = {"pool_s": 0.0, "depth": 0.0, "calls": 0.0}
-    pool = manager.block_pool
-    clock = time.perf_counter
+Calls = list[tuple[str, tuple[Any, ...], dict[str, Any]]]
 
-    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if spent["depth"]:
-                return method(*args, **kwargs)
-            spent["depth"] = 1
-            spent["calls"] += 1
-            started = clock()
+
+def record(manager: Any) -> Calls:
+    """Log every call the manager makes into its pool, blocks by id (a call the pool makes to
+    itself is part of the outer call); `replay` repeats them on a fresh pool."""
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+    pool = manager.block_pool
+    depth = [0]
+
+    def ids(value: Any) -> Any:
+        if isinstance(value, (list, tuple)) and value and hasattr(value[0], "block_id"):
+            return ("blocks", [block.block_id for block in value])
+        return value
+
+    def wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            if name == "free_blocks":  # its argument may be an iterator: read it once
+                args = tuple(list(arg) for arg in args)
+            if not depth[0]:
+                listed = tuple(ids(arg) for arg in args)
+                calls.append((name, listed, {key: ids(value) for key, value in kwargs.items()}))
+            depth[0] += 1
             try:
                 return method(*args, **kwargs)
             finally:
-                spent["pool_s"] += clock() - started
-                spent["depth"] = 0
+                depth[0] -= 1
 
-        return timed
+        return logged
 
     for name in POOL_METHODS:
-        setattr(pool, name, wrap(getattr(pool, name)))
-    return spent
+        setattr(pool, name, wrap(name, getattr(pool, name)))
+    return calls
 
 
-def wrapper_cost() -> float:
-    """Seconds the timing wrapper adds to one call (a no-op timed the same way), subtracted."""
-    holder = type("Holder", (), {name: staticmethod(lambda *args: None) for name in POOL_METHODS})()
-    instrument(type("Manager", (), {"block_pool": holder})())
-    noop = holder.touch
-    calls = 200_000
+def replay(pool_class: type[Any], blocks: int, calls: Calls, timed: range) -> float:
+    """Seconds a fresh pool of `pool_class` takes to serve `calls[timed]`, after serving the
+    calls before them untimed (the arguments rebuilt on the fresh pool's blocks first)."""
+    pool = pool_class(blocks, enable_caching=True, hash_block_size=BLOCK)
+
+    def rebuilt(arg: Any) -> Any:
+        if isinstance(arg, tuple) and arg[:1] == ("blocks",):
+            return [pool.blocks[page] for page in arg[1]]
+        return arg
+
+    bound = [
+        (getattr(pool, name), tuple(map(rebuilt, args)), {key: rebuilt(value) for key, value in kwargs.items()})
+        for name, args, kwargs in calls[: timed.stop]
+    ]
+    for method, args, kwargs in bound[: timed.start]:
+        method(*args, **kwargs)
     started = time.perf_counter()
-    for _ in range(calls):
-        noop()
-    return (time.perf_counter() - started) / calls
+    for method, args, kwargs in bound[timed.start :]:
+        method(*args, **kwargs)
+    return time.perf_counter() - started
+
+
+def pool_class(v: Vllm, pool: str) -> type[Any]:
+    if pool == "kvsched":
+        return cast(type[Any], v.block_pool.KvschedBlockPool)
+    return cast(type[Any], v.block_pool.VLLM_BLOCK_POOL)
 
 
 def w1(v: Vllm, pool: str, timed_pool: bool, requests: int, prompt: int = 512, steps: int = 256) -> dict[str, float]:
     blocks = requests * cdiv(prompt + steps + 1, BLOCK) + 64
     manager = v.manager(blocks, prompt + steps + 64, pool)
-    spent = instrument(manager) if timed_pool else {"pool_s": 0.0}
+    calls = record(manager) if timed_pool else []
     reqs = [v.request(i, list(range(i * prompt + 1, (i + 1) * prompt + 1)), steps + 1) for i in range(requests)]
     for request in reqs:
         computed, hit, _ = manager.get_computed_blocks(request)
@@ -137,7 +160,7 @@ def w1(v: Vllm, pool: str, timed_pool: bool, requests: int, prompt: int = 512, s
         request.status = v.RequestStatus.RUNNING
         request.num_computed_tokens = prompt
         request.append_output_token_ids(7)
-    spent["pool_s"] = spent["calls"] = 0.0
+    first = len(calls)
     allocate = manager.allocate_slots
     started = time.perf_counter()
     for _ in range(steps):
@@ -147,7 +170,7 @@ def w1(v: Vllm, pool: str, timed_pool: bool, requests: int, prompt: int = 512, s
             request.num_computed_tokens += 1
             request.append_output_token_ids(7)
     decode = time.perf_counter() - started
-    pool_s = spent["pool_s"] - spent.get("calls", 0.0) * WRAPPER_S
+    pool_s = replay(pool_class(v, pool), blocks, calls, range(first, len(calls))) if timed_pool else 0.0
     for request in reqs:
         manager.free(request)
     assert manager.block_pool.get_num_free_blocks() == blocks - 1
@@ -157,11 +180,10 @@ def w1(v: Vllm, pool: str, timed_pool: bool, requests: int, prompt: int = 512, s
 def w2(v: Vllm, pool: str, timed_pool: bool, n: int = 256, prefix: int = 1024, unique: int = 128) -> dict[str, float]:
     blocks = cdiv(prefix, BLOCK) + n * cdiv(unique, BLOCK) + 64
     manager = v.manager(blocks, prefix + unique + 64, pool)
-    spent = instrument(manager) if timed_pool else {"pool_s": 0.0}
+    calls = record(manager) if timed_pool else []
     shared = list(range(1, prefix + 1))
     reqs = [v.request(i, shared + list(range(10**7 + i * unique, 10**7 + (i + 1) * unique)), 1) for i in range(n)]
     hits = 0
-    spent["pool_s"] = spent["calls"] = 0.0
     started = time.perf_counter()
     for request in reqs:
         computed, hit, _ = manager.get_computed_blocks(request)
@@ -172,9 +194,9 @@ def w2(v: Vllm, pool: str, timed_pool: bool, n: int = 256, prefix: int = 1024, u
         request.num_computed_tokens = hit + new
         hits += hit
     admit = time.perf_counter() - started
+    pool_s = replay(pool_class(v, pool), blocks, calls, range(0, len(calls))) if timed_pool else 0.0
     for request in reqs:
         manager.free(request)
-    pool_s = spent["pool_s"] - spent.get("calls", 0.0) * WRAPPER_S
     return {"us_per_request": admit / n * 1e6, "pool_us_per_request": pool_s / n * 1e6, "hit_tokens": hits}
 
 
@@ -185,8 +207,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     v = Vllm()
-    global WRAPPER_S
-    WRAPPER_S = wrapper_cost()
     rows: list[dict[str, Any]] = []
     cases: list[tuple[str, str, Callable[[str, bool], dict[str, float]], str]] = [
         (f"W1 R={r}", "µs per decode step", functools.partial(w1, v, requests=r), "us_per_step") for r in args.requests

@@ -49,10 +49,12 @@ class ReserveBlock(KVCacheBlock):  # type: ignore[misc]
     own list of counts, which it only ever changes in place)."""
 
     __slots__ = ("refs", "reserve")
+    refs: list[int]
+    reserve: Reserve
 
     @property
     def ref_cnt(self) -> int:
-        return cast(int, self.refs[self.block_id])
+        return self.refs[self.block_id]
 
     @ref_cnt.setter
     def ref_cnt(self, value: int) -> None:
