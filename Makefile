@@ -67,6 +67,7 @@ proofs: setup
 	$(BIN)/kvsched proofs $(if $(CI),,--manifest proofs/MANIFEST.json)
 	$(BIN)/python -m kvsched.proofs.engine_slots
 	$(BIN)/python -m kvsched.proofs.cache_conservation
+	$(BIN)/python -m kvsched.proofs.reserve_safety
 
 ## The harness on every impl mutant (project tooling: devtools/, not in the wheel).
 mutants: setup
