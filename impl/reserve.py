@@ -19,6 +19,9 @@ from kvsched.spec.pool import MAX_PAGES
 from kvsched.spec.reserve import Freed, Key, ReserveState
 
 
+_INTS = {int}
+
+
 class Reserve:
     """Counts, free queue and cache registrations of one pool; see `kvsched.spec.reserve`."""
 
@@ -100,9 +103,8 @@ class Reserve:
     def _pages(self, pages: Sequence[int]) -> Sequence[int]:
         """`pages`, when every one is an int id of this pool (the common case, one pass);
         otherwise the spec's refusal for the first that is not."""
-        n = self.pages
-        if all(type(page) is int and 0 <= page < n for page in pages):
-            return pages
+        if not pages or (set(map(type, pages)) == _INTS and min(pages) >= 0 and max(pages) < self.pages):
+            return pages  # checked in C: the common case
         return [self._page(page) for page in pages]
 
     def touch(self, pages: Sequence[int]) -> tuple[int, ...]:
@@ -111,13 +113,14 @@ class Reserve:
         queue = self.queue
         reserved = self.reserved
         revived: list[int] = []
+        if not reserved.isdisjoint(checked):
+            checked = [page for page in checked if page not in reserved]
         for page in checked:
-            if page in reserved:
-                continue
-            if refs[page] == 0:
+            count = refs[page]
+            if count == 0:
                 del queue[page]
                 revived.append(page)
-            refs[page] += 1
+            refs[page] = count + 1
         return tuple(revived)
 
     def _release(self, pages: Sequence[int], park_all: bool) -> Freed:

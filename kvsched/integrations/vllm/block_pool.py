@@ -180,8 +180,10 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
             self._notify_reuse(taken)
         metrics = self.metrics_collector
         if self.enable_caching:
-            for block in taken:
-                self._maybe_evict_cached_block(block)
+            by_block = self.cached_block_hashes_by_block
+            for block in taken:  # the reserve evicted; vLLM's map, events and metrics follow
+                if metrics or block.block_hash is not None or block.block_id in by_block:
+                    self._maybe_evict_cached_block(block)
                 if metrics:
                     metrics.on_block_allocated(block)
         elif metrics:
