@@ -18,7 +18,6 @@ from kvsched.spec.errors import KvschedError
 from kvsched.spec.pool import MAX_PAGES
 from kvsched.spec.reserve import Freed, Key, ReserveState
 
-
 _INTS = {int}
 
 
