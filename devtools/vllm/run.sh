@@ -4,7 +4,8 @@
 #   2. those tests stock, then over kvsched's pool (the pytest plugin, every call checked):
 #      every stock pass must pass over kvsched but the written exclusions (compare_runs.py)
 #   3. test_prefix_caching.py over each wrong reserve (variants.py): each must fail it
-#   4. greedy generation stock vs kvsched, three cases, identical (e2e.py)
+#   4. greedy generation stock vs kvsched, three cases, identical (e2e.py); the traces of vLLM's
+#      own pool that CI replays, recorded again and identical (record_traces.py)
 #   5. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
 #      a broken pool must fail
 #   6. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py)
@@ -46,6 +47,10 @@ done
 
 step "greedy generation, stock vs kvsched (tiny config-only Llama, dummy weights)"
 (cd / && "$py" "$here/e2e.py" --json "$results/e2e.json")
+
+step "the traces CI replays without vLLM, recorded again from vLLM's own pool: identical"
+(cd / && "$py" "$here/record_traces.py" "$results/traces.json")
+cmp "$results/traces.json" "$here/../../tests/integrations/golden/vllm_0.32.0_block_pool.json"
 
 kvsched_check() { (cd / && "$venv/bin/kvsched" check "$@"); }
 step "safety: vLLM's BlockPool and KVCacheManager"
