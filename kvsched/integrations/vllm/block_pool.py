@@ -63,6 +63,8 @@ class ReserveBlock(KVCacheBlock):  # type: ignore[misc]
         except AttributeError:  # vLLM's constructor sets 0 before the block joins its reserve
             return
         current = reserve.refs[self.block_id]
+        if value == current:
+            return
         if value < current or current == 0:
             raise InvalidArgument(
                 f"block {self.block_id}: ref_cnt {current} cannot be set to {value} directly; a held"
