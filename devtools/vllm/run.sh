@@ -64,4 +64,5 @@ step "safety: a BlockPool that keeps a reused block's hash (must fail)"
 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
 (cd / && "$py" "$here/bench_pool.py" --repeats 3 --json "$results/bench.json")
+(cd "$here/../.." && python3 -m devtools.vllm.chart "$results/bench.json" "$results/bench.svg")  # stdlib only
 step "make vllm passed"
