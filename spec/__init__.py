@@ -9,7 +9,8 @@ logical pages), `identity` and `prefix` (named shared prefixes), `plan` (what a 
 did), `slots`, `lifecycle` and `round` (requests, their transitions, the decode round),
 `scheduler` (the object API), `system` and `invariants` (the whole state and what always holds),
 `events` and `step` (every operation as a value, and running one); `engine_config`,
-`engine_state`, `model` and `engine` (the continuous-batching engine over all of it); `batch` is the ragged batch
+`engine_state`, `model` and `engine` (the continuous-batching engine over all of it); `reserve`
+is the evictable reserve, the pool under kvsched's vLLM `BlockPool`; `batch` is the ragged batch
 ABI, `batching` and `sequence` seed B's iteration scheduler.
 
 Glossary:
@@ -26,6 +27,7 @@ Glossary:
     chunk         the prompt tokens (or recomputed tokens) one request prefills in one step
     preemption    releasing a running request's pages and requeueing it to be recomputed
     state slot    a recurrent-state slot (hybrid models), held by a running request
+    parked page   a free page that keeps its cache keys until reused (the evictable reserve)
 """
 
 from kvsched.spec.batch import (
