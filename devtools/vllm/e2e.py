@@ -3,7 +3,8 @@
 Each case runs twice, each time in a fresh process: stock vLLM, then vLLM with
 `scheduler_cls=KvschedScheduler` (the engine core in-process, so the script can confirm the
 pool it ran on). The outputs, each request's cached-token count and the engine's prefix-cache
-and preemption counters must be identical. The model is `models/kvsched/tiny-llama` (a
+and preemption counters must be identical. `--expect-different CASE` is the same comparison over
+a wrong reserve (`KVSCHED_VLLM_RESERVE`), which must differ. The model is `models/kvsched/tiny-llama` (a
 `config.json`, dummy weights), the prompts token ids (no tokenizer).
 
     python e2e.py [--json OUT]          (HF_HUB_OFFLINE=1; run from outside the checkout)
@@ -23,18 +24,35 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 MODEL = HERE / "models" / "kvsched" / "tiny-llama"
 
-# name: (engine arguments, number of prompts, shared prefix tokens, own tokens, tokens generated)
-CASES: dict[str, tuple[dict[str, Any], int, int, int, int]] = {
-    "prefix caching": ({"enable_prefix_caching": True}, 12, 160, 40, 24),
-    "prefix caching off": ({"enable_prefix_caching": False}, 12, 160, 40, 24),
-    "memory pressure": ({"enable_prefix_caching": True, "num_gpu_blocks_override": 32}, 16, 128, 100, 48),
+Wave = list[list[int]]  # prompts given to one `generate` call
+
+
+def families(count: int, shared: int, own: int) -> list[Wave]:
+    """One wave of `count` prompts: two families, each sharing `shared` tokens, then their own."""
+    heads = [[3 + (7 * i + 11 * f) % 500 for i in range(shared)] for f in range(2)]
+    return [[heads[n % 2] + [3 + (13 * n + 5 * i) % 500 for i in range(own)] for n in range(count)]]
+
+
+def eviction_waves() -> list[Wave]:
+    """Six prompts of distinct two-block prefixes; two long prompts that need 4 of the 12 blocks
+    the six left parked (the oldest parked are evicted: the first two prefixes); the six again,
+    newest first. Which of them still hit depends on the order parked blocks are evicted in."""
+    first = [
+        [3 + (17 * i + 29 * f) % 500 for i in range(64)] + [3 + (5 * f + 3 * i) % 500 for i in range(20)]
+        for f in range(6)
+    ]
+    filler = [[3 + (31 * n + 7 * i) % 500 for i in range(length)] for n, length in enumerate((344, 376))]
+    return [first, filler, first[::-1]]
+
+
+PRESSURE = {"enable_prefix_caching": True, "num_gpu_blocks_override": 32}
+# name: (engine arguments, tokens generated per prompt, the waves of prompts)
+CASES: dict[str, tuple[dict[str, Any], int, list[Wave]]] = {
+    "prefix caching": ({"enable_prefix_caching": True}, 24, families(12, 160, 40)),
+    "prefix caching off": ({"enable_prefix_caching": False}, 24, families(12, 160, 40)),
+    "memory pressure": (PRESSURE, 48, families(16, 128, 100)),
+    "eviction order": (PRESSURE, 8, eviction_waves()),
 }
-
-
-def prompts(count: int, shared: int, own: int) -> list[list[int]]:
-    """`count` prompts: two families, each sharing a prefix of `shared` tokens, then their own."""
-    families = [[3 + (7 * i + 11 * f) % 500 for i in range(shared)] for f in range(2)]
-    return [families[n % 2] + [3 + (13 * n + 5 * i) % 500 for i in range(own)] for n in range(count)]
 
 
 def run_case(name: str, pool: str) -> dict[str, Any]:
@@ -42,7 +60,7 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    engine_args, count, shared, own, generated = CASES[name]
+    engine_args, generated, waves = CASES[name]
     extra: dict[str, Any] = {}
     if pool == "kvsched":
         extra["scheduler_cls"] = "kvsched.integrations.vllm.scheduler.KvschedScheduler"
@@ -66,7 +84,7 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
     pool_class = type(scheduler.kv_cache_manager.block_pool).__qualname__
     params = SamplingParams(temperature=0.0, max_tokens=generated, ignore_eos=True, detokenize=False)
     started = time.perf_counter()
-    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts(count, shared, own)], params)
+    outputs = [out for wave in waves for out in llm.generate([TokensPrompt(prompt_token_ids=p) for p in wave], params)]
     seconds = time.perf_counter() - started
     counters = {
         metric.name: metric.value
@@ -104,13 +122,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", choices=sorted(CASES))
     parser.add_argument("--pool", choices=["stock", "kvsched"])
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--expect-different",
+        metavar="CASE",
+        help="with KVSCHED_VLLM_RESERVE set to a wrong reserve: only CASE runs, and it must differ",
+    )
     args = parser.parse_args(argv)
     if args.case:
         print(json.dumps(run_case(args.case, args.pool)))
         return 0
     failures = 0
     report: dict[str, Any] = {}
-    for name in CASES:
+    for name in [args.expect_different] if args.expect_different else CASES:
         stock, ours = in_fresh_process(name, "stock"), in_fresh_process(name, "kvsched")
         same = {key: stock[key] == ours[key] for key in ("outputs", "cached_tokens", "counters")}
         right_pools = stock["pool"] == "BlockPool" and ours["pool"] == "KvschedBlockPool"
@@ -126,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         report[name] = {"same": ok, "stock": stock, "kvsched": ours}
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
+    if args.expect_different:
+        return 0 if failures else 1
     return 1 if failures else 0
 
 

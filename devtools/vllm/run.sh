@@ -4,7 +4,8 @@
 #   2. those tests stock, then over kvsched's pool (the pytest plugin, every call checked):
 #      every stock pass must pass over kvsched but the written exclusions (compare_runs.py)
 #   3. test_prefix_caching.py over each wrong reserve (variants.py): each must fail it
-#   4. greedy generation stock vs kvsched, three cases, identical (e2e.py); the traces of vLLM's
+#   4. greedy generation stock vs kvsched, four cases, identical, and different over a wrong
+#      reserve where eviction order shows (e2e.py); the traces of vLLM's
 #      own pool that CI replays, recorded again and identical (record_traces.py)
 #   5. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
 #      a broken pool must fail
@@ -47,6 +48,8 @@ done
 
 step "greedy generation, stock vs kvsched (tiny config-only Llama, dummy weights)"
 (cd / && "$py" "$here/e2e.py" --json "$results/e2e.json")
+step "greedy generation over the wrong reserve NewestFirst: the eviction-order case must differ"
+(cd / && PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:NewestFirst" "$py" "$here/e2e.py" --expect-different "eviction order")
 
 step "the traces CI replays without vLLM, recorded again from vLLM's own pool: identical"
 (cd / && "$py" "$here/record_traces.py" "$results/traces.json")

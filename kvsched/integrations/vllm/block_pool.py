@@ -17,6 +17,7 @@ checking the views against the reserve and the reserve's invariants against the 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, cast
@@ -286,8 +287,19 @@ def _count(blocks: object) -> int:
     return len(blocks) if isinstance(blocks, dict) else 1
 
 
+def choose_reserve() -> None:
+    """Put the reserve `KVSCHED_VLLM_RESERVE=MODULE:CLASS` names under every pool from now on
+    (how `make vllm` shows vLLM's tests and the greedy comparison catch a wrong one)."""
+    chosen = os.environ.get("KVSCHED_VLLM_RESERVE")
+    if chosen:
+        module, _, name = chosen.partition(":")
+        KvschedBlockPool.reserve_class = getattr(importlib.import_module(module), name)
+
+
 def install() -> None:
-    """Rebind vLLM's `BlockPool` where its managers and tests look it up."""
+    """Rebind vLLM's `BlockPool` where its managers and tests look it up, over the reserve
+    `KVSCHED_VLLM_RESERVE` names, if any."""
+    choose_reserve()
     vllm_block_pool.BlockPool = KvschedBlockPool
     vllm_coordinator.BlockPool = KvschedBlockPool
 

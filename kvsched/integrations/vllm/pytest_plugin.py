@@ -8,19 +8,12 @@ reserve under the pool (how `make vllm` shows the tests catch a wrong one);
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import pytest
 
 
 def pytest_configure(config: pytest.Config) -> None:
     from kvsched.integrations.vllm import block_pool
 
-    chosen = os.environ.get("KVSCHED_VLLM_RESERVE")
-    if chosen:
-        module, _, name = chosen.partition(":")
-        block_pool.KvschedBlockPool.reserve_class = getattr(importlib.import_module(module), name)
     block_pool.install()
 
 
