@@ -2,8 +2,9 @@
 
 The free queue is an `OrderedDict` (pop from the front, park at the back, put at the front,
 remove from the middle: each O(1)); the registrations are two indexes, pages by key and keys by
-page, each in registration order and holding each registration's sequence number. Every
-call checks its whole input before it changes anything, so a refused call changes nothing.
+page, each in registration order and holding each registration's sequence number. A call
+checks its input before it changes anything, except a release, which puts back the counts it
+had lowered when a later page is refused; either way a refused call changes nothing.
 `to_spec()` is the abstraction function: the spec state this object stands for.
 """
 
