@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 import time
 from collections.abc import Callable, Iterator, MutableSequence, Sequence
@@ -34,9 +33,10 @@ from typing import Any
 import numpy as np
 
 from kvsched import impl, spec
+from kvsched.charts import BarChart, Reference
 from kvsched.impl.jit import jit
 from kvsched.impl.refinement import abstract_system
-from kvsched.report import load_plot
+from kvsched.report import write_json
 from kvsched.spec.batch import RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.system import SystemState
 
@@ -320,19 +320,18 @@ VLLM_ROUND_US = 1360.0  # vLLM v1 KVCacheManager (CPU build), R = 256, as measur
 NANO_VLLM_ROUND_US = 155.0  # nano-vllm's block manager, same workload
 
 
-def round_chart(rows: list[dict[str, Any]]) -> Any:  # a devtools.plot.BarChart
+def round_chart(rows: list[dict[str, Any]]) -> BarChart:
     """µs per decode round, spec and impl, per R (log scale), with the target and the references."""
     rounds = [row for row in rows if row["operation"] == "round"]
-    plot = load_plot()
-    return plot.BarChart(
+    return BarChart(
         title="One decode round (make room + lower + commit), no-op backend",
         unit="µs per round (log scale)",
         groups=[f"R = {row['requests']}" for row in rounds],
         series={"spec": [row["spec_us"] for row in rounds], "impl": [row["impl_us"] for row in rounds]},
         references=[
-            plot.Reference(f"target at R = {ROUND_TARGET_REQUESTS}", ROUND_TARGET_US),
-            plot.Reference("vLLM v1 at R = 256", VLLM_ROUND_US),
-            plot.Reference("nano-vllm at R = 256", NANO_VLLM_ROUND_US),
+            Reference(f"target at R = {ROUND_TARGET_REQUESTS}", ROUND_TARGET_US),
+            Reference("vLLM v1 at R = 256", VLLM_ROUND_US),
+            Reference("nano-vllm at R = 256", NANO_VLLM_ROUND_US),
         ],
         log_scale=True,
     )
@@ -353,14 +352,16 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the bench; print the table and the JSON; 0, or 1 with `--strict` when a target is missed."""
+    """Run the bench; print the table (or the JSON); 0, or 1 with `--strict` when a target is missed."""
     parser = argparse.ArgumentParser(prog="kvsched bench", description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run (seconds)")
-    parser.add_argument("--json", metavar="PATH", help="also write the JSON report to PATH")
+    parser.add_argument(
+        "--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout, instead of the table)"
+    )
     parser.add_argument("--spec-rounds", type=int, help="decode rounds the spec replays (default 16, quick 4)")
     parser.add_argument("--repeat", type=int, help="runs per workload, best time kept (default 3, quick 1)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument("--plot", metavar="PATH", help="also draw the rounds as an SVG chart at PATH")
+    parser.add_argument("--plot", metavar="PATH", help="also draw the rounds as a chart at PATH (.svg, .png)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else Plan()
     if args.spec_rounds is not None:
@@ -400,13 +401,12 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "verdict": _verdict(rows),
     }
-    print(_table(rows))
-    print(json.dumps(report, indent=2))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
+        write_json(args.json, report)
+    if args.json != "-":
+        print(_table(rows))
     if args.plot:
-        load_plot().write(round_chart(rows), args.plot)
+        round_chart(rows).write(args.plot)
     verdict = report["verdict"]
     missed = not verdict["speedup_met"] or verdict["round_met"] is False
     return 1 if args.strict and missed else 0

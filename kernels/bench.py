@@ -16,7 +16,6 @@ in float32 (float16 caches are widened after the gather; torch's CPU half matmul
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -28,8 +27,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvsched.charts import BarChart, Reference
 from kvsched.kernels import ops
-from kvsched.report import load_plot
+from kvsched.report import write_json
 
 H200_HBM_PEAK_GBPS = 4800.0  # NVIDIA's figure for the H200's HBM3e (4.8 TB/s)
 TWIN_SPEEDUP_TARGET = 1.5  # numba twin vs torch path
@@ -238,9 +238,11 @@ def format_report(report: Report) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the bench, print the table and the JSON; `--json PATH` also writes the JSON there."""
+    """Run the bench; print the table (or, with `--json`, write the JSON)."""
     parser = argparse.ArgumentParser(prog="kvsched bench decode", description=__doc__.split("\n")[0])
-    parser.add_argument("--json", type=Path, help="also write the JSON report to this path")
+    parser.add_argument(
+        "--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout, instead of the table)"
+    )
     parser.add_argument("--quick", action="store_true", help="a small shape (seconds, for smoke tests)")
     parser.add_argument("--dtypes", default="float32,float16", help="cache dtypes, comma-separated")
     parser.add_argument("--repeats", type=int, default=5)
@@ -250,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-requests", type=int, default=64)
     parser.add_argument("--gpu-context", type=int, default=4096)
     parser.add_argument("--hbm-peak-gbps", type=float, default=H200_HBM_PEAK_GBPS)
-    parser.add_argument("--plot", type=Path, help="also draw the GB/s as an SVG chart at this path")
+    parser.add_argument("--plot", type=Path, help="also draw the GB/s as a chart at this path (.svg, .png)")
     args = parser.parse_args(argv)
     shape = DecodeShape(requests=4, min_context=64, max_context=256) if args.quick else DecodeShape()
 
@@ -268,31 +270,29 @@ def main(argv: list[str] | None = None) -> int:
         from kvsched.kernels.bench_gpu import measure_gpu
 
         report.gpu = measure_gpu(args.gpu_requests, args.gpu_context, args.repeats, args.hbm_peak_gbps, args.seed)
-    payload = json.dumps(asdict(report), indent=2)
-    print(format_report(report))
-    print(payload)
     if args.json:
-        args.json.write_text(payload + "\n")
+        write_json(args.json, asdict(report))
+    if args.json != "-":
+        print(format_report(report))
     if args.plot:
-        load_plot().write(bandwidth_chart(report), str(args.plot))
+        bandwidth_chart(report).write(str(args.plot))
     return 0
 
 
-def bandwidth_chart(report: Report) -> Any:  # a devtools.plot.BarChart
+def bandwidth_chart(report: Report) -> BarChart:
     """GB/s of K+V read per implementation and cache dtype (log scale), against the copy bandwidth."""
     dtypes = list(dict.fromkeys(row.cache_dtype for row in report.rows))
     names = list(dict.fromkeys(row.implementation for row in report.rows))
     found = {(row.cache_dtype, row.implementation): row.gbps for row in report.rows}
-    plot = load_plot()
-    return plot.BarChart(
+    return BarChart(
         title=f"Decode attention, {report.shape['requests']} requests, contexts "
         f"{report.shape['min_context']}-{report.shape['max_context']} (CPU)",
         unit="GB/s of K+V read (log scale)",
         groups=dtypes,
         series={name: [found.get((dtype, name)) for dtype in dtypes] for name in names},
         references=[
-            plot.Reference("measured copy bandwidth", report.copy_gbps),
-            plot.Reference(f"{COPY_FRACTION_TARGET:.0%} of copy (target)", COPY_FRACTION_TARGET * report.copy_gbps),
+            Reference("measured copy bandwidth", report.copy_gbps),
+            Reference(f"{COPY_FRACTION_TARGET:.0%} of copy (target)", COPY_FRACTION_TARGET * report.copy_gbps),
         ],
         log_scale=True,
     )

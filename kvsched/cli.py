@@ -2,34 +2,46 @@
 
 kvsched verify      the model-checking campaigns and the proofs, with a summary table
                     (needs the `verify` extra; `--no-proofs`: the `testing` extra)
+kvsched check       anyone's page manager under the safety harness: kvsched check MODULE:FACTORY
 kvsched proofs      the z3 inductive proofs and the exhaustive explorer (`verify` extra)
 kvsched contracts   the CrossHair gate over every contract and twin pair (`verify` extra)
 kvsched bench       spec vs impl bookkeeping; `bench decode` the decode kernels; `bench engine` step()
+
+Exit status: 0 every check passed; 1 a counterexample or a failed check; 2 a usage, import,
+configuration or missing-extra error (one line on stderr). `--json PATH` writes one JSON
+document to PATH (`-`: to stdout, instead of the table), numbers as numbers.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import platform
 import sys
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import Any
 
-from kvsched.report import print_table
+from kvsched.report import UsageError, print_table, write_json
 
 # The optional dependencies, and the extra a command needs for them.
-OPTIONAL = {"hypothesis", "z3", "crosshair"}
-EXTRA_OF = {"proofs": "verify", "contracts": "verify", "verify": "verify", "verify --no-proofs": "testing"}
+OPTIONAL = {"hypothesis", "z3", "crosshair", "matplotlib"}
+EXTRA_OF = {
+    "proofs": "verify",
+    "contracts": "verify",
+    "verify": "verify",
+    "verify --no-proofs": "testing",
+    "check": "testing",
+    "bench": "bench",
+}
 
 
-class MissingExtra(Exception):
+class MissingExtra(UsageError):
     """A command needs a dependency this installation lacks."""
 
     def __init__(self, command: str, module: str) -> None:
-        extra = EXTRA_OF[command]
+        extra = EXTRA_OF.get(command, "dev")
         super().__init__(f"kvsched {command} needs {module}, from the '{extra}' extra: pip install 'kvsched[{extra}]'")
 
 
@@ -84,8 +96,8 @@ def command_verify(args: argparse.Namespace) -> int:
     campaign = load("kvsched.testing.campaign", needs)
     variants = load("kvsched.testing.variants", needs).VARIANTS
     if args.variant is not None and args.variant not in variants:
-        print(f"kvsched verify: no variant {args.variant!r}; the variants are: {', '.join(sorted(variants))}")
-        return 2
+        known = ", ".join(sorted(variants))
+        raise UsageError(f"kvsched verify: no variant {args.variant!r}; the variants are: {known}")
     proofs = None if args.no_proofs or args.variant is not None else load("kvsched.proofs.runner", "verify")
     run_campaign = campaign.run_campaign
     results: list[Any] = []
@@ -93,25 +105,33 @@ def command_verify(args: argparse.Namespace) -> int:
         results.append(
             run_campaign(name, factory, reference, examples=examples, steps=steps, random_seed=args.seed, setup=setup)
         )
-    rows: list[list[object]] = [
-        [r.machine, r.examples, r.steps, r.invariant_checks, r.outcome, f"{r.seconds:.1f}s"] for r in results
+    json_rows: list[list[object]] = [
+        [r.machine, r.examples, r.steps, r.invariant_checks, r.outcome, round(r.seconds, 2)] for r in results
     ]
     failed = any(result.counterexample for result in results)
     if proofs is not None:
         for row in proofs.summary_rows(deep=args.profile == "deep"):
-            rows.append(list(row))
+            json_rows.append([*row[:5], _seconds(row[5])])
             failed = failed or row[4] != "pass"
-    print(f"kvsched verify on {platform.node() or 'this machine'} (seed {args.seed}, {steps} steps per example)")
-    print_table(rows, ["machine", "examples", "steps", "invariants checked", "outcome", "time"])
+    out = sys.stderr if args.json == "-" else sys.stdout
+    where = platform.node() or "this machine"
+    print(f"kvsched verify on {where} (seed {args.seed}, {steps} steps per example)", file=out)
+    print_table([[*row[:5], f"{row[5]}s"] for row in json_rows], VERIFY_COLUMNS, file=out)
     for result in results:
         if result.counterexample:
-            print(f"\ncounterexample for {result.machine} — a runnable reproduction:\n")
-            print(result.counterexample)
+            print(f"\ncounterexample for {result.machine} — a runnable reproduction:\n", file=out)
+            print(result.counterexample, file=out)
     if args.json:
-        payload = [row[:4] + [row[4], row[5]] for row in rows]
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
+        write_json(args.json, [dict(zip(VERIFY_COLUMNS, row, strict=True)) for row in json_rows])
     return 1 if failed else 0
+
+
+VERIFY_COLUMNS = ["machine", "examples", "steps", "invariants checked", "outcome", "seconds"]
+
+
+def _seconds(cell: object) -> float:
+    """A proofs summary's time cell ("1.2s") as a number."""
+    return float(str(cell).rstrip("s"))
 
 
 def _delegate(command: str, module: str, argv: list[str]) -> int:
@@ -148,15 +168,16 @@ def _delegated(argv: list[str]) -> tuple[str, str, list[str]] | None:
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", help="MODULE:FACTORY (safety: factory(pages, page_size) -> PageManager)")
     parser.add_argument("--mode", choices=("safety", "exact"), default="safety")
-    parser.add_argument("--examples", type=int, default=200, help="programs to generate (default 200)")
+    parser.add_argument("--examples", type=int, default=1000, help="programs to generate (default 1000)")
     parser.add_argument("--steps", type=int, default=30, help="calls per program (default 30)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pages", type=int, default=8, help="safety: pages per manager (default 8)")
-    parser.add_argument("--page-size", type=int, default=2, help="safety: tokens per page (default 2)")
     parser.add_argument(
-        "--shrink-seconds", type=int, default=60, help="safety: shrinking's time bound (default 60; 0: none)"
+        "--pages", type=int, default=None, help="safety: pages per manager (default: drawn from 4, 6, 8, 16)"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--page-size", type=int, default=2, help="safety: tokens per page (default 2)")
+    parser.add_argument("--shrinks", type=int, default=0, help="safety: programs shrinking may run (default 1500)")
+    parser.add_argument("--strict", action="store_true", help="safety: exit 1 on a coverage warning too")
+    parser.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-': stdout, no table)")
 
 
 def command_check(args: argparse.Namespace) -> int:
@@ -168,6 +189,7 @@ def command_check(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvsched", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"kvsched {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     verify = commands.add_parser("verify", help="run the model-checking campaigns and the proofs")
     verify.add_argument("--examples", type=int, default=0, help="programs per campaign (default: by profile)")
@@ -175,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     verify.add_argument("--profile", choices=sorted(PROFILES), default="fast")
     verify.add_argument("--no-proofs", action="store_true", help="skip the proofs")
-    verify.add_argument("--json", help="also write the summary table as JSON here")
+    verify.add_argument("--json", metavar="PATH", help="write the summary as JSON to PATH ('-': stdout, no table)")
     verify.add_argument("--variant", help="check a deliberately broken spec variant instead (must fail)")
     verify.set_defaults(run=command_verify)
     check = commands.add_parser("check", help="check anyone's page manager: kvsched check MODULE:FACTORY")
@@ -197,10 +219,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _delegate(*delegated)
         args = build_parser().parse_args(arguments)
         result: int = args.run(args)
-    except MissingExtra as missing:
-        print(missing, file=sys.stderr)
+    except UsageError as error:
+        print(error, file=sys.stderr)
         return 2
     return result
+
+
+def _version() -> str:
+    try:
+        return version("kvsched")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 if __name__ == "__main__":

@@ -1,27 +1,67 @@
-"""Plain-text tables for the command-line reports (`kvsched verify`, `kvsched proofs`), and the
-benches' way to their chart writer."""
+"""What the commands print: plain-text tables, JSON documents, progress on stderr, and the one
+error that means "not run as asked" (exit status 2)."""
 
 from __future__ import annotations
 
-import importlib
+import json
+import sys
 from collections.abc import Sequence
-from types import ModuleType
+from pathlib import Path
+from types import TracebackType
+from typing import TextIO
 
 
-def print_table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> None:
+class UsageError(Exception):
+    """A command could not run as asked (bad arguments, an import or configuration error, a
+    missing extra): one line on stderr, exit status 2."""
+
+
+def print_table(rows: Sequence[Sequence[object]], header: Sequence[str], file: TextIO | None = None) -> None:
     """Left-aligned columns as wide as their widest cell, the header ruled off."""
     cells = [[str(value) for value in row] for row in [header, *rows]]
     widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
     for index, row in enumerate(cells):
-        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)))
+        print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip(), file=file)
         if index == 0:
-            print("  ".join("-" * width for width in widths))
+            print("  ".join("-" * width for width in widths), file=file)
 
 
-def load_plot() -> ModuleType:
-    """The benches' chart writer, which lives in a kvsched checkout (`devtools.plot`), not in the
-    installed package; `--plot` outside a checkout is refused with a clear message."""
-    try:
-        return importlib.import_module("devtools.plot")
-    except ModuleNotFoundError as error:
-        raise SystemExit("--plot draws with devtools.plot: run the bench from a kvsched checkout") from error
+def write_json(path: str, payload: object) -> None:
+    """Every command's `--json PATH`: one JSON document at PATH, or on stdout for `-`."""
+    text = json.dumps(payload, indent=2)
+    if path == "-":
+        print(text)
+    else:
+        Path(path).write_text(text + "\n", encoding="utf-8")
+
+
+class Progress:
+    """`done of total` on stderr: one line redrawn in place on a terminal; elsewhere (a CI log)
+    plain lines, one per tenth of the total and one per change of phase, with no escape codes."""
+
+    def __init__(self, label: str, total: int, stream: TextIO | None = None) -> None:
+        self.label, self.total = label, total
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self._step, self._phase, self._shown = max(1, total // 10), "", False
+
+    def update(self, done: int, phase: str = "") -> None:
+        message = f"{self.label}: {done} of {self.total}" if not phase else f"{self.label}: {phase}, {done} run"
+        if self.live:
+            self.stream.write(f"\r\x1b[2K{message}")
+        elif phase != self._phase or (not phase and done % self._step == 0):
+            self.stream.write(message + "\n")
+        else:
+            return
+        self._phase, self._shown = phase, True
+        self.stream.flush()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self.live and self._shown:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()

@@ -37,4 +37,4 @@ def test_delegated_commands_get_their_options_in_order(tmp_path: Path, capsys: p
     assert "z3 inductive proofs" in capsys.readouterr().out
     chart, report = tmp_path / "rounds.svg", tmp_path / "bench.json"
     assert main(["bench", "--quick", "--plot", str(chart), "--json", str(report)]) == 0
-    assert chart.read_text().startswith("<svg") and json.loads(report.read_text())["rows"]
+    assert "<svg" in chart.read_text() and json.loads(report.read_text())["rows"]

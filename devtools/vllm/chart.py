@@ -1,5 +1,5 @@
 """The chart of `bench_pool.py`'s JSON: each workload's time over vLLM's pool and over kvsched's,
-and how much of it the pool itself takes (an SVG through `devtools.plot`).
+and how much of it the pool itself takes (an SVG through `kvsched.charts`).
 
     python -m devtools.vllm.chart BENCH.json OUT.svg      (from the checkout, any Python 3.11)
 """
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from devtools.plot import BarChart, write
+from kvsched.charts import BarChart
 
 
 def chart(bench: dict[str, object]) -> BarChart:
@@ -32,7 +32,7 @@ def chart(bench: dict[str, object]) -> BarChart:
 
 def main(argv: list[str] | None = None) -> int:
     source, target = argv or sys.argv[1:]
-    write(chart(json.loads(Path(source).read_text())), target)
+    chart(json.loads(Path(source).read_text())).write(target)
     return 0
 
 

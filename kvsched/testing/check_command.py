@@ -4,35 +4,42 @@ Safety mode (the default) takes a `ManagerFactory` (`factory(pages, page_size)` 
 `PageManager`, `kvsched.testing.adapter`) and runs `search_safety`. Exact mode takes a
 `SystemFactory` (`kvsched.testing.system`) and runs the lockstep campaign against kvsched's spec,
 which only kvsched's own implementation is meant to pass. Progress goes to stderr; a summary
-table (or, with --json, one JSON object) to stdout; the exit status is 1 on a counterexample,
-which is printed as a runnable program.
+table to stdout (or one JSON document with `--json`). Exit status: 0 every check passed, 1 a
+counterexample (printed as a runnable program) or, with `--strict`, a coverage warning; usage and
+configuration errors are the CLI's `UsageError` (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import sys
 from typing import Any
 
-from kvsched.report import print_table
+from kvsched.report import Progress, UsageError, print_table, write_json
+from kvsched.testing.safety import NotAnAdapter
+from kvsched.testing.safety_search import SHRINKS
 
 
 def resolve(target: str) -> tuple[str, str, Any]:
-    """`MODULE:NAME` as (module, name, the object)."""
+    """`MODULE:NAME` as (module, name, the object), importing from the current directory as
+    `python -m` does; a `UsageError` when it cannot."""
     module_name, _, name = target.partition(":")
     if not module_name or not name:
-        raise SystemExit(f"kvsched check: expected MODULE:FACTORY, got {target!r}")
+        raise UsageError(f"kvsched check: expected MODULE:FACTORY, got {target!r}")
+    if "" not in sys.path:
+        sys.path.insert(0, "")
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise SystemExit(f"kvsched check: cannot import {module_name}: {error}") from error
+        raise UsageError(f"kvsched check: cannot import {module_name}: {error}") from error
     found: Any = module
     for part in name.split("."):
         found = getattr(found, part, None)
         if found is None:
-            raise SystemExit(f"kvsched check: {module_name} has no {name}")
+            raise UsageError(f"kvsched check: {module_name} has no {name}")
+    if not callable(found):
+        raise UsageError(f"kvsched check: {target} is not callable (a factory: factory(pages, page_size))")
     return module_name, name, found
 
 
@@ -42,21 +49,21 @@ def run(args: argparse.Namespace) -> int:
         return _exact(args, module, name, factory)
     from kvsched.testing.safety_search import search_safety
 
-    def progress(programs: int) -> None:
-        if programs % 50 == 0:
-            print(f"[kvsched check] {args.target}: {programs} programs", file=sys.stderr, flush=True)
-
-    result = search_safety(
-        factory,
-        examples=args.examples,
-        steps=args.steps,
-        seed_value=args.seed,
-        pages=args.pages,
-        page_size=args.page_size,
-        shrink_seconds=args.shrink_seconds or None,
-        source=(module, name),
-        progress=progress,
-    )
+    with Progress(f"kvsched check {args.target}", args.examples) as progress:
+        try:
+            result = search_safety(
+                factory,
+                examples=args.examples,
+                steps=args.steps,
+                seed_value=args.seed,
+                pages=args.pages,
+                page_size=args.page_size,
+                shrinks=args.shrinks or SHRINKS,
+                source=(module, name),
+                progress=lambda programs, shrinking: progress.update(programs, "shrinking" if shrinking else ""),
+            )
+        except NotAnAdapter as error:
+            raise UsageError(f"kvsched check: {args.target}: {error}") from error
     summary = {
         "target": result.target,
         "mode": "safety",
@@ -68,29 +75,22 @@ def run(args: argparse.Namespace) -> int:
         "check": None if result.failure is None else result.failure.kind.name,
         "detail": None if result.failure is None else result.failure.detail,
         "program_steps": result.program_steps,
-        "shrink_cut_short": result.shrink_cut_short,
         "program": result.program,
-        **result.calls,
+        "coverage": result.coverage,
+        "warnings": list(result.warnings),
     }
     if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        columns = [
-            "target",
-            "mode",
-            "outcome",
-            "programs",
-            "admitted",
-            "hit_tokens",
-            "decoded",
-            "refused",
-            "cpu_seconds",
-        ]
-        print_table([[summary.get(column, 0) for column in columns]], columns)
+        write_json(args.json, summary)
+    if args.json != "-":
+        columns = ["target", "mode", "outcome", "programs", "cpu_seconds"]
+        print_table([[summary[column] for column in columns]], columns)
+        print()
+        print_table([list(result.coverage.values())], list(result.coverage))
+        for warning in result.warnings:
+            print(f"\nwarning: {warning}")
         if result.program is not None:
-            cut = " (shrinking was cut short by --shrink-seconds)" if result.shrink_cut_short else ""
-            print(f"\n{result.failure}\n\ncounterexample, {result.program_steps} calls{cut}:\n\n{result.program}")
-    return 0 if result.passed else 1
+            print(f"\n{result.failure}\n\ncounterexample, {result.program_steps} calls:\n\n{result.program}")
+    return 1 if not result.passed or (args.strict and result.warnings) else 0
 
 
 def _exact(args: argparse.Namespace, module: str, name: str, factory: Any) -> int:
@@ -114,8 +114,8 @@ def _exact(args: argparse.Namespace, module: str, name: str, factory: Any) -> in
         "program": result.counterexample,
     }
     if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
+        write_json(args.json, summary)
+    if args.json != "-":
         columns = ["target", "mode", "outcome", "programs", "invariant_checks", "cpu_seconds"]
         print_table([[summary[column] for column in columns]], columns)
         if result.counterexample:

@@ -28,7 +28,8 @@ user's own factory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, PoolView
@@ -36,6 +37,22 @@ from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
 
 Context = tuple[int, ...]
 VOCABULARY = 3  # decoded tokens: a small vocabulary makes prompts and pages repeat
+
+# What a campaign exercised, counted over its calls the manager accepted (refusals apart): a
+# check only covers what was exercised, so a result reports these and warns on a declared verb
+# that never ran.
+COVERAGE = (
+    "admitted",  # admissions (submits and resumes)
+    "hit_pages",  # pages an admission found cached
+    "hit_tokens",  # prompt tokens an admission found computed
+    "appended",  # decoded tokens
+    "forked",  # forks
+    "copied",  # copy-on-write copies the manager asked for
+    "evicted",  # cached pages whose key an accepted call dropped or replaced (a reset's apart)
+    "refused",  # admits, appends and forks the manager refused
+    "freed",  # finishes and preemptions
+    "reset",  # cache resets the manager accepted
+)
 
 
 # One `CheckFailed` subclass per check: hypothesis shrinks a failure only towards failures of the
@@ -46,12 +63,39 @@ FAILED: dict[FailureKind, type[CheckFailed]] = {
 }
 
 
+class NotAnAdapter(TypeError):
+    """The factory built something that is not a `PageManager` adapter."""
+
+
+VERBS = ("admit", "append", "written", "free", "view")
+OPTIONAL_VERBS = {"fork": "fork", "copy_on_write": "copies", "reset_cache": "reset_cache"}
+
+
+def require_adapter(manager: object) -> None:
+    """A one-line `NotAnAdapter` naming what `manager` lacks of the adapter protocol."""
+    missing = [verb for verb in VERBS if not callable(getattr(manager, verb, None))]
+    if not isinstance(getattr(manager, "capabilities", None), frozenset | set):
+        missing.append("capabilities")
+    declared: frozenset[str] = frozenset(getattr(manager, "capabilities", ()))
+    missing += [
+        f"{verb} (declared by capability {capability!r})"
+        for capability, verb in OPTIONAL_VERBS.items()
+        if capability in declared and not callable(getattr(manager, verb, None))
+    ]
+    if missing:
+        raise NotAnAdapter(
+            f"{type(manager).__name__} is not a page-manager adapter: it lacks {', '.join(missing)}"
+            " (wrap your manager in an adapter: kvsched.testing.adapter)"
+        )
+
+
 class _Guarded:
     """The manager, each call's exception (but the harness's own) turned into a failed check:
-    a page manager that crashes, or trips its own assertion, has a bug the harness names."""
+    a page manager that crashes, or trips its own assertion, has a bug the harness names. The
+    owner is marked failed first, so nothing runs after the failure (no teardown check)."""
 
-    def __init__(self, manager: PageManager) -> None:
-        self._manager = manager
+    def __init__(self, manager: PageManager, owner: SafetyMachine) -> None:
+        self._manager, self._owner = manager, owner
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._manager, name)
@@ -65,6 +109,7 @@ class _Guarded:
                 raise
             except Exception as error:
                 detail = f"the manager's {name}{args!r} raised {type(error).__name__}: {error}"
+                self._owner.failed = True
                 raise FAILED[FailureKind.UNTYPED](CheckFailure(FailureKind.UNTYPED, detail)) from error
 
         return call
@@ -79,7 +124,10 @@ class SafetyMachine:
     """The engine side of safety mode over one fresh manager; see the module docstring."""
 
     def __init__(self, factory: ManagerFactory, pages: int = 8, page_size: int = 2) -> None:
-        self.manager: Any = _Guarded(factory(pages, page_size))
+        manager = factory(pages, page_size)
+        require_adapter(manager)
+        self.failed = False
+        self.manager: Any = _Guarded(manager, self)
         self.pages, self.page_size = pages, page_size
         self.capabilities = frozenset(self.manager.capabilities)
         unknown = self.capabilities - CAPABILITIES
@@ -89,8 +137,8 @@ class SafetyMachine:
         self.preempted: dict[int, list[int]] = {}  # preempted request -> the tokens it resumes with
         self.kv: dict[int, dict[int, Context]] = {}  # ghost KV: page -> slot -> the context written there
         self.program: list[str] = []
-        self.failed = False
-        self.calls = {"admitted": 0, "refused": 0, "hit_tokens": 0, "decoded": 0}
+        self.coverage: Counter[str] = Counter({name: 0 for name in COVERAGE})
+        self._cached: Mapping[int, object] = {}  # the cache as the last view showed it
         self._check(self.manager.view())
 
     # -- the verbs ------------------------------------------------------------------------------
@@ -116,10 +164,11 @@ class SafetyMachine:
         if "copy_on_write" in self.capabilities:
             for source, destination in getattr(self.manager, "copies")():  # noqa: B009
                 self.kv[destination] = dict(self.kv.get(source, {}))
+                self.coverage["copied"] += 1
         view = self.manager.view()
         self._check(view)
         self._compute(request_id, view, len(tokens) - 1)
-        self.calls["decoded"] += 1
+        self.coverage["appended"] += 1
         return True
 
     def finish(self, request_id: int) -> None:
@@ -128,6 +177,7 @@ class SafetyMachine:
         self._live(request_id)
         self.manager.free(request_id)
         del self.sequences[request_id]
+        self.coverage["freed"] += 1
         self._check(self.manager.view())
 
     def preempt(self, request_id: int) -> None:
@@ -136,6 +186,7 @@ class SafetyMachine:
         self.preempted[request_id] = self._live(request_id)
         self.manager.free(request_id)
         del self.sequences[request_id]
+        self.coverage["freed"] += 1
         self._check(self.manager.view())
 
     def resume(self, request_id: int) -> bool:
@@ -161,6 +212,7 @@ class SafetyMachine:
             self._refused("fork", before)
             return False
         self.sequences[child_id] = list(tokens)
+        self.coverage["forked"] += 1
         self._check(self.manager.view())
         return True
 
@@ -170,7 +222,8 @@ class SafetyMachine:
         if "reset_cache" not in self.capabilities:
             raise ValueError("no reset_cache capability")
         done = bool(getattr(self.manager, "reset_cache")())  # noqa: B009
-        self._check(self.manager.view())
+        self.coverage["reset"] += done
+        self._check(self.manager.view(), resetting=True)
         return done
 
     def teardown(self) -> None:
@@ -206,8 +259,9 @@ class SafetyMachine:
         self._read(request_id, view, cached)
         for position in range(cached, len(tokens)):
             self._compute(request_id, view, position, read=False)
-        self.calls["admitted"] += 1
-        self.calls["hit_tokens"] += cached
+        self.coverage["admitted"] += 1
+        self.coverage["hit_tokens"] += cached
+        self.coverage["hit_pages"] += -(-cached // self.page_size)
         return True
 
     def _compute(self, request_id: int, view: PoolView, position: int, read: bool = True) -> None:
@@ -242,8 +296,11 @@ class SafetyMachine:
 
     # -- checks -------------------------------------------------------------------------------------
 
-    def _check(self, view: PoolView) -> None:
-        """The view's invariants; `kind` INVARIANT."""
+    def _check(self, view: PoolView, resetting: bool = False) -> None:
+        """The view's invariants; `kind` INVARIANT. Counts the cached pages the call evicted."""
+        if not resetting:
+            self.coverage["evicted"] += sum(view.cached.get(page) != key for page, key in self._cached.items())
+        self._cached = dict(view.cached)
         if len(view.holders) != self.pages:
             self._fail(FailureKind.INVARIANT, f"the view has {len(view.holders)} holder counts for {self.pages} pages")
         if set(view.tables) != set(self.sequences):
@@ -277,7 +334,7 @@ class SafetyMachine:
             self._fail(FailureKind.INVARIANT, f"reserved pages {sorted(view.free & view.reserved)} are free")
 
     def _refused(self, verb: str, before: PoolView) -> None:
-        self.calls["refused"] += 1
+        self.coverage["refused"] += 1
         after = self.manager.view()
         if "atomic" in self.capabilities and after != before:
             self._fail(FailureKind.ATOMICITY, f"a refused {verb} changed the pool: {before} -> {after}")

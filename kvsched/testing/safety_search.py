@@ -14,49 +14,52 @@ counterexample as a program over the user's own factory, which runs as it is pri
 Prompts are built to repeat: each is the start of one of three fixed page sequences, then up to
 a page of tokens of a three-token vocabulary (`prompt_starts`), so prefix hits, page reuse and
 pages of the same tokens under another context come early, and each call shrinks on its own.
-Shrinking is bounded by hypothesis's own count of shrinks, and optionally by `shrink_seconds`,
-which can only change the counterexample printed, never whether one is found; the result says
-when that bound cut shrinking short.
+Each program's pool is one of `POOL_SIZES` pages, from a request or two's worth (pressure:
+refusals, evictions and copy-on-write with no page left) to room for five. Shrinking is bounded
+by a count of shrinks, never by time: the result is a function of the seed alone.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import hypothesis.internal.conjecture.engine as conjecture_engine
 import hypothesis.internal.conjecture.providers as hypothesis_providers
-from hypothesis import HealthCheck, seed, settings
+import hypothesis.internal.conjecture.shrinker as conjecture_shrinker
+from hypothesis import HealthCheck, Phase, seed, settings
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
-from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, precondition, rule
 
 from kvsched.testing.adapter import ManagerFactory
 from kvsched.testing.checks import CheckFailed, CheckFailure
-from kvsched.testing.safety import VOCABULARY, SafetyMachine
+from kvsched.testing.safety import COVERAGE, OPTIONAL_VERBS, VOCABULARY, SafetyMachine, require_adapter
 
 IDS = st.integers(1, 5)  # request ids: at most five requests live or preempted at once
 MAX_TOKENS = 16  # a sequence stops decoding here
-CUT_SHORT = "stopped because it is making very slow progress"  # hypothesis's report when shrinking times out
+POOL_SIZES = (4, 6, 8, 16)  # pages per manager, drawn per program: pressure (a request or two) to room
+SHRINKS = 1500  # shrinking stops after this many programs run
 
 
 @dataclass(frozen=True, slots=True)
 class SafetyResult:
-    """One campaign: what ran, and the counterexample if a check failed."""
+    """One campaign: what ran, what it exercised, and the counterexample if a check failed."""
 
     target: str
     programs: int  # programs run, shrinking's included
     steps: int
     seed: int
-    seconds: float
+    seconds: float  # CPU seconds
     failure: CheckFailure | None = None
     program: str | None = None  # the shrunk counterexample, runnable
     program_steps: int = 0
-    shrink_cut_short: bool = False
-    calls: dict[str, int] = field(default_factory=dict)  # totals over every example run
+    coverage: dict[str, int] = field(default_factory=dict)  # totals over every program run (`COVERAGE`)
+    warnings: tuple[str, ...] = ()  # what the campaign could not check, and why
 
     @property
     def passed(self) -> bool:
@@ -72,24 +75,29 @@ def prompt_starts(page_size: int) -> tuple[tuple[int, ...], ...]:
 
 def machine_class(
     factory: ManagerFactory,
-    pages: int,
+    pages: int | None,
     page_size: int,
     runs: list[SafetyMachine],
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, bool], None] | None = None,
 ) -> type:
     """A hypothesis state machine over `SafetyMachine(factory, pages, page_size)`; every machine
     it builds is appended to `runs` (hypothesis replays the shrunk failure last)."""
     starts = prompt_starts(page_size)
+    sizes = POOL_SIZES if pages is None else (pages,)
+    found = [False]  # a program failed: the ones after it are shrinking's
 
     class SafetyRun(RuleBasedStateMachine):
         # Calls name requests by id, and a call whose request is not in the state it needs does
         # nothing: deleting one call never changes what another means, so programs shrink well.
-        def __init__(self) -> None:
-            super().__init__()
-            self.machine = SafetyMachine(factory, pages, page_size)
+        machine: SafetyMachine
+
+        @initialize(size=st.sampled_from(sizes))
+        def build(self, size: int) -> None:
+            found[0] = found[0] or (bool(runs) and runs[-1].failed)
+            self.machine = SafetyMachine(factory, size, page_size)
             runs.append(self.machine)
             if progress is not None:
-                progress(len(runs))
+                progress(len(runs), found[0])
 
         def _known(self, request_id: int) -> bool:
             return request_id in self.machine.sequences or request_id in self.machine.preempted
@@ -167,6 +175,28 @@ def seed_alone() -> Iterator[None]:
         providers._get_local_constants, providers.CONSTANTS_CACHE = saved
 
 
+@contextmanager
+def shrink_budget(programs: int) -> Iterator[None]:
+    """Shrinking stops after `programs` programs, a count and never a time: hypothesis's shrinker
+    stops when its calls since the last success reach a stall bound; this adds a total bound."""
+    shrinker: Any = conjecture_shrinker.Shrinker
+    stalled = shrinker.check_calls
+
+    def check_calls(self: Any) -> None:
+        if self.calls - self.initial_calls >= programs:
+            raise conjecture_shrinker.StopShrinking
+        stalled(self)
+
+    shrinker.check_calls = check_calls
+    saved: Any = conjecture_engine.MAX_SHRINKING_SECONDS
+    conjecture_engine.MAX_SHRINKING_SECONDS = 10**9  # and no time bound
+    try:
+        yield
+    finally:
+        shrinker.check_calls = stalled
+        conjecture_engine.MAX_SHRINKING_SECONDS = saved
+
+
 def format_program(machine: SafetyMachine, failure: CheckFailure, factory_module: str, factory_name: str) -> str:
     """The machine's calls as a program over the user's factory, the failed check on top."""
     lines = [
@@ -180,28 +210,60 @@ def format_program(machine: SafetyMachine, failure: CheckFailure, factory_module
     return "\n".join(lines) + "\n"
 
 
+def coverage_warnings(manager: object, coverage: dict[str, int]) -> tuple[str, ...]:
+    """What a campaign over `manager` could not check: a declared capability never exercised, or
+    a verb the adapter (or an object it wraps) has but does not declare, so it is never called."""
+    declared: frozenset[str] = frozenset(getattr(manager, "capabilities", ()))
+    exercised = {"fork": "forked", "copy_on_write": "copied", "reset_cache": "reset", "atomic": "refused"}
+    warnings = [
+        f"capability {capability!r} is declared but the campaign never exercised it ({counter} = 0)"
+        for capability, counter in exercised.items()
+        if capability in declared and not coverage.get(counter)
+    ]
+    wrapped = [manager, *(value for value in vars(manager).values() if hasattr(value, "__dict__"))]
+    for capability, verb in {"fork": "fork", "copy_on_write": "copy", "reset_cache": "reset"}.items():
+        if capability in declared:
+            continue
+        found = sorted(
+            {
+                f"{type(holder).__name__}.{name}"
+                for holder in wrapped
+                for name in dir(holder)
+                if verb in name.lower() and not name.startswith("_") and callable(getattr(holder, name, None))
+            }
+        )
+        if found:
+            warnings.append(
+                f"{', '.join(found)} exists but capability {capability!r} is not declared: the harness never calls it"
+                f" (declare it and add the adapter verb {OPTIONAL_VERBS[capability]!r})"
+            )
+    return tuple(warnings)
+
+
 def search_safety(
     factory: ManagerFactory,
     *,
-    examples: int = 200,
+    examples: int = 1000,
     steps: int = 30,
     seed_value: int = 0,
-    pages: int = 8,
+    pages: int | None = None,
     page_size: int = 2,
-    shrink_seconds: int | None = None,
+    shrinks: int = SHRINKS,
     source: tuple[str, str] | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, bool], None] | None = None,
 ) -> SafetyResult:
     """A campaign of `examples` programs of up to `steps` calls each over fresh managers from
     `factory`; `source` (module, name) is how the printed program imports the factory.
 
-    `shrink_seconds` bounds shrinking by time as well as by hypothesis's count of shrinks. Left
-    None, the whole result, which check failed and the program printed, is a function of the
-    seed alone; with a time bound, a slower machine may print a longer program, or the
-    counterexample of another check found while shrinking (never a pass for a failure)."""
+    Each program draws its pool's size from `POOL_SIZES` unless `pages` fixes it. Shrinking
+    stops after `shrinks` programs, so the whole result, which check failed and
+    the program printed, is a function of the seed alone. `progress(programs, shrinking)` is
+    called as each program starts. A factory that does not build an adapter raises
+    `NotAnAdapter` before anything runs."""
     module, name = source or (getattr(factory, "__module__", "__main__"), getattr(factory, "__qualname__", "factory"))
+    probe = factory(pages or POOL_SIZES[0], page_size)
+    require_adapter(probe)
     runs: list[SafetyMachine] = []
-    reports: list[str] = []
     machine = machine_class(factory, pages, page_size, runs, progress)
     options = settings(
         max_examples=examples,
@@ -212,36 +274,31 @@ def search_safety(
         report_multiple_bugs=False,
         print_blob=False,
         suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],  # no explaining: a bounded shrink
     )
-    saved = conjecture_engine.MAX_SHRINKING_SECONDS
-    conjecture_engine.MAX_SHRINKING_SECONDS = 10**9 if shrink_seconds is None else shrink_seconds
     start = time.process_time()
     failure: CheckFailure | None = None
     try:
-        with seed_alone(), with_reporter(lambda value: reports.append(str(value))):
+        with seed_alone(), shrink_budget(shrinks), with_reporter(lambda _: None):
             seed(seed_value)(get_state_machine_test(machine, settings=options))()
     except CheckFailed as error:
         failure = error.failure
-    finally:
-        conjecture_engine.MAX_SHRINKING_SECONDS = saved
     seconds = time.process_time() - start
-    calls: dict[str, int] = {}
+    coverage: Counter[str] = Counter({counter: 0 for counter in COVERAGE})
     for run in runs:
-        for key, value in run.calls.items():
-            calls[key] = calls.get(key, 0) + value
-    result = SafetyResult(f"{module}:{name}", len(runs), steps, seed_value, seconds, calls=calls)
-    if failure is None:
-        return result
-    last = runs[-1]
-    return SafetyResult(
-        result.target,
-        result.programs,
+        coverage.update(run.coverage)
+    result = SafetyResult(
+        f"{module}:{name}",
+        len(runs),
         steps,
         seed_value,
         seconds,
-        failure,
-        format_program(last, failure, module, name),
-        len(last.program),
-        any(CUT_SHORT in report for report in reports),
-        calls,
+        coverage=dict(coverage),
+        warnings=coverage_warnings(probe, coverage),
+    )
+    if failure is None:
+        return result
+    last = runs[-1]
+    return replace(
+        result, failure=failure, program=format_program(last, failure, module, name), program_steps=len(last.program)
     )

@@ -115,7 +115,10 @@ def test_a_write_into_a_shared_page_is_caught() -> None:
 def test_kvsched_parts_pass_a_safety_campaign_with_hits_forks_and_refusals() -> None:
     result = search_safety(kvsched_parts.manager, examples=150, seed_value=3)
     assert result.passed, result.program
-    assert result.calls["hit_tokens"] > 0 and result.calls["refused"] > 0 and result.calls["decoded"] > 0
+    coverage = result.coverage
+    assert coverage["hit_tokens"] > 0 and coverage["refused"] > 0 and coverage["appended"] > 0
+    assert coverage["forked"] > 0 and coverage["copied"] > 0 and coverage["evicted"] > 0 and coverage["reset"] > 0
+    assert result.warnings == ()
 
 
 def test_kvsched_check_runs_both_modes_on_kvsched_itself(capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,11 +133,15 @@ def test_kvsched_check_runs_both_modes_on_kvsched_itself(capsys: pytest.CaptureF
 def test_kvsched_check_exits_nonzero_on_a_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
     from kvsched.cli import main
 
-    assert main(["check", "tests.testing.test_safety:full_hit_manager", "--examples", "100", "--json"]) == 1
+    assert main(["check", "tests.testing.test_safety:full_hit_manager", "--examples", "100", "--json", "-"]) == 1
     assert '"check": "FULL_HIT"' in capsys.readouterr().out
 
 
 full_hit_manager = broken("full_hit")
+unwritten_hit_manager = broken("unwritten_hit")
+holder_count_manager = broken("holder_count")
+refusal_allocates_manager = broken("refusal_allocates")
+leak_manager = broken("leak")
 
 
 SEED_SCRIPT = """
@@ -143,7 +150,7 @@ from kvsched.testing.adapters import kvsched_parts
 first = search_safety(kvsched_parts.manager, examples=150, seed_value=0)
 import kvsched.impl.bench  # a module full of literals, not imported before
 again = search_safety(kvsched_parts.manager, examples=150, seed_value=0)
-print((again.programs, again.calls) == (first.programs, first.calls))
+print((again.programs, again.coverage) == (first.programs, first.coverage))
 """
 
 
