@@ -120,9 +120,7 @@ MUTANTS: tuple[Mutant, ...] = (
         release_row,
         ("release_array(pool, row, skip_invalid=True)", "release_array(pool, row[1:], skip_invalid=True)"),
     ),
-    _mutant(
-        "stale request-id entry after finish", "scheduler", "finish", None, ("    del self._slot_of[request_id]\n", "")
-    ),
+    _mutant("stale request-id entry after finish", "scheduler", "finish", None, ("    del self._slot_of[key]\n", "")),
     _mutant(
         "finish leaves the token count", "scheduler", "finish", clear_slot, ("    slots.token_counts[slot] = 0\n", "")
     ),

@@ -206,6 +206,8 @@ class Engine:
             raise refusals.wrong_kind("request", "EngineRequest", request)
         if len(self._queued) >= self.config.max_queue:
             raise refusals.queue_full(request.request_id, len(self._queued))
+        if request.request_id in self._cancelled:
+            raise refusals.unreported_cancel(request.request_id)
         if request.request_id in self._queued or request.request_id in self._running:
             raise refusals.duplicate_request(request.request_id)
         why = fits(self.config, request)
@@ -237,6 +239,8 @@ class Engine:
         parent = self._running.get(parent_id)
         if parent is None:
             raise refusals.unknown_request(parent_id)
+        if child_id in self._cancelled:
+            raise refusals.unreported_cancel(child_id)
         if child_id in self._queued or child_id in self._running:
             raise refusals.duplicate_request(child_id)
         if len(self._running) >= self.config.max_batch_size:

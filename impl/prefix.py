@@ -29,6 +29,7 @@ from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_seque
 from kvsched.impl.table import SequenceBlockTable, TableRow, get_row, install_row_prefix
 from kvsched.spec import refusals
 from kvsched.spec.binding import Binding
+from kvsched.spec.domain import require_int
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.prefix import PrefixPageSet, StoreEntry, StoreState, initial_store, require_reclaim_target
@@ -61,6 +62,7 @@ class PrefixKvStore:
 
     def __init__(self, entries: int, pages: int, *, pool: BlockPool | None = None) -> None:
         initial_store(entries, pages)  # the spec's checks, order and messages
+        entries, pages = require_int("entries", entries), require_int("pages", pages)  # numpy ints as ints
         self._pool = Binding(BlockPool, "prefix store")
         if pool is not None:
             self._pool.bind(self._pool.check("pool", pool))

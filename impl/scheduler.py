@@ -54,7 +54,7 @@ from kvsched.impl.writes import (
 from kvsched.spec import refusals
 from kvsched.spec.batch import INVALID_BLOCK, U32_MAX, RaggedBatchReceipt
 from kvsched.spec.binding import Binding, bind_together
-from kvsched.spec.domain import require_u32, require_u64
+from kvsched.spec.domain import require_int, require_u32, require_u64
 from kvsched.spec.errors import Exhausted
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.lifecycle import chunk_steps
@@ -108,6 +108,7 @@ class RequestScheduler:
     ) -> None:
         initial_scheduler(requests, 1)  # the spec's checks and messages, in its order
         initial_scheduler(1, logical_pages)
+        requests, logical_pages = require_int("requests", requests), require_int("logical_pages", logical_pages)
         self._pool = Binding(BlockPool, "scheduler")
         self._store = Binding(PrefixKvStore, "scheduler")
         self._page_size = None if page_size is None else require_page_size(page_size)
@@ -180,7 +181,7 @@ class RequestScheduler:
         self, request_id: int, identity: PrefixIdentity | None, prefixes: PrefixKvStore, pool: BlockPool
     ) -> Admission:
         """Admit a request into the lowest empty slot, attaching its prefix pages when published."""
-        if prefixes is not self._store.bound:
+        if prefixes is not self._store.bound or prefixes is None:
             prefixes = self._store.check("prefixes", prefixes)
         pool = prefixes.check_pool(self.check_pool(pool))
         request_id = require_u64("request_id", request_id)
@@ -384,10 +385,11 @@ class RequestScheduler:
         """Release the request's pages and empty its slot; cancellation is identical."""
         pool = self.check_pool(pool)
         slot = self._require_request(request_id)
+        key = int(self._slots.request_ids[slot])  # the plain int the id denotes (a numpy id is not a key)
         release_row(self._slots.tables[slot], pool)
         self._decoding -= int(self._slots.states[slot]) == DECODE
         clear_slot(self._slots, slot)
-        del self._slot_of[request_id]
+        del self._slot_of[key]
         heapq.heappush(self._empty, slot)
         self._pool.bound = pool
 

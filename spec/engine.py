@@ -6,7 +6,8 @@ parts) and runs the loop an inference engine runs every iteration:
     submit(request)  a bounded intake queue: QueueFull, then DuplicateRequest, then
                      RequestTooLarge (a request that can never run is refused here)
     cancel(id)       queued or running alike: pages and state slot released at once, exactly as
-                     on finish; reported as CANCELLED by the next step
+                     on finish; reported as CANCELLED by the next step, and the id refused
+                     (DuplicateRequest) until that step has run
     publish(id, n, identity)  publish a running request's KV for its first n tokens as a prefix
     fork(parent, child)       run a copy of a running request, sharing its pages copy-on-write
     step()           one iteration, below; returns a `StepOutput`
@@ -54,14 +55,14 @@ whether it ran alone, batched, chunked, or was preempted and recomputed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from kvsched.spec import prefix_cache as cache_ops
 from kvsched.spec import refusals
 from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput
-from kvsched.spec.domain import require_u64
+from kvsched.spec.domain import as_int, require_u64
 from kvsched.spec.engine_config import (
     EngineConfig,
     EngineRequest,
@@ -140,13 +141,19 @@ def call_model(call: Callable[[], T]) -> T:
 
 
 def require_prefill_tokens(answer: object, count: int) -> list[int]:
-    """The prefill backend's answer as `count` u32 tokens, else `OutputIdentityMismatch`."""
-    tokens = list(answer) if isinstance(answer, Sequence) else []
-    if len(tokens) != count:
-        raise refusals.prefill_answer(len(tokens), count)
-    if not all(isinstance(token, int) and 0 <= token <= U32_MAX for token in tokens):
-        raise refusals.prefill_answer(len(tokens), count)
-    return [int(token) for token in tokens]
+    """The prefill backend's answer as `count` u32 tokens, else `OutputIdentityMismatch`. Any
+    iterable of integers will do (a list, a tuple, a 1-D integer numpy array), by the integer
+    rule of `kvsched.spec.domain`; a string, bytes or a mapping will not."""
+    if isinstance(answer, str | bytes | Mapping) or not isinstance(answer, Iterable):
+        raise refusals.prefill_not_tokens(answer)
+    answered = list(answer)
+    if len(answered) != count:
+        raise refusals.prefill_answer(len(answered), count)
+    tokens = [as_int(token) for token in answered]
+    for chunk, (token, given) in enumerate(zip(tokens, answered, strict=True)):
+        if token is None or not 0 <= token <= U32_MAX:
+            raise refusals.prefill_bad_token(chunk, given)
+    return [token for token in tokens if token is not None]
 
 
 class Engine:
@@ -201,6 +208,8 @@ class Engine:
             raise refusals.wrong_kind("request", "EngineRequest", request)
         if len(self._queue) >= self.config.max_queue:
             raise refusals.queue_full(request.request_id, len(self._queue))
+        if request.request_id in self._cancelled:
+            raise refusals.unreported_cancel(request.request_id)
         if request.request_id in live_ids(self.state):
             raise refusals.duplicate_request(request.request_id)
         why = fits(self.config, request)
@@ -209,7 +218,9 @@ class Engine:
         self._queue = enqueue(self._queue, Queued(request), front=False)
 
     def cancel(self, request_id: int) -> None:
-        """Stop a queued or running request now; the next step reports it as CANCELLED."""
+        """Stop a queued or running request now; the next step reports it as CANCELLED. Its id
+        is not free until then (`submit` and `fork` refuse it): a step reports an id once, so
+        the CANCELLED is never read as a new request's under the same id."""
         request_id = require_u64("request_id", request_id)
         queued = [entry for entry in self._queue if entry.request.request_id == request_id]
         running = [entry for entry in self._running if entry.request.request_id == request_id]
@@ -230,6 +241,8 @@ class Engine:
         parent = next((entry for entry in self._running if entry.request.request_id == parent_id), None)
         if parent is None:
             raise refusals.unknown_request(parent_id)
+        if child_id in self._cancelled:
+            raise refusals.unreported_cancel(child_id)
         if child_id in live_ids(self.state):
             raise refusals.duplicate_request(child_id)
         slot = next((index for index, owner in enumerate(self._state_slots) if owner is None), None)

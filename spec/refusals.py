@@ -106,6 +106,13 @@ def duplicate_request(request_id: int) -> DuplicateRequest:
     return DuplicateRequest(f"request {request_id} is already live", request_id=request_id)
 
 
+def unreported_cancel(request_id: int) -> DuplicateRequest:
+    return DuplicateRequest(
+        f"request {request_id} is cancelled and no step has reported it yet: its id is free after the next step",
+        request_id=request_id,
+    )
+
+
 def scheduler_full(request_id: int, requests: int) -> Full:
     return Full(f"all {requests} request slots are occupied; request {request_id} refused", request_id=request_id)
 
@@ -292,3 +299,13 @@ def no_state_slot(request_id: int, slots: int) -> Full:
 
 def prefill_answer(answered: int, chunks: int) -> OutputIdentityMismatch:
     return OutputIdentityMismatch(f"prefill backend answered {answered} tokens for {chunks} chunks")
+
+
+def prefill_not_tokens(answer: object) -> OutputIdentityMismatch:
+    return OutputIdentityMismatch(
+        f"prefill backend answered a {type(answer).__name__}, not a sequence of tokens (one per chunk)"
+    )
+
+
+def prefill_bad_token(chunk: int, token: object) -> OutputIdentityMismatch:
+    return OutputIdentityMismatch(f"prefill backend answered {token!r} for chunk {chunk}: not a token (u32)")

@@ -120,6 +120,34 @@ def next_token(tokens: Sequence[int]) -> int:
     return (sum(tokens) * 7 + len(tokens)) % VOCABULARY
 
 
+def view_changes(before: PoolView, after: PoolView) -> str:
+    """What differs between two views, field by field (only what changed)."""
+    changes = [
+        f"page {page} holders {old} -> {new}"
+        for page, (old, new) in enumerate(zip(before.holders, after.holders, strict=False))
+        if old != new
+    ]
+    if len(before.holders) != len(after.holders):
+        changes.append(f"{len(before.holders)} -> {len(after.holders)} pages")
+    if before.free - after.free:
+        changes.append(f"pages {sorted(before.free - after.free)} no longer free")
+    if after.free - before.free:
+        changes.append(f"pages {sorted(after.free - before.free)} freed")
+    for request_id in sorted(set(before.tables) | set(after.tables)):
+        old, new = before.tables.get(request_id), after.tables.get(request_id)
+        if old != new:
+            changes.append(f"request {request_id} table {old} -> {new}")
+    dropped = {page for page, key in before.cached.items() if after.cached.get(page) != key}
+    added = {page for page, key in after.cached.items() if before.cached.get(page) != key}
+    if dropped:
+        changes.append(f"pages {sorted(dropped)} uncached")
+    if added:
+        changes.append(f"pages {sorted(added)} cached")
+    if before.reserved != after.reserved:
+        changes.append(f"reserved {sorted(before.reserved)} -> {sorted(after.reserved)}")
+    return "; ".join(changes)
+
+
 class SafetyMachine:
     """The engine side of safety mode over one fresh manager; see the module docstring."""
 
@@ -337,7 +365,7 @@ class SafetyMachine:
         self.coverage["refused"] += 1
         after = self.manager.view()
         if "atomic" in self.capabilities and after != before:
-            self._fail(FailureKind.ATOMICITY, f"a refused {verb} changed the pool: {before} -> {after}")
+            self._fail(FailureKind.ATOMICITY, f"a refused {verb} changed the pool: {view_changes(before, after)}")
         self._check(after)
 
     def _live(self, request_id: int) -> list[int]:

@@ -39,12 +39,18 @@ def test_quick_bench_times_spec_and_impl_on_every_operation(tmp_path: Path, caps
     assert report["verdict"]["round_us_at_256"] is None  # --quick does not run R = 256
     captured = capsys.readouterr()
     assert "speedup" in captured.out.splitlines()[0]
-    assert json.loads(captured.out[captured.out.index("{") :]) == report
+    assert "{" not in captured.out  # the table only: the JSON goes where --json says
     assert "[bench] decode R=32 spec" in captured.err
     drawn = chart.read_text()
     rounds = [row for row in rows if row["operation"] == "round"]
-    assert drawn.count("<rect x=") == 2 * len(rounds) + 2  # spec and impl per R, two legend keys
     assert all(f"R = {row['requests']}" in drawn for row in rounds)
+    assert all(label in drawn for label in ("spec", "impl", "target at R = "))
+
+
+def test_json_to_stdout_replaces_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quick", "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["rows"] and report["verdict"]
 
 
 def test_bench_refuses_impossible_arguments() -> None:

@@ -22,10 +22,10 @@ def test_another_release_is_refused_by_name(version: str) -> None:
         require_tested_vllm(version)
 
 
-def _import_pool_with(monkeypatch: pytest.MonkeyPatch, vllm: object) -> None:
+def _import_pool_with(monkeypatch: pytest.MonkeyPatch, vllm: object, module: str = "block_pool") -> None:
     monkeypatch.setitem(sys.modules, "vllm", vllm)
-    monkeypatch.delitem(sys.modules, "kvsched.integrations.vllm.block_pool", raising=False)
-    importlib.import_module("kvsched.integrations.vllm.block_pool")
+    monkeypatch.delitem(sys.modules, f"kvsched.integrations.vllm.{module}", raising=False)
+    importlib.import_module(f"kvsched.integrations.vllm.{module}")
 
 
 def test_importing_the_pool_under_another_release_raises_before_touching_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,6 +35,7 @@ def test_importing_the_pool_under_another_release_raises_before_touching_vllm(mo
         _import_pool_with(monkeypatch, other)
 
 
-def test_importing_the_pool_without_vllm_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("module", ["block_pool", "scheduler"])
+def test_importing_the_pool_without_vllm_says_what_to_install(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
     with pytest.raises(UnsupportedVllm, match=rf"needs vllm=={TESTED_VLLM}"):
-        _import_pool_with(monkeypatch, None)
+        _import_pool_with(monkeypatch, None, module)

@@ -140,7 +140,7 @@ def test_every_safety_check_has_a_replay_case() -> None:
 
 def test_a_raw_manager_is_refused_in_one_line_naming_the_missing_verbs(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(NotAnAdapter, match="lacks admit, append, written, view, capabilities"):
-        search_safety(cow_toy.CowBlockManager)
+        search_safety(cow_toy.CowBlockManager)  # type: ignore[arg-type]  # the mistake under test
     assert main(["check", "tests.testing.cow_toy:CowBlockManager"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "CowBlockManager is not a page-manager adapter" in err
@@ -196,3 +196,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.startswith("kvsched ")
+
+
+def test_an_atomicity_failure_says_what_changed_not_both_whole_views() -> None:
+    result = search_safety(cow_toy.release_first, seed_value=2)
+    assert result.failure is not None
+    assert result.failure.detail == "a refused append changed the pool: page 3 holders 2 -> 1"

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.scheduler import Scheduler
+from kvsched.integrations.vllm import require_tested_vllm
 
-from kvsched.integrations.vllm import block_pool
+require_tested_vllm()  # without vLLM, or under another release: UnsupportedVllm naming what to install
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402  (after the version check)
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+
+from kvsched.integrations.vllm import block_pool  # noqa: E402
 
 
 def _require_kvsched_pool(scheduler: Any) -> None:
