@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 
 from kvsched.cli import main
+from kvsched.report import Progress
 
 
 def test_verify_passes_and_prints_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,3 +40,22 @@ def test_delegated_commands_get_their_options_in_order(tmp_path: Path, capsys: p
     chart, report = tmp_path / "rounds.svg", tmp_path / "bench.json"
     assert main(["bench", "--quick", "--plot", str(chart), "--json", str(report)]) == 0
     assert "<svg" in chart.read_text() and json.loads(report.read_text())["rows"]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_shows_a_total_and_writes_escapes_only_to_a_terminal() -> None:
+    log, terminal = io.StringIO(), Terminal()
+    for stream in (log, terminal):
+        with Progress("campaign", 100, stream) as progress:
+            for done in range(100):
+                progress.update(done)
+            progress.update(100, "shrinking")
+    assert "\x1b" not in log.getvalue() and "\r" not in log.getvalue()
+    lines = log.getvalue().splitlines()
+    assert lines[:2] == ["campaign: 0 of 100", "campaign: 10 of 100"] and len(lines) == 11
+    assert lines[-1] == "campaign: shrinking, 100 run"
+    assert "\x1b[2K" in terminal.getvalue() and "campaign: 99 of 100" in terminal.getvalue()

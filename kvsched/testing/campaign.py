@@ -6,7 +6,6 @@ stderr, and returns a `CampaignResult`; a counterexample comes back as a runnabl
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, seed, settings
 from hypothesis.stateful import get_state_machine_test, run_state_machine_as_test
 
+from kvsched.report import Progress
 from kvsched.testing.machine import CampaignStats, KvschedMachine
 from kvsched.testing.system import SystemConfig, SystemFactory
 
@@ -67,19 +67,20 @@ def run_campaign(
     random_seed: int,
     config: SystemConfig | None = None,
     setup: str = "from kvsched.testing.system import spec_system\nfactory, reference = spec_system, None",
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> CampaignResult:
     """Run `examples` random programs of up to `steps` operations each against `factory`.
 
     `setup` is Python that defines `factory` and `reference` the way this call received them;
-    it heads the reproduction printed for a counterexample.
+    it heads the reproduction printed for a counterexample. `progress(examples run)` is called
+    as each program starts (default: a `Progress` line on stderr).
     """
     stats = CampaignStats()
-    show = progress or _stderr_progress
+    bar = Progress(name, examples)
+    show = progress or bar.update
 
     def build() -> KvschedMachine:
-        if stats.examples % 10 == 0:
-            show(f"{name}: example {stats.examples}/{examples}, {stats.steps} steps")
+        show(stats.examples)
         return KvschedMachine(factory, reference, config, stats)
 
     run_settings = settings(
@@ -96,7 +97,8 @@ def run_campaign(
     started = time.perf_counter()
     counterexample = None
     try:
-        test()
+        with bar:
+            test()
     except Exception as error:
         header = [
             PROGRAM_IMPORTS,
@@ -105,7 +107,6 @@ def run_campaign(
             f"# expected failure: {type(error).__name__}: {error}",
         ]
         counterexample = "\n".join([*header, *extract_program(getattr(error, "__notes__", []))])
-    show("")
     return CampaignResult(
         name,
         stats.examples,
@@ -127,9 +128,3 @@ def extract_program(notes: list[str]) -> list[str]:
             break
         program.append(line)
     return program
-
-
-def _stderr_progress(message: str) -> None:
-    end = "\n" if not message else ""
-    sys.stderr.write(f"\r\x1b[2K{message}{end}")
-    sys.stderr.flush()
