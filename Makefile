@@ -76,11 +76,13 @@ deep: setup
 	$(BIN)/kvsched proofs --deep --manifest proofs/MANIFEST.json
 	$(BIN)/python -m kvsched.proofs.engine_explorer --deep
 
-## The benchmarks: spec vs impl bookkeeping and the decode kernels, with charts in docs/.
+## The benchmarks (bookkeeping, decode kernels, engine step, kvsched check's defaults): JSON and charts in docs/bench/, then docs/benchmarks.md.
 bench: setup
-	$(BIN)/kvsched bench --plot docs/bench-rounds.svg
-	$(BIN)/kvsched bench decode --plot docs/bench-decode.svg
-	$(BIN)/kvsched bench engine --json docs/bench-engine.json
+	$(BIN)/kvsched bench --json docs/bench/rounds.json --plot docs/bench/rounds.svg
+	$(BIN)/kvsched bench decode --json docs/bench/decode.json --plot docs/bench/decode.svg
+	$(BIN)/kvsched bench engine --json docs/bench/engine.json
+	$(BIN)/python -m devtools.check_defaults --json docs/bench/check-defaults.json
+	$(BIN)/python -m devtools.benchmarks_page
 
 ## On a machine with a GPU: the kernels natively, the ptxas report and the GPU bench.
 gpu-check: setup

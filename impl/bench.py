@@ -36,7 +36,7 @@ from kvsched import impl, spec
 from kvsched.charts import BarChart, Reference
 from kvsched.impl.jit import jit
 from kvsched.impl.refinement import abstract_system
-from kvsched.report import write_json
+from kvsched.report import measurement, write_json
 from kvsched.spec.batch import RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.system import SystemState
 
@@ -363,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--plot", metavar="PATH", help="also draw the rounds as a chart at PATH (.svg, .png)")
     args = parser.parse_args(argv)
+    measured = measurement(" ".join(["kvsched bench", *(argv if argv is not None else sys.argv[1:])]))
     plan = QUICK if args.quick else Plan()
     if args.spec_rounds is not None:
         if not 1 <= args.spec_rounds <= plan.rounds:
@@ -395,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     rows = _rows(results)
     report: dict[str, Any] = {
+        "measured": measured,
         "plan": asdict(plan),
         "page_size": PAGE_SIZE,
         "repeat": args.repeat,

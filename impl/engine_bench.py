@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kvsched import impl, spec
-from kvsched.report import write_json
+from kvsched.report import measurement, write_json
 from kvsched.spec.engine_config import EngineConfig, EngineRequest
 
 PAGE_SIZE = 16
@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
+    measured = measurement(" ".join(["kvsched bench engine", *(argv if argv is not None else sys.argv[1:])]))
     plan = QUICK if args.quick else Plan()
     _log("compiling kernels (an untimed run of both workloads)")
     warm = replace(QUICK, requests=(4,), impl_steps=4, spec_steps=1)
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(bench(plan.requests[-1], plan, mixed=True))
     rows += bench_w2(plan)
     result = verdict(rows)
-    report = {"plan": asdict(plan), "page_size": PAGE_SIZE, "rows": rows, "verdict": result}
+    report = {"measured": measured, "plan": asdict(plan), "page_size": PAGE_SIZE, "rows": rows, "verdict": result}
     if args.json:
         write_json(args.json, report)
     if args.json != "-":

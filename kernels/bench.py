@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from kvsched.charts import BarChart, Reference
 from kvsched.kernels import ops
-from kvsched.report import write_json
+from kvsched.report import measurement, write_json
 
 H200_HBM_PEAK_GBPS = 4800.0  # NVIDIA's figure for the H200's HBM3e (4.8 TB/s)
 TWIN_SPEEDUP_TARGET = 1.5  # numba twin vs torch path
@@ -67,6 +67,7 @@ class Row:
 class Report:
     """Everything the bench measured (serialised as the JSON output)."""
 
+    measured: dict[str, object]  # kvsched.report.measurement: date, command, machine, load
     shape: dict[str, int]
     cpu_count: int
     copy_gbps: float
@@ -159,11 +160,13 @@ def measure_cpu(
     seed: int,
     log: Callable[[str], None],
     copy_megabytes: int = 256,
+    command: str = "kvsched bench decode",
 ) -> Report:
     """The CPU table: twin, oracle and (if importable) torch, per cache dtype."""
     log("measuring memory-copy bandwidth")
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
-    report = Report(asdict(shape), os.cpu_count() or 1, copy_bandwidth(copy_megabytes), load)
+    measured = measurement(command)
+    report = Report(measured, asdict(shape), os.cpu_count() or 1, copy_bandwidth(copy_megabytes), load)
     rng = np.random.default_rng(seed)
     for dtype in dtypes:
         report.rows += measure_dtype(
@@ -264,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         if name not in ("float16", "float32"):
             parser.error(f"unknown cache dtype {name!r}")
     copy_megabytes = 32 if args.quick else 256  # far beyond the last-level cache either way
-    report = measure_cpu(shape, dtypes, args.repeats, not args.no_torch, args.seed, log, copy_megabytes)
+    command = " ".join(["kvsched bench decode", *(argv if argv is not None else sys.argv[1:])])
+    report = measure_cpu(shape, dtypes, args.repeats, not args.no_torch, args.seed, log, copy_megabytes, command)
     if args.gpu:
         log(f"gpu: {args.gpu_requests} requests x {args.gpu_context} positions, float16")
         from kvsched.kernels.bench_gpu import measure_gpu

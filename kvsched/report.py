@@ -4,7 +4,10 @@ error that means "not run as asked" (exit status 2)."""
 from __future__ import annotations
 
 import json
+import os
+import platform
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -24,6 +27,20 @@ def print_table(rows: Sequence[Sequence[object]], header: Sequence[str], file: T
         print("  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip(), file=file)
         if index == 0:
             print("  ".join("-" * width for width in widths), file=file)
+
+
+def measurement(command: str) -> dict[str, object]:
+    """Where and when a figure was measured, for its JSON report: the UTC date and time, the
+    command, the machine (CPUs, processor, Python) and its load average over the last minute
+    when the run started (a shared machine's load changes the times, never the verdicts)."""
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": command,
+        "cpus": os.cpu_count(),
+        "machine": f"{platform.machine()} {platform.processor() or platform.system()}".strip(),
+        "python": platform.python_version(),
+        "load_1min": round(os.getloadavg()[0], 2),
+    }
 
 
 def write_json(path: str, payload: object) -> None:

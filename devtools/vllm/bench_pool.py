@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from kvsched.report import measurement
+
 BLOCK = 16
 POOL_METHODS = (
     "get_new_blocks",
@@ -236,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             f" {row['kvsched_over_stock']:>6.2f}   {row['stock_in_pool']:.1f} / {row['kvsched_in_pool']:.1f}"
         )
     if args.json:
-        args.json.write_text(json.dumps({"measured": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1) + "\n")
+        measured = measurement("make vllm (devtools/vllm/bench_pool.py " + " ".join(sys.argv[1:]) + ")")
+        args.json.write_text(json.dumps({"measured": measured, "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from kvsched.charts import BarChart
 
 
-def chart(bench: dict[str, object]) -> BarChart:
+def chart(bench: dict[str, Any]) -> BarChart:
     rows = bench["rows"]
     assert isinstance(rows, list)
     return BarChart(
-        title=f"vLLM's KVCacheManager over vLLM's pool and over kvsched's ({bench['measured']})",
+        title=f"vLLM's KVCacheManager over vLLM's pool and over kvsched's ({bench['measured']['date']})",
         unit="µs per decode step (W1) or admitted request (W2), log scale",
         groups=[str(row["case"]) for row in rows],
         series={

@@ -63,9 +63,10 @@ step "safety: kvsched's pool through vLLM's pool API, and vLLM's KVCacheManager 
 KVSCHED_VLLM_DEBUG=1 kvsched_check kvsched.testing.adapters.vllm:kvsched_pool --examples 9000
 KVSCHED_VLLM_DEBUG=1 kvsched_check kvsched.testing.adapters.vllm:kvsched_manager --examples 9000
 step "safety: a BlockPool that keeps a reused block's hash (must fail)"
-! kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300
+status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 || status=$?
+[ "$status" -eq 1 ] || { echo "the stale pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }
 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
 (cd / && "$py" "$here/bench_pool.py" --repeats 3 --json "$results/bench.json")
-(cd "$here/../.." && python3 -m devtools.vllm.chart "$results/bench.json" "$results/bench.svg")  # stdlib only
+(cd "$here/../.." && .venv/bin/python -m devtools.vllm.chart "$results/bench.json" "$results/bench.svg")  # matplotlib
 step "make vllm passed"

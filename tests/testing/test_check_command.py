@@ -5,16 +5,17 @@ campaign where it happened, and the printed program replays to the same check.""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from devtools import cow_toy
 from kvsched.cli import main
 from kvsched.testing import CheckFailed, FailureKind, search_safety
 from kvsched.testing.safety import NotAnAdapter, SafetyMachine
-from tests.testing import cow_toy
 
 
 def replay(program: str) -> FailureKind | None:
@@ -31,7 +32,7 @@ def replay(program: str) -> FailureKind | None:
 )
 def test_the_planted_copy_on_write_bugs_are_found_at_the_defaults(factory: str, seed: int, kind: FailureKind) -> None:
     assert search_safety(cow_toy.correct, seed_value=seed).passed
-    result = search_safety(getattr(cow_toy, factory), seed_value=seed, source=("tests.testing.cow_toy", factory))
+    result = search_safety(getattr(cow_toy, factory), seed_value=seed, source=("devtools.cow_toy", factory))
     assert result.failure is not None and result.failure.kind is kind
     assert result.program is not None and replay(result.program) is kind
 
@@ -113,14 +114,14 @@ REPLAYS = [
     ("tests.testing.test_safety", "holder_count_manager", FailureKind.INVARIANT),
     ("tests.testing.test_safety", "refusal_allocates_manager", FailureKind.ATOMICITY),
     ("tests.testing.test_safety", "leak_manager", FailureKind.LEAK),
-    ("tests.testing.cow_toy", "in_place", FailureKind.EXCLUSIVE),
+    ("devtools.cow_toy", "in_place", FailureKind.EXCLUSIVE),
     ("tests.testing.test_check_command", "crashes_on_second", FailureKind.UNTYPED),
 ]
 
 
 @pytest.mark.parametrize(("module", "name", "kind"), REPLAYS, ids=[kind.name for _, _, kind in REPLAYS])
 def test_the_printed_program_replays_to_the_same_check(module: str, name: str, kind: FailureKind) -> None:
-    factory = getattr(sys.modules[module], name)
+    factory = getattr(importlib.import_module(module), name)
     result = search_safety(factory, examples=300, source=(module, name))
     assert result.failure is not None and result.failure.kind is kind
     assert result.program is not None and replay(result.program) is kind
@@ -141,7 +142,7 @@ def test_every_safety_check_has_a_replay_case() -> None:
 def test_a_raw_manager_is_refused_in_one_line_naming_the_missing_verbs(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(NotAnAdapter, match="lacks admit, append, written, view, capabilities"):
         search_safety(cow_toy.CowBlockManager)  # type: ignore[arg-type]  # the mistake under test
-    assert main(["check", "tests.testing.cow_toy:CowBlockManager"]) == 2
+    assert main(["check", "devtools.cow_toy:CowBlockManager"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "CowBlockManager is not a page-manager adapter" in err
 
@@ -149,10 +150,10 @@ def test_a_raw_manager_is_refused_in_one_line_naming_the_missing_verbs(capsys: p
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["check", "tests.testing.cow_toy"], "expected MODULE:FACTORY"),
+        (["check", "devtools.cow_toy"], "expected MODULE:FACTORY"),
         (["check", "no_such_module_here:factory"], "cannot import no_such_module_here"),
-        (["check", "tests.testing.cow_toy:nothing"], "has no nothing"),
-        (["check", "tests.testing.cow_toy:__doc__"], "is not callable"),
+        (["check", "devtools.cow_toy:nothing"], "has no nothing"),
+        (["check", "devtools.cow_toy:__doc__"], "is not callable"),
         (["verify", "--variant", "no such variant", "--no-proofs"], "no variant 'no such variant'"),
     ],
 )
@@ -175,7 +176,7 @@ def test_a_missing_extra_exits_2_naming_what_to_install(
         return real(name, package)
 
     monkeypatch.setattr("kvsched.cli.importlib.import_module", without_hypothesis)
-    assert main(["check", "tests.testing.cow_toy:correct"]) == 2
+    assert main(["check", "devtools.cow_toy:correct"]) == 2
     assert capsys.readouterr().err.strip() == (
         "kvsched check needs hypothesis, from the 'testing' extra: pip install 'kvsched[testing]'"
     )
@@ -184,7 +185,7 @@ def test_a_missing_extra_exits_2_naming_what_to_install(
 def test_the_current_directory_is_importable_as_python_m_makes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "toy_here.py").write_text("from tests.testing.cow_toy import correct\n")
+    (tmp_path / "toy_here.py").write_text("from devtools.cow_toy import correct\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [entry for entry in sys.path if entry not in ("", str(tmp_path))])
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))  # the checkout, for tests.*
