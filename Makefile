@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(BIN)/python -m pytest
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup test lint verify demo deep bench gpu-check proofs contracts mutants vllm clean
+.PHONY: help setup test lint docs verify demo deep bench gpu-check proofs contracts mutants vllm clean
 
 ## This list (the default target).
 help:
@@ -45,6 +45,10 @@ lint: setup
 ## The main job on its built-in default: the model-checking campaigns with a summary table.
 demo: setup
 	$(BIN)/kvsched verify
+
+## The documentation site, built strictly (a broken link, page or API reference fails) into site/.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 
 ## Tests, contracts, proofs, the impl mutant corpus and the engine variants' search: the CI gate.
 verify: test contracts proofs mutants engine-search
@@ -90,4 +94,4 @@ gpu-check: setup
 
 ## Remove the .venv and every cache.
 clean:
-	rm -rf $(VENV) build *.egg-info .hypothesis .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build site *.egg-info .hypothesis .mypy_cache .ruff_cache .pytest_cache

@@ -75,6 +75,7 @@ class CowBlockManager:
         del self.lengths[seq_id]
 
 
+# --8<-- [start:adapter]
 class CowAdapter:
     """`CowBlockManager` behind the adapter protocol, every verb it supports declared."""
 
@@ -112,6 +113,9 @@ class CowAdapter:
             free=frozenset(blocks.free_blocks),
             tables={seq_id: tuple(table) for seq_id, table in blocks.tables.items()},
         )
+
+
+# --8<-- [end:adapter]
 
 
 def cow(fault: str) -> Callable[[int, int], CowAdapter]:

@@ -63,7 +63,10 @@ class Progress:
         self._step, self._phase, self._shown = max(1, total // 10), "", False
 
     def update(self, done: int, phase: str = "") -> None:
-        message = f"{self.label}: {done} of {self.total}" if not phase else f"{self.label}: {phase}, {done} run"
+        if phase or done > self.total:  # hypothesis may run a few programs past its count
+            message = f"{self.label}: {phase or 'finishing'}, {done} run"
+        else:
+            message = f"{self.label}: {done} of {self.total}"
         if self.live:
             self.stream.write(f"\r\x1b[2K{message}")
         elif phase != self._phase or (not phase and done % self._step == 0):

@@ -99,4 +99,20 @@ class RaggedDecodeBackend(Protocol):
         items: Sequence[RaggedBatchItem],
         block_tables: Sequence[int],
         out: MutableSequence[RaggedBatchOutput],
-    ) -> RaggedBatchReceipt: ...
+    ) -> RaggedBatchReceipt:
+        """Run one decode round over every decoding request.
+
+        Each item is one request: its `request_id` and scheduler `slot`, the `token_id` it
+        consumes at `position` (its KV is written there), and where its page table lies in
+        `block_tables`: `logical_pages` page ids from `block_table_offset` on, in logical order.
+        `block_tables` is the items' page tables concatenated. The engine has made every page an
+        item writes exclusively its own before the call (copy-on-write done, `copy_pages`).
+
+        Write one `RaggedBatchOutput(request_id, slot, next_token)` per item into `out`, in item
+        order (the engine checks every identity before it changes anything), and return a
+        `RaggedBatchReceipt(batch_size, backend_launches, bytes)`: `batch_size == len(items)`
+        and exactly one launch. Raise to report a failure; the engine is then left exactly as
+        before the step. In impl the arguments are numpy structured arrays of the ABI dtypes
+        (`kvsched.abi`); in the spec, lists of the records.
+        """
+        ...

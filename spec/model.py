@@ -39,9 +39,30 @@ class PrefillItem:
 class PrefillBackend(Protocol):
     """Prefill chunks and copy-on-write copies."""
 
-    def copy_pages(self, pairs: Sequence[tuple[int, int]]) -> None: ...
+    def copy_pages(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """Copy the KV of page `source` into page `destination`, for every `(source, destination)`
+        pair, before anything writes a destination.
 
-    def execute_prefill(self, items: Sequence[PrefillItem]) -> Sequence[int]: ...
+        The engine calls it before the decode round and before the prefill chunks, with the
+        copy-on-write copies that step's writes need (possibly none). A destination was just
+        allocated for the request that writes it; a source may be shared. Raise to report a
+        failure: the engine is left exactly as before the step.
+        """
+        ...
+
+    def execute_prefill(self, items: Sequence[PrefillItem]) -> Sequence[int]:
+        """Compute every prefill chunk of the step, in one call.
+
+        For each `PrefillItem`, compute the KV of `tokens` at positions `start, start + 1, ...`
+        into the pages its `table` maps (logical page `position // page_size`; the engine made
+        them writable), reading the KV of every earlier position of the request. Answer one
+        token per item, in item order: the greedy next token after the item's last token (the
+        engine uses it when the chunk completes the prompt, and ignores it otherwise). Any
+        iterable of integers will do: a list, a tuple, a 1-D integer numpy array. A wrong count
+        or a value that is not a u32 token fails the step with `OutputIdentityMismatch`; raise to
+        report a failure. Either way the engine is left exactly as before the step.
+        """
+        ...
 
 
 class EngineModel(RaggedDecodeBackend, PrefillBackend, Protocol):
