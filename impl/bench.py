@@ -316,7 +316,7 @@ def _verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-VLLM_ROUND_US = 1360.0  # vLLM v1 KVCacheManager (CPU build), R = 256, as measured for the issue
+VLLM_ROUND_US = 1360.0  # vLLM v1 KVCacheManager (CPU build), R = 256, the peer benchmark's W1
 NANO_VLLM_ROUND_US = 155.0  # nano-vllm's block manager, same workload
 
 

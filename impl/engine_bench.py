@@ -33,7 +33,7 @@ from kvsched.spec.engine_config import EngineConfig, EngineRequest
 PAGE_SIZE = 16
 STEP_TARGET_US = 150.0  # impl step() at 256 in steady decode
 SPEEDUP_TARGET = 20.0  # impl over spec
-VLLM_STEP_US = 2900.0  # vLLM v1 schedule() + update_from_output() at 256, as measured for the issue
+VLLM_STEP_US = 2900.0  # vLLM v1 schedule() + update_from_output() at 256, the peer benchmark's W3
 
 
 @dataclass(frozen=True, slots=True)

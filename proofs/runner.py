@@ -40,7 +40,7 @@ class Run:
 
 
 ISSUE = Bounds(requests=3, pages=5, logical_pages=3, entries=2, entry_pages=2)
-"""The sizes the issue asks for: 3 request slots, 5 pages, 3 logical pages, 2 entries of 2 pages."""
+"""The reference sizes: 3 request slots, 5 pages, 3 logical pages, 2 entries of 2 pages."""
 
 CI: tuple[Run, ...] = (
     Run(SPEC, replace(ISSUE, max_depth=6)),
@@ -48,10 +48,10 @@ CI: tuple[Run, ...] = (
     Run(IMPL, Bounds(requests=1, pages=2, logical_pages=1, entries=1, entry_pages=1), reference=SPEC),
     Run(IMPL, replace(ISSUE, max_depth=4), reference=SPEC),
 )
-"""About two minutes on two busy cores: the issue's sizes to depth 6, every state of a 2-slot
+"""About two minutes on two busy cores: the reference sizes to depth 6, every state of a 2-slot
 system with 3 pages, 2 logical pages and a 2-page entry (the deep profile's largest closure
 before pages were renamed), and impl in lockstep with the spec on every state of the smallest
-system and to depth 4 at the issue's sizes."""
+system and to depth 4 at the reference sizes."""
 
 DEEP: tuple[Run, ...] = (
     Run(SPEC, replace(ISSUE, max_depth=8)),
@@ -59,10 +59,10 @@ DEEP: tuple[Run, ...] = (
     Run(IMPL, replace(ISSUE, max_depth=5), reference=SPEC),
     Run(IMPL, Bounds(requests=2, pages=2, logical_pages=1, entries=1, entry_pages=1, max_external=1), reference=SPEC),
 )
-"""About 12 minutes on two cores: the issue's sizes to depth 8 (1.6 million classes in about 6
+"""About 12 minutes on two cores: the reference sizes to depth 8 (1.6 million classes in about 6
 minutes; bounded by depth, never by time, so a slow machine explores the same states), every state of a 3-slot
 system with 3 pages (about 200,000 classes), and impl in lockstep with the spec to depth 5 at
-the issue's sizes and on every state of a 2-slot system.
+the reference sizes and on every state of a 2-slot system.
 
 The issue's sizes do not close. Their BFS levels still grow about sevenfold per depth at depth
 8 (1, 2, 11, 58, 397, 3,045, 23,885, 185,641, 1,422,613 classes), so depth 9 (some 375 million

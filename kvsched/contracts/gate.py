@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
-import json
 import os
 import re
 import signal
@@ -49,6 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
 from kvsched.contracts.launch import CPU_REPORT
+from kvsched.report import write_json
 
 CHECK_MODULES = (
     "kvsched.contracts.spec_pool",
@@ -342,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only", action="append", default=[], help="run only targets whose name contains this text (repeatable)"
     )
     parser.add_argument("--broken", action="store_true", help="run on the deliberately broken targets")
-    parser.add_argument("--json", help="also write the results as JSON here")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH ('-': stdout)")
     args = parser.parse_args(argv)
     targets = [
         target for target in all_targets(args.broken) if not args.only or any(o in target.name for o in args.only)
@@ -383,6 +383,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(guard {args.budget:.0f} s); most CPU: {_short(slowest.name)}, {slowest.cpu_seconds:.1f} s"
     )
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"seconds": elapsed, "results": [asdict(result) for result in ordered]}, handle, indent=2)
+        write_json(args.json, {"seconds": elapsed, "results": [asdict(result) for result in ordered]})
     return 1 if failed else 0
