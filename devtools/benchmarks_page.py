@@ -42,24 +42,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+def section(title: str, what: str, report: dict[str, Any], *parts: str) -> str:
+    """A section: its title, what it measures, where and when, then its tables, notes and chart."""
+    return "\n\n".join([f"## {title}", what, provenance(report["measured"]), *parts])
+
+
 def us(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
 def check_defaults(report: dict[str, Any]) -> str:
     rows = report["rows"]
-    out = [
-        "## kvsched check's defaults",
-        "",
-        "`kvsched check` at its defaults (1,000 programs, pools of 4 to 16 pages, shrinking bounded by"
-        " 1,500 programs) on a block manager with fork and copy-on-write (`devtools/cow_toy.py`) and on"
-        " the same manager with each planted copy-on-write bug: `in_place` writes a shared last page in"
-        " place; `release_first` drops its hold on the source before allocating the copy, and a refusal"
-        " does not take it back.",
-        "",
-        provenance(report["measured"]),
-        "",
-    ]
     summary = []
     for manager in dict.fromkeys(row["manager"] for row in rows):
         mine = [row for row in rows if row["manager"] == manager]
@@ -68,14 +61,21 @@ def check_defaults(report: dict[str, Any]) -> str:
         calls = ", ".join(str(row["program_calls"]) for row in found) or "-"
         cpu = max(row["cpu_seconds"] for row in mine)
         summary.append([f"`{manager}`", f"{len(found)} of {len(mine)}", kinds, calls, f"{cpu:.1f}"])
-    out.append(table(["manager", "seeds found", "check", "program lengths (calls)", "CPU s, slowest seed"], summary))
-    out.append("")
     detail = [
         [f"`{row['manager']}`", row["seed"], row["found"] or "pass", row["programs"], row["cpu_seconds"]]
         for row in rows
     ]
-    out.append(table(["manager", "seed", "outcome", "programs (shrinking included)", "CPU s"], detail))
-    return "\n".join(out)
+    return section(
+        "kvsched check's defaults",
+        "`kvsched check` at its defaults (1,000 programs, pools of 4 to 16 pages, shrinking bounded by"
+        " 1,500 programs) on a block manager with fork and copy-on-write (`devtools/cow_toy.py`) and on"
+        " the same manager with each planted copy-on-write bug: `in_place` writes a shared last page in"
+        " place; `release_first` drops its hold on the source before allocating the copy, and a refusal"
+        " does not take it back.",
+        report,
+        table(["manager", "seeds found", "check", "program lengths (calls)", "CPU s, slowest seed"], summary),
+        table(["manager", "seed", "outcome", "programs (shrinking included)", "CPU s"], detail),
+    )
 
 
 def engine(report: dict[str, Any]) -> str:
@@ -91,22 +91,16 @@ def engine(report: dict[str, Any]) -> str:
         ]
         for row in report["rows"]
     ]
-    return "\n".join(
-        [
-            "## The engine step",
-            "",
-            "`Engine.step()` with the null model, spec and impl in one run (page size"
-            f" {report['page_size']}, {report['plan']['prompt_tokens']}-token prompts): steady decode of R"
-            " running requests; mixed (R - 1 decoding and one 512-token admission per step); W2, 256"
-            " requests sharing a 1,024-token prefix, µs per admitted request.",
-            "",
-            provenance(report["measured"]),
-            "",
-            table(["workload", "R", "spec µs", "impl µs", "impl speedup", "hit tokens"], rows),
-            "",
-            f"Impl's steady-decode step at R = 256: {us(verdict['impl_step_us_at_256'])} µs"
-            f" (target {us(verdict['step_target_us'])} µs).",
-        ]
+    return section(
+        "The engine step",
+        "`Engine.step()` with the null model, spec and impl in one run (page size"
+        f" {report['page_size']}, {report['plan']['prompt_tokens']}-token prompts): steady decode of R"
+        " running requests; mixed (R - 1 decoding and one 512-token admission per step); W2, 256"
+        " requests sharing a 1,024-token prefix, µs per admitted request.",
+        report,
+        table(["workload", "R", "spec µs", "impl µs", "impl speedup", "hit tokens"], rows),
+        f"Impl's steady-decode step at R = 256: {us(verdict['impl_step_us_at_256'])} µs"
+        f" (target {us(verdict['step_target_us'])} µs).",
     )
 
 
@@ -117,23 +111,16 @@ def rounds(report: dict[str, Any]) -> str:
         for row in report["rows"]
     ]
     verdict = report["verdict"]
-    return "\n".join(
-        [
-            "## Bookkeeping: spec and impl",
-            "",
-            "`kvsched bench`: the certified parts' operations, µs per call, and each workload whole"
-            " (the spec's rounds extrapolated to impl's count).",
-            "",
-            provenance(report["measured"]),
-            "",
-            table(["workload", "R", "operation", "spec µs", "impl µs", "speedup"], rows),
-            "",
-            f"A decode round at R = 256: {us(verdict['round_us_at_256'])} µs (target"
-            f" {us(verdict['round_target_us'])} µs); the smallest workload speedup"
-            f" {verdict['min_workload_speedup']:.1f}x (target {verdict['speedup_target']:.0f}x).",
-            "",
-            "![µs per decode round, spec and impl](bench/rounds.svg)",
-        ]
+    return section(
+        "Bookkeeping: spec and impl",
+        "`kvsched bench`: the certified parts' operations, µs per call, and each workload whole"
+        " (the spec's rounds extrapolated to impl's count).",
+        report,
+        table(["workload", "R", "operation", "spec µs", "impl µs", "speedup"], rows),
+        f"A decode round at R = 256: {us(verdict['round_us_at_256'])} µs (target"
+        f" {us(verdict['round_target_us'])} µs); the smallest workload speedup"
+        f" {verdict['min_workload_speedup']:.1f}x (target {verdict['speedup_target']:.0f}x).",
+        "![µs per decode round, spec and impl](bench/rounds.svg)",
     )
 
 
@@ -150,20 +137,14 @@ def decode(report: dict[str, Any]) -> str:
         ]
         for row in report["rows"]
     ]
-    return "\n".join(
-        [
-            "## Decode attention kernels (CPU)",
-            "",
-            f"`kvsched bench decode`: one decode round of paged attention over {shape['requests']} requests,"
-            f" contexts {shape['min_context']}-{shape['max_context']}, against the machine's measured"
-            f" memory-copy bandwidth ({report['copy_gbps']:.1f} GB/s).",
-            "",
-            provenance(report["measured"]),
-            "",
-            table(["cache", "implementation", "ms", "GB/s", "of copy", "max error"], rows),
-            "",
-            "![GB/s of K+V read](bench/decode.svg)",
-        ]
+    return section(
+        "Decode attention kernels (CPU)",
+        f"`kvsched bench decode`: one decode round of paged attention over {shape['requests']} requests,"
+        f" contexts {shape['min_context']}-{shape['max_context']}, against the machine's measured"
+        f" memory-copy bandwidth ({report['copy_gbps']:.1f} GB/s).",
+        report,
+        table(["cache", "implementation", "ms", "GB/s", "of copy", "max error"], rows),
+        "![GB/s of K+V read](bench/decode.svg)",
     )
 
 
@@ -179,20 +160,14 @@ def vllm_pool(report: dict[str, Any]) -> str:
         ]
         for row in report["rows"]
     ]
-    return "\n".join(
-        [
-            "## vLLM's KVCacheManager over vLLM's pool and over kvsched's",
-            "",
-            "W1 (decode) and W2 (shared-prefix admission) through vLLM 0.32.0's own `KVCacheManager`,"
-            " the two pools interleaved in one process (`devtools/vllm/bench_pool.py`, the last step of"
-            " `make vllm`); the pool's own share timed by replaying its calls on a fresh pool.",
-            "",
-            provenance(report["measured"]),
-            "",
-            table(["case", "unit", "vLLM's pool", "kvsched's pool", "ratio", "in the pool (vLLM / kvsched)"], rows),
-            "",
-            "![vLLM's manager over both pools](bench/vllm-pool.svg)",
-        ]
+    return section(
+        "vLLM's KVCacheManager over vLLM's pool and over kvsched's",
+        "W1 (decode) and W2 (shared-prefix admission) through vLLM 0.32.0's own `KVCacheManager`,"
+        " the two pools interleaved in one process (`devtools/vllm/bench_pool.py`, the last step of"
+        " `make vllm`); the pool's own share timed by replaying its calls on a fresh pool.",
+        report,
+        table(["case", "unit", "vLLM's pool", "kvsched's pool", "ratio", "in the pool (vLLM / kvsched)"], rows),
+        "![vLLM's manager over both pools](bench/vllm-pool.svg)",
     )
 
 

@@ -46,8 +46,8 @@ def test_the_public_api_checks_a_user_system() -> None:
     assert testing.Explorer.__name__ == "Explorer"
 
 
-def test_the_readme_example_of_one_checked_event_runs() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_documented_example_of_one_checked_event_runs() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "checked.md").read_text()
     start = readme.index("The same events drive your system")
     block = readme[readme.index("```python\n", start) + len("```python\n") :]
-    exec(compile(block[: block.index("```")], "README.md", "exec"), {})
+    exec(compile(block[: block.index("```")], "docs/checked.md", "exec"), {})
