@@ -6,7 +6,6 @@ import contextlib
 import io
 from pathlib import Path
 
-
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "engine.md"
 
 
