@@ -18,6 +18,7 @@ import argparse
 import importlib
 import platform
 import sys
+import traceback
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
@@ -137,6 +138,8 @@ def _seconds(cell: object) -> float:
 def _delegate(command: str, module: str, argv: list[str]) -> int:
     for needed in REQUIRES.get(command, ()):
         load(needed, command)
+    if command == "bench" and "--plot" in argv:  # refused before the run, not after it
+        load("matplotlib", command)
     result: int = load(module, command).main(argv)
     return result
 
@@ -221,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.run(args)
     except UsageError as error:
         print(error, file=sys.stderr)
+        return 2
+    except Exception:  # kvsched itself failed: not a verdict on what was checked, so never 1
+        traceback.print_exc()
+        print("kvsched: the command failed with the error above; no verdict (exit status 2)", file=sys.stderr)
         return 2
     return result
 

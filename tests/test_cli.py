@@ -59,3 +59,15 @@ def test_progress_shows_a_total_and_writes_escapes_only_to_a_terminal() -> None:
     assert lines[:2] == ["campaign: 0 of 100", "campaign: 10 of 100"] and len(lines) == 11
     assert lines[-1] == "campaign: shrinking, 100 run"
     assert "\x1b[2K" in terminal.getvalue() and "campaign: 99 of 100" in terminal.getvalue()
+
+
+def test_a_crash_of_kvsched_itself_is_no_verdict(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def crash(args: object) -> int:
+        raise RuntimeError("a bug in kvsched")
+
+    monkeypatch.setattr("kvsched.cli.command_check", crash)
+    assert main(["check", "devtools.cow_toy:correct"]) == 2  # never 1, which means "bug found"
+    err = capsys.readouterr().err
+    assert "RuntimeError: a bug in kvsched" in err and "no verdict (exit status 2)" in err

@@ -64,6 +64,8 @@ def test_help_works_without_extras(tmp_path: Path) -> None:
         (["verify", "--examples", "1", "--steps", "1"], {"z3", "devtools"}, "verify"),  # never silently without proofs
         (["proofs"], WITHOUT_EXTRAS, "verify"),
         (["contracts"], WITHOUT_EXTRAS, "verify"),
+        (["check", "devtools.cow_toy:correct"], WITHOUT_EXTRAS, "testing"),
+        (["bench", "--quick", "--plot", "rounds.svg"], {"matplotlib"}, "bench"),
     ],
 )
 def test_a_command_without_its_extra_fails_naming_it(
@@ -90,6 +92,9 @@ def test_the_wheel_holds_the_package_and_no_tooling(tmp_path: Path) -> None:
         assert needed in names
     for needed in ("kvsched/kernels/ops.py", "kvsched/testing/machine.py", "kvsched/proofs/runner.py"):
         assert needed in names
+    assert "kvsched/charts.py" in names  # --plot from an installed wheel, with the bench extra
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"dist/{wheel.name}[testing]" in readme  # the README's install line names this wheel
     leaked = [
         name
         for name in names

@@ -38,7 +38,14 @@ from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, i
 
 from kvsched.testing.adapter import ManagerFactory
 from kvsched.testing.checks import CheckFailed, CheckFailure
-from kvsched.testing.safety import COVERAGE, OPTIONAL_VERBS, VOCABULARY, SafetyMachine, require_adapter
+from kvsched.testing.safety import (
+    COVERAGE,
+    OPTIONAL_VERBS,
+    VOCABULARY,
+    NotAnAdapter,
+    SafetyMachine,
+    require_adapter,
+)
 
 IDS = st.integers(1, 5)  # request ids: at most five requests live or preempted at once
 MAX_TOKENS = 16  # a sequence stops decoding here
@@ -258,10 +265,15 @@ def search_safety(
     Each program draws its pool's size from `POOL_SIZES` unless `pages` fixes it. Shrinking
     stops after `shrinks` programs, so the whole result, which check failed and
     the program printed, is a function of the seed alone. `progress(programs, shrinking)` is
-    called as each program starts. A factory that does not build an adapter raises
+    called as each program starts. A factory that raises, or does not build an adapter, is a
     `NotAnAdapter` before anything runs."""
     module, name = source or (getattr(factory, "__module__", "__main__"), getattr(factory, "__qualname__", "factory"))
-    probe = factory(pages or POOL_SIZES[0], page_size)
+    try:
+        probe = factory(pages or POOL_SIZES[0], page_size)
+    except Exception as error:
+        raise NotAnAdapter(
+            f"factory({pages or POOL_SIZES[0]}, {page_size}) raised {type(error).__name__}: {error}"
+        ) from error
     require_adapter(probe)
     runs: list[SafetyMachine] = []
     machine = machine_class(factory, pages, page_size, runs, progress)

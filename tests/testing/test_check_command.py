@@ -154,6 +154,7 @@ def test_a_raw_manager_is_refused_in_one_line_naming_the_missing_verbs(capsys: p
         (["check", "no_such_module_here:factory"], "cannot import no_such_module_here"),
         (["check", "devtools.cow_toy:nothing"], "has no nothing"),
         (["check", "devtools.cow_toy:__doc__"], "is not callable"),
+        (["check", "devtools.cow_toy:CowBlockManager.free"], "factory(4, 2) raised AttributeError"),
         (["verify", "--variant", "no such variant", "--no-proofs"], "no variant 'no such variant'"),
     ],
 )
