@@ -103,6 +103,7 @@ class KvschedManager:
         self.scheduler.finish(request_id, self.pool)
         del self.tokens[request_id], self.keys[request_id], self.published[request_id]
 
+    # --8<-- [start:optional-verbs]
     def fork(self, parent_id: int, child_id: int) -> bool:
         if self.scheduler.active_count() == self.scheduler.requests:
             return False
@@ -119,6 +120,8 @@ class KvschedManager:
         except CacheInUse:
             return False
         return True
+
+    # --8<-- [end:optional-verbs]
 
     def view(self) -> PoolView:
         refs = get_arrays(self.pool).refs.astype(np.int64)
