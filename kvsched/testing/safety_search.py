@@ -16,7 +16,7 @@ a page of tokens of a three-token vocabulary (`prompt_starts`), so prefix hits, 
 pages of the same tokens under another context come early, and each call shrinks on its own.
 Each program's pool is one of `POOL_SIZES` pages, from a request or two's worth (pressure:
 refusals, evictions and copy-on-write with no page left) to room for five. Shrinking is bounded
-by a count of shrinks, never by time: the result is a function of the seed alone.
+by a count of programs, never by time: the result is a function of the seed alone.
 """
 
 from __future__ import annotations

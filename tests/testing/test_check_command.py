@@ -204,3 +204,16 @@ def test_an_atomicity_failure_says_what_changed_not_both_whole_views() -> None:
     result = search_safety(cow_toy.release_first, seed_value=2)
     assert result.failure is not None
     assert result.failure.detail == "a refused append changed the pool: page 3 holders 2 -> 1"
+
+
+def test_shrinking_stops_after_its_count_of_programs() -> None:
+    shrinking_from: list[int] = []
+
+    def progress(programs: int, shrinking: bool) -> None:
+        if shrinking and not shrinking_from:
+            shrinking_from.append(programs)
+
+    result = search_safety(cow_toy.release_first, seed_value=1, shrinks=50, progress=progress)
+    assert result.failure is not None and shrinking_from
+    # the budget, and the replay of the shrunk program; unbounded, this seed shrinks through about 4,600
+    assert result.programs - shrinking_from[0] <= 50 + 2
