@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,10 @@ def test_coverage_counts_what_the_campaign_exercised() -> None:
 class CrashesOnSecond(cow_toy.CowAdapter):
     """A manager whose admit raises once a request is live; its teardown would leak as well."""
 
-    def admit(self, request_id: int, tokens: object) -> int | None:
+    def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
         if self.blocks.tables:
             raise KeyError("boom")
-        return super().admit(request_id, tokens)  # type: ignore[arg-type]
+        return super().admit(request_id, tokens)
 
     def free(self, request_id: int) -> None:
         del self.blocks.tables[request_id]  # pages never come back: a leak at teardown
