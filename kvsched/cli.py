@@ -178,7 +178,7 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
         "--pages", type=int, default=None, help="safety: pages per manager (default: drawn from 4, 6, 8, 16)"
     )
     parser.add_argument("--page-size", type=int, default=2, help="safety: tokens per page (default 2)")
-    parser.add_argument("--shrinks", type=int, default=0, help="safety: programs shrinking may run (default 1500)")
+    parser.add_argument("--shrinks", type=int, default=None, help="safety: programs shrinking may run (default 1500)")
     parser.add_argument("--strict", action="store_true", help="safety: exit 1 on a coverage warning too")
     parser.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-': stdout, no table)")
 

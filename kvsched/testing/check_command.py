@@ -18,7 +18,7 @@ from typing import Any
 
 from kvsched.report import Progress, UsageError, print_table, write_json
 from kvsched.testing.safety import NotAnAdapter
-from kvsched.testing.safety_search import SHRINKS
+from kvsched.testing.safety_search import SHRINKS, search_safety
 
 
 def resolve(target: str) -> tuple[str, str, Any]:
@@ -47,8 +47,6 @@ def run(args: argparse.Namespace) -> int:
     module, name, factory = resolve(args.target)
     if args.mode == "exact":
         return _exact(args, module, name, factory)
-    from kvsched.testing.safety_search import search_safety
-
     with Progress(f"kvsched check {args.target}", args.examples) as progress:
         try:
             result = search_safety(
@@ -58,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
                 seed_value=args.seed,
                 pages=args.pages,
                 page_size=args.page_size,
-                shrinks=args.shrinks or SHRINKS,
+                shrinks=SHRINKS if args.shrinks is None else args.shrinks,
                 source=(module, name),
                 progress=lambda programs, shrinking: progress.update(programs, "shrinking" if shrinking else ""),
             )
