@@ -284,3 +284,8 @@ CORPUS: tuple[Broken, ...] = (
     Broken(EvictWithoutRelease, "remove", "refcount_equals_owners"),
     Broken(EvictWithoutRelease, "reclaim", "refcount_equals_owners"),
 )
+
+
+def corpus_names() -> list[str]:
+    """Every broken encoding's name: the refuted ones and the drifted ones."""
+    return [entry.name for entry in CORPUS] + [drifted.__name__ for drifted in DRIFTED]

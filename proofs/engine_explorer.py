@@ -3,7 +3,7 @@ by submitting a fixed set of candidate requests (each at most once), cancelling,
 computed prompt as a prefix, and stepping, with every check on every transition and liveness
 from every state.
 
-On each transition: the engine checks of the stateful machine (`check_engine_event`: typed
+On each transition: the engine checks of the stateful machine (`check_step`: typed
 outcome, lockstep with a `reference` engine, atomicity, every engine invariant, the step's
 limits); determinism (every request's generated tokens are what it samples alone: the model is
 the null model, so they are known); a preempted request's place (ahead of every request of its
@@ -38,8 +38,8 @@ from kvsched.spec.page_keys import CacheSalt
 from kvsched.spec.prefix import get_store_references
 from kvsched.spec.prefix_cache import EMPTY_CACHE, get_cache_references
 from kvsched.spec.step import apply
-from kvsched.testing.checks import CheckFailure, FailureKind, capture
-from kvsched.testing.engine_machine import cache_failure, check_engine_event, ghost_failure, prefix_for
+from kvsched.testing.checks import CheckFailure, FailureKind, capture, check_step
+from kvsched.testing.engine_machine import cache_failure, ghost_failure, prefix_for
 from kvsched.testing.engine_model import HarnessModel, greedy_tokens
 
 EngineFactory = Callable[[EngineConfig, Any], Any]
@@ -205,7 +205,7 @@ class EngineExplorer:
                 if theirs is not None:
                     expected = capture(lambda: apply(theirs, event))  # noqa: B023
                     reference = (expected, theirs.to_spec())
-                failure = check_engine_event(config, state, event, outcome, after, reference)
+                failure = check_step(state, event, outcome, after, reference, config=config)
                 result.refusals += outcome.error is not None
                 if failure is None and ghost:
                     failure = ghost_failure(mine.model, after) or cache_failure(config, mine.model, after, salts)

@@ -210,7 +210,7 @@ class Explorer:
             reference = attempt(real, self.reference.at(state), state, self.bounds)
         self.result.checks += 1
         if failure := check_step(
-            state, real, outcome, post, reference, results=lockstep, invariants=False, page_size=self.bounds.page_size
+            state, real, outcome, post, reference, results=lockstep, invariants=False, config=self.bounds.page_size
         ):
             return failure
         if outcome.error is not None:

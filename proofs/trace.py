@@ -139,7 +139,7 @@ def _reproduces(explorer: Explorer, violation: Violation, replay: Replay, last: 
         reference = other.outcome, other.state
     bounds = explorer.bounds
     failure = check_step(
-        replay.before, last, replay.outcome, replay.state, reference, invariants=False, page_size=bounds.page_size
+        replay.before, last, replay.outcome, replay.state, reference, invariants=False, config=bounds.page_size
     )
     return failure is not None and failure.kind is violation.kind
 

@@ -234,6 +234,10 @@ class Reserve:
     def __init__(self, pages: int, *, reserved: Sequence[int] = (0,), caching: bool = True) -> None:
         self.state = initial_reserve(pages, reserved=reserved, caching=caching)
 
+    def to_spec(self) -> ReserveState:
+        """The state (the abstraction function is the identity here)."""
+        return self.state
+
     def allocate(self, n: int) -> tuple[int, ...]:
         self.state, pages = allocate(self.state, n)
         return pages

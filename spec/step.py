@@ -116,11 +116,13 @@ _CALLS: dict[type[Any], Call] = {
 }
 
 
-def apply(system: Any, event: ev.Event, backend: RaggedDecodeBackend | None = None) -> Any:
-    """Make the call `event` names on `system` (a round runs `backend`); what it returned."""
+def apply(system: Any, event: Any, backend: RaggedDecodeBackend | None = None) -> Any:
+    """Make the call `event` names on `system` (a round runs `backend`); what it returned. An
+    event of a component outside the alphabet here makes its own call (`event.call(system)`)."""
     if isinstance(event, ev.DecodeRound | ev.DecodeOverlapping):
         return _round(system, event, backend)
-    return _CALLS[type(event)](system, event)
+    call = _CALLS.get(type(event))
+    return call(system, event) if call is not None else event.call(system)
 
 
 class SpecObjects:

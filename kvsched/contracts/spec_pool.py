@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from kvsched.contracts.support import (
     PAGES,
-    Step,
+    Transition,
     holds,
     in_range,
     make_slot,
@@ -49,12 +49,12 @@ def is_held(state: SystemState, page: int, below: int | None = None) -> bool:
     return count > 0 and (below is None or count < below)
 
 
-def pops_top(step: Step[int]) -> bool:
+def pops_top(step: Transition[int]) -> bool:
     """Exactly the top of the free stack left it, and it is the page handed out."""
     return popped(step.before.pool, step.after.pool) == (step.value,)
 
 
-def pushes_if_last(step: Step[None], page: int) -> bool:
+def pushes_if_last(step: Transition[None], page: int) -> bool:
     """`page` went on top of the free stack iff its last reference was dropped; nothing else moved."""
     last = step.before.pool.refs[page] == 1
     return pushed(step.before.pool, step.after.pool) == ((page,) if last else ())
@@ -70,7 +70,7 @@ def can_write(state: SystemState, current: int) -> bool:
     return (current >= 0 and state.pool.refs[current] == 1) or has_free(state)
 
 
-def is_cow(step: Step[CopyOnWrite], current: int) -> bool:
+def is_cow(step: Transition[CopyOnWrite], current: int) -> bool:
     """The write goes to a page with one reference; `Existing` changes nothing; `Allocated` only
     for an unmapped entry; a `Copy` of the shared `current` goes to the old top of the stack."""
     action, before, after = step.value, step.before, step.after
@@ -97,7 +97,7 @@ def request_table(state: SystemState, slot: int = 0) -> tuple[int | None, ...]:
 # -- pool ---------------------------------------------------------------------------------------
 
 
-def pool_allocate(e0: int, e1: int, e2: int, order: int) -> Step[int]:
+def pool_allocate(e0: int, e1: int, e2: int, order: int) -> Transition[int]:
     """Allocation succeeds iff a page is free and pops the top of the stack for one new owner.
 
     pre: in_range(e0, e1, e2, high=4) and 0 <= order < 6
@@ -114,7 +114,7 @@ def pool_allocate(e0: int, e1: int, e2: int, order: int) -> Step[int]:
     return run_step(before, transition)
 
 
-def pool_retain(e0: int, e1: int, e2: int, order: int, page: int) -> Step[None]:
+def pool_retain(e0: int, e1: int, e2: int, order: int, page: int) -> Transition[None]:
     """Retaining succeeds iff the page is held below the maximum; the free stack is untouched.
 
     pre: in_range(e0, e1, e2, high=4) and 0 <= order < 6 and -1 <= page <= PAGES
@@ -130,7 +130,7 @@ def pool_retain(e0: int, e1: int, e2: int, order: int, page: int) -> Step[None]:
     return run_step(before, transition)
 
 
-def pool_release(e0: int, e1: int, e2: int, order: int, page: int) -> Step[None]:
+def pool_release(e0: int, e1: int, e2: int, order: int, page: int) -> Transition[None]:
     """Releasing succeeds iff the page is held; a page whose count reaches 0 goes on top.
 
     pre: in_range(e0, e1, e2, high=4) and 0 <= order < 6 and -1 <= page <= PAGES
@@ -147,7 +147,7 @@ def pool_release(e0: int, e1: int, e2: int, order: int, page: int) -> Step[None]
     return run_step(before, transition)
 
 
-def pool_writable(e0: int, e1: int, e2: int, order: int, current: int) -> Step[CopyOnWrite]:
+def pool_writable(e0: int, e1: int, e2: int, order: int, current: int) -> Transition[CopyOnWrite]:
     """The caller (an external holder of `current`, or of nothing for -1) ends up owning its
     page alone: in place at count 1, else a fresh page allocated before the source is released.
 
@@ -170,7 +170,9 @@ def pool_writable(e0: int, e1: int, e2: int, order: int, current: int) -> Step[C
 # -- tables -------------------------------------------------------------------------------------
 
 
-def table_ensure_writable(t0: int, t1: int, e0: int, e1: int, e2: int, order: int, logical: int) -> Step[CopyOnWrite]:
+def table_ensure_writable(
+    t0: int, t1: int, e0: int, e1: int, e2: int, order: int, logical: int
+) -> Transition[CopyOnWrite]:
     """A request's logical page becomes exclusively its own, or nothing changes.
 
     pre: in_range(t0, t1, low=-1) and in_range(e0, e1, e2, high=2) and 0 <= order < 6 and -1 <= logical <= 2
@@ -189,7 +191,7 @@ def table_ensure_writable(t0: int, t1: int, e0: int, e1: int, e2: int, order: in
     return run_step(before, transition)
 
 
-def table_fork(t0: int, t1: int, e0: int, e1: int, e2: int, order: int, limit: int) -> Step[None]:
+def table_fork(t0: int, t1: int, e0: int, e1: int, e2: int, order: int, limit: int) -> Transition[None]:
     """A fork shares every mapped page (one more reference each) unless one is at the maximum.
 
     pre: in_range(t0, t1, low=-1) and in_range(e0, e1, e2, high=2) and 0 <= order < 6 and 2 <= limit <= 4
@@ -209,7 +211,7 @@ def table_fork(t0: int, t1: int, e0: int, e1: int, e2: int, order: int, limit: i
 
 def table_install_shared_prefix(
     p0: int, p1: int, p2: int, count: int, e0: int, e1: int, e2: int, order: int
-) -> Step[None]:
+) -> Transition[None]:
     """A prefix of distinct pages is installed whole into an empty table, or not at all.
 
     pre: in_range(p0, p1, p2, low=-1, high=PAGES) and 0 <= count <= 3
@@ -228,7 +230,7 @@ def table_install_shared_prefix(
     return run_step(before, transition)
 
 
-def table_release_all(t0: int, t1: int, e0: int, e1: int, e2: int, order: int) -> Step[None]:
+def table_release_all(t0: int, t1: int, e0: int, e1: int, e2: int, order: int) -> Transition[None]:
     """Releasing a table frees exactly the pages only it held, pushed in logical order.
 
     pre: in_range(t0, t1, low=-1) and in_range(e0, e1, e2, high=2) and 0 <= order < 6

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvsched.contracts.support import (
-    Step,
+    Transition,
     holds,
     identity,
     in_range,
@@ -76,7 +76,7 @@ def can_publish(state: SystemState, mask: int) -> bool:
     return len(pages) <= state.store.page_capacity and all(state.pool.refs[p] in (1, 2, 3) for p in pages)
 
 
-def lands_where_promised(step: Step[None], ident: int, mask: int) -> bool:
+def lands_where_promised(step: Transition[None], ident: int, mask: int) -> bool:
     """The pages are visible under `ident` in the same-identity entry, else the lowest empty
     one, else the victim `next_victim % entries`; the other entry is untouched."""
     if get_pages(step.after, ident) != mask_pages(mask):
@@ -89,7 +89,7 @@ def lands_where_promised(step: Step[None], ident: int, mask: int) -> bool:
     return prefix_ops.find_entry(after, identity(ident)) == target and after.entries[other] == before.entries[other]
 
 
-def attaches_all(step: Step[int | None], ident: int) -> bool:
+def attaches_all(step: Transition[int | None], ident: int) -> bool:
     """A hit maps every published page, in order, reports its tokens and stamps the entry."""
     pages = get_pages(step.before, ident)
     if pages is None or step.value is None:
@@ -113,12 +113,12 @@ def _entry(state: SystemState, index: int) -> StoreEntry:
     return entry
 
 
-def freed(step: Step[int]) -> int:
+def freed(step: Transition[int]) -> int:
     """How many more pages are free after the step."""
     return len(step.after.pool.free) - len(step.before.pool.free)
 
 
-def evicts_lru(step: Step[int], target: int) -> bool:
+def evicts_lru(step: Transition[int], target: int) -> bool:
     """Evicted entries are the least recently used idle ones, and eviction stopped at the target
     or when no idle entry was left."""
     evicted = [
@@ -145,7 +145,7 @@ def prefix_publish(
     ident: int,
     mask: int,
     victim: int,
-) -> Step[None]:
+) -> Transition[None]:
     """Publishing the producer's pages (it keeps its own references) makes them visible.
 
     pre: valid_store(a, a_mask, a_used, b, b_mask, b_used) and in_range(e0, e1, e2, high=2) and 0 <= order < 6
@@ -176,7 +176,7 @@ def prefix_attach(
     e2: int,
     order: int,
     ident: int,
-) -> Step[int | None]:
+) -> Transition[int | None]:
     """Attaching a published prefix installs all its pages (or, any retain refused, none).
 
     pre: valid_store(a, a_mask, a_used, b, b_mask, b_used) and in_range(e0, e1, e2, high=2) and 0 <= order < 6
@@ -207,7 +207,7 @@ def prefix_remove(
     e2: int,
     order: int,
     ident: int,
-) -> Step[bool]:
+) -> Transition[bool]:
     """Removing drops the entry and its references; it reports whether there was one.
 
     pre: valid_store(a, a_mask, a_used, b, b_mask, b_used) and in_range(e0, e1, e2, high=2) and 0 <= order < 6
@@ -237,7 +237,7 @@ def prefix_reclaim(
     e2: int,
     order: int,
     target: int,
-) -> Step[int]:
+) -> Transition[int]:
     """Reclaiming evicts idle entries, least recently used first, until `target` pages are free.
 
     pre: valid_store(a, a_mask, a_used, b, b_mask, b_used) and in_range(e0, e1, e2, high=2) and 0 <= order < 6

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kvsched.contracts.support import (
-    Step,
+    Transition,
     holds,
     identity,
     in_range,
@@ -74,7 +74,7 @@ def admission_refusal(state: SystemState, request_id: int) -> str | None:
     return "Full" if lowest_empty(state) is None else None
 
 
-def admits_lowest(step: Step[Admission], prefix: int) -> bool:
+def admits_lowest(step: Transition[Admission], prefix: int) -> bool:
     """The request took the lowest empty slot; a prefix hit admits into DECODE with its tokens."""
     admission, slot_index = step.value, lowest_empty(step.before)
     if admission is None or slot_index is None or admission.slot != slot_index:
@@ -85,7 +85,7 @@ def admits_lowest(step: Step[Admission], prefix: int) -> bool:
     return admission.prefix_hit == hit and slot.state is state and slot.token_count == admission.prefix_tokens
 
 
-def forks_into_lowest(step: Step[int], parent: int, child: int) -> bool:
+def forks_into_lowest(step: Transition[int], parent: int, child: int) -> bool:
     """The child is the parent's copy (same table, state and counts) in the lowest empty slot."""
     index, source = lowest_empty(step.before), find(step.before, parent)
     if index is None or source is None or step.value != index:
@@ -93,7 +93,7 @@ def forks_into_lowest(step: Step[int], parent: int, child: int) -> bool:
     return step.after.scheduler.slots[index] == replace(step.before.scheduler.slots[source], request_id=child)
 
 
-def finishes(step: Step[None], request_id: int) -> bool:
+def finishes(step: Transition[None], request_id: int) -> bool:
     """The slot is empty and cleared, the other is untouched, and the pages only it held were
     pushed on the free stack in logical order."""
     index = find(step.before, request_id)
@@ -109,7 +109,7 @@ def finishes(step: Step[None], request_id: int) -> bool:
 
 def scheduler_admit(
     s0: int, i0: int, s1: int, i1: int, e0: int, e1: int, e2: int, order: int, request_id: int, prefix: int
-) -> Step[Admission]:
+) -> Transition[Admission]:
     """Admission: duplicates refused before capacity; the lowest empty slot; a hit into DECODE.
 
     pre: valid_slots(s0, i0, s1, i1) and in_range(e0, e1, e2, high=2) and 0 <= order < 6
@@ -132,7 +132,7 @@ def scheduler_admit(
 
 def scheduler_fork(
     s0: int, i0: int, t00: int, t01: int, s1: int, i1: int, e0: int, e1: int, e2: int, order: int, child: int
-) -> Step[int]:
+) -> Transition[int]:
     """Forking the request in slot 0 copies it into the lowest empty slot, sharing its pages.
 
     pre: valid_slots(s0, i0, s1, i1) and in_range(t00, t01, low=-1) and distinct(t00, t01)
@@ -152,7 +152,7 @@ def scheduler_fork(
 
 def scheduler_ensure_writable(
     s0: int, i0: int, t00: int, t01: int, e0: int, e1: int, e2: int, order: int, request_id: int, logical: int
-) -> Step[CopyOnWrite]:
+) -> Transition[CopyOnWrite]:
     """A live request's logical page becomes exclusively its own; anything else is refused.
 
     pre: valid_slots(s0, i0, 0, 0) and in_range(t00, t01, low=-1) and distinct(t00, t01)
@@ -170,14 +170,14 @@ def scheduler_ensure_writable(
     return run_step(before, transition)
 
 
-def all_exclusive(step: Step[WritePlan], steps: tuple[tuple[int, int], ...]) -> bool:
+def all_exclusive(step: Transition[WritePlan], steps: tuple[tuple[int, int], ...]) -> bool:
     """After the batch, every step's logical page is its request's alone."""
     return all(post_written_page_exclusive(step.after, request_id, logical) for request_id, logical in steps)
 
 
 def scheduler_ensure_writable_batch(
     s0: int, i0: int, t00: int, t01: int, s1: int, i1: int, e0: int, e1: int, e2: int, order: int, r: int, logical: int
-) -> Step[WritePlan]:
+) -> Transition[WritePlan]:
     """A batch of writes (logical pages 0 and `logical` of request `r`, then page 0 of request `i1`)
     runs whole, each write landing on a page its request owns alone, or changes nothing.
 
@@ -198,7 +198,7 @@ def scheduler_ensure_writable_batch(
 
 def scheduler_finish(
     s0: int, i0: int, t00: int, t01: int, s1: int, i1: int, t10: int, e0: int, e1: int, e2: int, order: int, rid: int
-) -> Step[None]:
+) -> Transition[None]:
     """Finishing (or cancelling) empties the slot and frees what only it held, LIFO.
 
     pre: valid_slots(s0, i0, s1, i1) and in_range(t00, t01, t10, low=-1) and distinct(t00, t01)
@@ -259,7 +259,7 @@ def check_outputs(
     return None, outputs
 
 
-def advances(step: Step[None], answered: tuple[int, ...], tokens: tuple[int, int]) -> bool:
+def advances(step: Transition[None], answered: tuple[int, ...], tokens: tuple[int, int]) -> bool:
     """Each answered slot consumed one token (saturating) and holds its next one; the other
     slots are untouched."""
     for index, (old, new) in enumerate(zip(step.before.scheduler.slots, step.after.scheduler.slots, strict=True)):
@@ -273,7 +273,7 @@ def advances(step: Step[None], answered: tuple[int, ...], tokens: tuple[int, int
     return True
 
 
-def apply_outputs(count0: int, count1: int, token0: int, token1: int, answered: int) -> Step[None]:
+def apply_outputs(count0: int, count1: int, token0: int, token1: int, answered: int) -> Transition[None]:
     """Applying a checked round advances exactly the answered slots.
 
     pre: in_range(count0, count1, token0, token1, high=U32_MAX) and 0 <= answered <= 3

@@ -1,9 +1,9 @@
-"""Small systems built from plain ints, the `Step` record contracts return, and their predicates.
+"""Small systems built from plain ints, the `Transition` record contracts return, and their predicates.
 
 CrossHair explores plain `int` arguments symbolically; frozen spec values built from them stay
 symbolic. A contract takes a handful of small ints, builds a whole `SystemState` from them with
 `make_system` (reference counts are *derived* from the owners, so only the free-stack order and
-the sizes are free), runs one transition and returns a `Step`: the state before, the refusal's
+the sizes are free), runs one transition and returns a `Transition`: the state before, the refusal's
 error name (or None), the state after (with the owner bookkeeping the caller does) and the
 transition's value. Postconditions then speak about `__return__.before` and `__return__.after`.
 
@@ -41,7 +41,7 @@ STATES = (RequestState.EMPTY, RequestState.PREFILL, RequestState.DECODE)
 
 
 @dataclass(frozen=True, slots=True)
-class Step(Generic[T]):
+class Transition(Generic[T]):
     """One transition: the state before, the refusal (an error class name) or None, the state
     after (equal to `before` when refused) and the transition's value (None when refused)."""
 
@@ -56,13 +56,13 @@ class Step(Generic[T]):
         return self.error is None
 
 
-def run_step(before: SystemState, transition: Callable[[], tuple[SystemState, T]]) -> Step[T]:
+def run_step(before: SystemState, transition: Callable[[], tuple[SystemState, T]]) -> Transition[T]:
     """Run `transition`; a `KvschedError` is a refusal, anything else propagates (a bug)."""
     try:
         after, value = transition()
     except KvschedError as error:
-        return Step(before, type(error).__name__, before, None)
-    return Step(before, None, after, value)
+        return Transition(before, type(error).__name__, before, None)
+    return Transition(before, None, after, value)
 
 
 def play(system: Any, events: Sequence[Event]) -> None:

@@ -19,22 +19,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hypothesis import note
 from hypothesis import strategies as st
-from hypothesis.control import currently_in_test_context
-from hypothesis.stateful import RuleBasedStateMachine, rule
+from hypothesis.stateful import rule
 
 from kvsched.spec import events as ev
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, salt_of
-from kvsched.spec.engine_state import EngineState, check_engine_invariants, sequence_of
+from kvsched.spec.engine_state import EngineState, sequence_of
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.page_keys import CacheSalt, page_hash, page_keys
 from kvsched.spec.prefix import get_store_references
 from kvsched.spec.prefix_cache import get_cache_references
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.step import apply
-from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, capture
+from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture
+from kvsched.testing.component_machine import CheckedMachine
 from kvsched.testing.engine_model import VOCAB, HarnessModel, greedy_tokens
+from kvsched.testing.registry import ENGINE
 
 EngineFactory = Callable[[EngineConfig, Any], Any]
 EOS = 7
@@ -107,40 +107,6 @@ class Submission:
     streamed: list[int]
 
 
-def check_engine_event(
-    config: EngineConfig,
-    before: EngineState,
-    event: ev.Event,
-    outcome: Outcome,
-    after: EngineState,
-    reference: tuple[Outcome, EngineState] | None,
-) -> CheckFailure | None:
-    """What is wrong with one engine event (its outcome and states), or None."""
-    if not outcome.typed:
-        return CheckFailure(FailureKind.UNTYPED, f"{event!r} raised {outcome.summary()}")
-    if reference is not None:
-        expected, expected_after = reference
-        if outcome.summary() != expected.summary():
-            return CheckFailure(
-                FailureKind.LOCKSTEP, f"{event!r} gave {outcome.summary()}, the spec {expected.summary()}"
-            )
-        if after != expected_after:
-            return CheckFailure(FailureKind.LOCKSTEP, f"{event!r} left a state the spec's does not equal")
-    if outcome.error is not None:
-        if after != before:
-            return CheckFailure(FailureKind.ATOMICITY, f"{event!r} raised {outcome.error.__name__} but changed state")
-        return None
-    broken = check_engine_invariants(after)
-    if broken:
-        return CheckFailure(FailureKind.INVARIANT, ", ".join(broken))
-    if len(after.running) > config.max_batch_size:
-        return CheckFailure(FailureKind.INVARIANT, f"{len(after.running)} running over max_batch_size")
-    value = outcome.value
-    if isinstance(value, StepOutput) and value.tokens_run > config.max_batched_tokens:
-        return CheckFailure(FailureKind.INVARIANT, f"a step ran {value.tokens_run} tokens")
-    return None
-
-
 def ghost_failure(model: HarnessModel, state: EngineState) -> CheckFailure | None:
     """Every computed position of every running request reads its own history."""
     memory = model.memory
@@ -184,8 +150,10 @@ def cache_failure(
     return None
 
 
-class EngineMachine(RuleBasedStateMachine):
+class EngineMachine(CheckedMachine):
     """Drives one engine under test, in lockstep with the spec's unless `reference` is None."""
+
+    component = ENGINE
 
     def __init__(
         self,
@@ -193,44 +161,29 @@ class EngineMachine(RuleBasedStateMachine):
         reference: EngineFactory | None = spec_engine,
         config: EngineConfig = SHAPES["default"],
     ) -> None:
-        super().__init__()
-        self.config = config
         self.model = HarnessModel(config.page_size)
-        self.engine = factory(config, self.model)
         self.ref_model = HarnessModel(config.page_size)
-        self.ref = reference(config, self.ref_model) if reference is not None else None
+        engine = factory(config, self.model)
+        super().__init__(engine, reference(config, self.ref_model) if reference is not None else None, config)
+        self.engine = engine
         self.submissions: dict[int, Submission] = {}
         self.submitted = 0
         self.published: list[tuple[tuple[int, ...], int]] = []  # (tokens, tenant) published so far
         self.salts = {CacheSalt(tenant, 0, config.model_id) for tenant in range(TENANTS)}
-        self.failed = False
 
-    def fail(self, failure: CheckFailure) -> None:
-        self.failed = True
-        raise CheckFailed(failure)
-
-    def run(self, event: ev.Event) -> Outcome:
-        """Run `event` on the engine (and the spec's) and check it; its outcome."""
-        if currently_in_test_context():
-            note(f"# {event!r}")
+    def call(self, system: Any, event: Any) -> Outcome:
+        """Run `event` on one engine, its model armed with a step's faults."""
         if isinstance(event, ev.Step):
-            self.model.arm(event)
-            self.ref_model.arm(event)
-        before = self.engine.to_spec()
-        outcome = capture(lambda: apply(self.engine, event))
-        after = self.engine.to_spec()
-        reference = None
-        if self.ref is not None:
-            expected = capture(lambda: apply(self.ref, event))
-            reference = (expected, self.ref.to_spec())
-        failure = check_engine_event(self.config, before, event, outcome, after, reference)
-        failure = failure or ghost_failure(self.model, after)
-        failure = failure or cache_failure(self.config, self.model, after, self.salts)
+            (self.model if system is self.engine else self.ref_model).arm(event)
+        return capture(lambda: apply(system, event))
+
+    def observe(self, event: Any, outcome: Outcome, after: Any) -> CheckFailure | None:
+        """The ghost reads, the cached content and isolation; for a returned event, determinism
+        and the preempted requests' places."""
+        failure = ghost_failure(self.model, after) or cache_failure(self.config, self.model, after, self.salts)
         if failure is None and outcome.error is None:
             failure = self._observe(event, outcome.value, after)
-        if failure is not None:
-            self.fail(failure)
-        return outcome
+        return failure
 
     def _observe(self, event: ev.Event, value: Any, after: EngineState) -> CheckFailure | None:
         """Keep the submissions in step; check determinism and the preempted requests' places."""

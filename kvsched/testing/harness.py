@@ -11,9 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import note
-from hypothesis.control import currently_in_test_context
-from hypothesis.stateful import RuleBasedStateMachine, invariant
+from hypothesis.stateful import invariant
 
 from kvsched.spec import Copy, PrefixIdentity
 from kvsched.spec import events as ev
@@ -24,8 +22,10 @@ from kvsched.spec.step import apply, holds_after
 from kvsched.spec.system import SystemState
 from kvsched.spec.table import get_mapped_pages
 from kvsched.testing.backends import HarnessBackend, backend_for
-from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, capture, check_state, check_step
+from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture, check_state
+from kvsched.testing.component_machine import CheckedMachine
 from kvsched.testing.ghost import GhostMemory, History
+from kvsched.testing.registry import SYSTEM
 from kvsched.testing.system import SystemConfig, SystemFactory, SystemUnderTest, spec_system
 
 IDENTITY_COUNT = 3  # one more than the store's entries, so publishing replaces
@@ -60,14 +60,16 @@ def prefix_index(identity: object) -> int | None:
     return None
 
 
-class MachineBase(RuleBasedStateMachine):
+class MachineBase(CheckedMachine):
     """Drives one system under test, in lockstep with the spec unless `reference` is None.
 
     `ownership`: the program keeps the ownership model (every invariant, the exclusive-write
     postcondition, the ghost reads and liveness are checked); a subclass that releases pages it
     does not own sets it False, and then only lockstep and atomicity are checked."""
 
-    ownership = True
+    component = SYSTEM
+    sut: SystemUnderTest
+    ref: SystemUnderTest | None
 
     def __init__(
         self,
@@ -76,18 +78,16 @@ class MachineBase(RuleBasedStateMachine):
         config: SystemConfig | None = None,
         stats: CampaignStats | None = None,
     ) -> None:
-        super().__init__()
-        self.config = config or SystemConfig()
-        self.sut = factory(self.config)
-        self.ref = reference(self.config) if reference is not None else None
+        config = config or SystemConfig()
+        super().__init__(factory(config), reference(config) if reference is not None else None, config)
         self.ghost = GhostMemory(self.config.page_size)
         self.external: tuple[int, ...] = ()
         self.stats = stats
-        self.failed = False  # a check failed: teardown must not bury that failure under its own
+        self.backends: dict[bool, HarnessBackend | None] = {}  # by "is the system under test"
         if stats is not None:
             stats.examples += 1
 
-    # -- the checked step ------------------------------------------------------------------
+    # -- the checked step (`CheckedMachine.run`), through its hooks ------------------------------
 
     def state(self, system: SystemUnderTest | None = None) -> SystemState:
         """The system's whole state; standalone tables' pages count as external holds."""
@@ -97,50 +97,45 @@ class MachineBase(RuleBasedStateMachine):
             held.extend(get_mapped_pages(table))
         return SystemState(*system.snapshot(), tuple(sorted(held)))
 
-    def fail(self, failure: CheckFailure) -> None:
-        """Stop the program with `failure`."""
-        self.failed = True
-        raise CheckFailed(failure)
+    def call(self, system: Any, event: Any) -> Outcome:
+        """Run `event` on `system`, a round with a backend of its own (the system under test's
+        writes the ghost memory when the program keeps the ownership model)."""
+        mine = system is self.sut
+        ghost = self.ghost if mine and self.ownership else None
+        backend = self.backends[mine] = backend_for(event, self.config.page_size, ghost)
+        return capture(lambda: apply(system, event, backend))
 
-    def run(self, event: ev.Event) -> Outcome:
-        """Run `event` on the system (and the reference) and check the step; its outcome."""
-        if currently_in_test_context():
-            note(f"# {event!r}")
+    def settle(self, event: Any, outcome: Outcome) -> None:
+        """The external holder's references follow a returned holder event."""
         if self.stats is not None:
             self.stats.steps += 1
-        sut_backend = backend_for(event, self.config.page_size, self.ghost if self.ownership else None)
-        before = self.state()
-        outcome = capture(lambda: apply(self.sut, event, sut_backend))
         if outcome.error is None:
             self.external = holds_after(self.external, event, outcome.value)
-        after = self.state()
-        reference = None
-        if self.ref is not None:
-            ref_backend = backend_for(event, self.config.page_size)
-            expected = capture(lambda: apply(self.ref, event, ref_backend))
-            reference = expected, self.state(self.ref)
-            if sut_backend is not None and ref_backend is not None and sut_backend.seen != ref_backend.seen:
-                self.fail(CheckFailure(FailureKind.LOCKSTEP, f"{event!r}: the backends saw different batches"))
-            if _table_states(self.sut) != _table_states(self.ref):
-                self.fail(CheckFailure(FailureKind.LOCKSTEP, f"{event!r}: the standalone tables diverge"))
-        failure = check_step(
-            before,
-            event,
-            outcome,
-            after,
-            reference,
-            ownership=self.ownership,
-            invariants=False,
-            page_size=self.config.page_size,
-        )
-        if failure is not None:
-            self.fail(failure)
+
+    def compare(self, event: Any) -> CheckFailure | None:
+        """The two backends saw the same batches, and the standalone tables agree."""
+        if self.ref is None:
+            return None
+        mine, theirs = self.backends.get(True), self.backends.get(False)
+        if mine is not None and theirs is not None and mine.seen != theirs.seen:
+            return CheckFailure(FailureKind.LOCKSTEP, f"{event!r}: the backends saw different batches")
+        if _table_states(self.sut) != _table_states(self.ref):
+            return CheckFailure(FailureKind.LOCKSTEP, f"{event!r}: the standalone tables diverge")
+        return None
+
+    def observe(self, event: Any, outcome: Outcome, after: Any) -> CheckFailure | None:
+        """Keep the ghost's histories in step with a returned event; count a refused one."""
         if outcome.error is not None:
             if self.stats is not None:
                 self.stats.failed_operations += 1
         elif self.ownership:
-            self._observe(event, outcome.value, sut_backend)
-        return outcome
+            self._observe(event, outcome.value, self.backends.get(True))
+        return None
+
+    def run(self, event: Any, *, invariants: bool = False) -> Outcome:
+        """Run `event` on the system (and the reference) and check the step; its outcome (the
+        invariants are checked after each rule, not after each of its events)."""
+        return super().run(event, invariants=invariants)
 
     def _observe(self, event: ev.Event, result: Any, backend: HarnessBackend | None) -> None:
         """Keep the ghost's histories in step with a returned event."""

@@ -18,7 +18,15 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
   machine catches with the variant's named checks (its pinned programs: `tests/engine/golden/`)
   and, where the explorer can see it, the engine explorer too (`tests/proofs/test_engine_explorer.py`);
 - `slots`: a broken z3 encoding of the engine's state-slot transitions
-  (`kvsched.proofs.engine_slots.broken`), which the bounded check refutes.
+  (`kvsched.proofs.engine_slots.broken`), which the bounded check refutes;
+- `cache`: a broken z3 encoding of the prefix cache's conservation
+  (`kvsched.proofs.cache_conservation.broken`), which its proof refutes;
+- `reserve`: a wrong evictable reserve (`devtools.vllm.variants.VARIANTS`), which the reserve's
+  machine and explorer in lockstep with the spec tell apart (and `make vllm`'s own tests fail);
+- `reserve_encoding`: a broken z3 encoding of the reserve (`kvsched.proofs.reserve_safety.broken`),
+  which its proof refutes;
+- `manager`: a page manager broken for one safety-mode check (`devtools.broken_managers.MANAGERS`),
+  which safety mode catches with that check on the manager's pinned calls.
 
 This module and its golden files live with the tests: none of it is in the wheel.
 """
@@ -54,6 +62,9 @@ class Bug:
     engine: str | None = None
     slots: str | None = None
     cache: str | None = None  # a broken form the prefix cache's z3 proofs refute
+    reserve: str | None = None
+    reserve_encoding: str | None = None
+    manager: str | None = None
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -72,6 +83,7 @@ CATALOGUE: tuple[Bug, ...] = (
         mutant="release never frees a page at zero",
         encoding="ReleaseSkipsPush",
         contracts=("pool_release",),
+        reserve_encoding="free_leaves_it_off_the_queue",
     ),
     Bug(
         "cow-skipped",
@@ -79,6 +91,7 @@ CATALOGUE: tuple[Bug, ...] = (
         mutant="copy-on-write skipped at refcount 2",
         encoding="WriteSharedInPlace",
         contracts=("pool_writable",),
+        manager="cow_in_place",
     ),
     Bug(
         "cow-release-first",
@@ -86,6 +99,7 @@ CATALOGUE: tuple[Bug, ...] = (
         mutant="writable releases the source before allocating",
         encoding="ReleaseSourceFirst",
         contracts=("impl_writable",),
+        manager="cow_release_first",
     ),
     Bug(
         "cow-keeps-source",
@@ -104,6 +118,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "A retain revives a free page (a use after free): counted, yet still on the free stack.",
         encoding="RetainFreePage",
         contracts=("impl_pool",),
+        reserve_encoding="revive_leaves_it_queued",
     ),
     Bug(
         "allocate-leaves-free",
@@ -161,6 +176,7 @@ CATALOGUE: tuple[Bug, ...] = (
         kind=INVARIANT,
         mutant="finish leaks the first page",
         encoding="FinishLeaksPages",
+        manager="leak",
     ),
     Bug(
         "finish-foreign-pool",
@@ -320,6 +336,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "full-hit-prefills-nothing",
         "A full prefix hit prefills zero tokens and samples logits it never computed (nano-vllm PR #199).",
         engine="full_hit_prefills_nothing",
+        manager="full_hit",
     ),
     Bug(
         "memory-guard-skipped",
@@ -348,12 +365,14 @@ CATALOGUE: tuple[Bug, ...] = (
         "cache-before-write",
         "A page enters the prefix cache when it is allocated, before its KV is written (TGI #2489).",
         engine="publish_on_allocation",
+        manager="unwritten_hit",
     ),
     Bug(
         "evicted-key-stays",
         "An evicted page is freed but its key still maps to it, so a stale page is served (nano-vllm #163).",
         engine="evict_keeps_key",
         cache="evict_keeps_key",
+        reserve_encoding="allocate_keeps_keys",
     ),
     Bug(
         "cache-holds-no-reference",
@@ -375,5 +394,46 @@ CATALOGUE: tuple[Bug, ...] = (
         "tenants-share-pages",
         "Page keys leave out the tenant, so two tenants with one prompt share KV pages (vLLM's hash advisory).",
         engine="salt_dropped",
+    ),
+    # -- the evictable reserve and safety mode ----------------------------------------------------
+    Bug(
+        "parked-newest-first",
+        "A freed cached page is parked at the front of the free queue, so the newest parked page is evicted first.",
+        reserve="NewestFirst",
+    ),
+    Bug(
+        "free-drops-keys",
+        "A page's keys are forgotten when its last holder frees it, so nothing freed is ever hit again.",
+        reserve="DropHashOnFree",
+    ),
+    Bug(
+        "write-cached-page",
+        "A page still registered under a key is written with other content, so a hit serves the wrong KV.",
+        reserve_encoding="write_a_named_page",
+    ),
+    Bug(
+        "register-other-content",
+        "A page is registered under a key that names content it does not hold.",
+        reserve_encoding="register_other_content",
+    ),
+    Bug(
+        "touch-counts-reserved",
+        "A hit on the reserved null page takes a reference on it, as if a request could own it.",
+        reserve_encoding="touch_counts_the_reserved",
+    ),
+    Bug(
+        "view-miscounts-holders",
+        "A page manager reports more holders of a page than the live tables that hold it.",
+        manager="holder_count",
+    ),
+    Bug(
+        "refusal-allocates",
+        "A refused admission takes a page anyway: the refusal is not all-or-nothing.",
+        manager="refusal_allocates",
+    ),
+    Bug(
+        "fork-writes-shared-tail",
+        "A forked child decodes into the last page it shares with its parent, without a copy.",
+        manager="no_copy",
     ),
 )

@@ -5,8 +5,10 @@ reference and both with the same `FailureKind`; the explorer's failure and short
 match the bug's golden file (`KVSCHED_UPDATE_GOLDEN=1` rewrites them after a deliberate change).
 An impl mutant must be caught by the machine in lockstep with the spec, with its named kind,
 and, where the catalogue says `explored`, by the explorer in lockstep as well.
-The encodings and contract targets are refuted by the proofs' and the gate's own tests; here
-the catalogue only has to list each of them.
+The encodings and contract targets are refuted by the proofs' and the gate's own tests, the
+wrong reserves by the reserve's machine and explorer (`tests/impl/test_reserve.py`) and the
+broken managers by safety mode (`tests/testing/test_safety.py`); here the catalogue only has to
+list each of them, and every corpus must be one it knows (`CORPORA`).
 """
 
 from __future__ import annotations
@@ -14,26 +16,27 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from devtools import broken_contracts
 from devtools.mutants import hunt, mutant_system
 from devtools.mutants_corpus import MUTANTS
-from kvsched.proofs import broken, cache_conservation, engine_slots
 from kvsched.proofs.explorer import Explorer
 from kvsched.proofs.operations import Bounds
 from kvsched.proofs.subject import SPEC, Subject, variant
 from kvsched.proofs.trace import reproduce
 from kvsched.testing.campaign import run_machine
 from kvsched.testing.checks import CheckFailed, FailureKind
-from kvsched.testing.engine_variants import ENGINE_VARIANTS
+from kvsched.testing.component import Corpus
 from kvsched.testing.machine import KvschedMachine
+from kvsched.testing.registry import COMPONENTS
 from kvsched.testing.system import SystemConfig
 from kvsched.testing.variants import VARIANTS
 from tests.bugs.catalogue import CATALOGUE, Bug
+from tests.bugs.listing import listed, listing_problems
 
 GOLDEN = Path(__file__).with_name("golden")
 BOUNDS = Bounds(requests=2, pages=3, logical_pages=2, entries=1, entry_pages=2, max_references=2, max_external=1)
@@ -50,21 +53,23 @@ HUNT = settings(
 )
 
 
-def _listed(names: list[str], corpus: list[str]) -> None:
-    assert sorted(names) == sorted(corpus), set(names) ^ set(corpus)
+# Safety mode's corpus: its harness checks through its own verbs, not a registered alphabet yet.
+MANAGERS = Corpus("manager", "devtools.broken_managers:MANAGERS")
+CORPORA = (*(corpus for component in COMPONENTS for corpus in component.corpora), MANAGERS)
 
 
 def test_every_realisation_is_listed_under_exactly_one_bug() -> None:
     assert len({bug.id for bug in CATALOGUE}) == len(CATALOGUE)
-    _listed([bug.variant for bug in CATALOGUE if bug.variant], list(VARIANTS))
-    _listed([bug.mutant for bug in CATALOGUE if bug.mutant], [mutant.name for mutant in MUTANTS])
-    encodings = {entry.name for entry in broken.CORPUS} | {drifted.__name__ for drifted in broken.DRIFTED}
-    _listed([bug.encoding for bug in CATALOGUE if bug.encoding], sorted(encodings))
-    _listed([name for bug in CATALOGUE for name in bug.contracts], list(broken_contracts.COUNTEREXAMPLES))
-    _listed([bug.engine for bug in CATALOGUE if bug.engine], [variant.name for variant in ENGINE_VARIANTS])
-    _listed([bug.slots for bug in CATALOGUE if bug.slots], list(engine_slots.broken()))
-    _listed([bug.cache for bug in CATALOGUE if bug.cache], list(cache_conservation.broken()))
+    assert listing_problems(CATALOGUE, CORPORA) == []
     assert all((bug.variant is None) == (bug.kind is None) for bug in CATALOGUE)
+
+
+def test_a_corpus_entry_missing_from_the_catalogue_fails_the_listing() -> None:
+    """The listing has teeth at both ends: drop the first or the last bug naming a corpus."""
+    for corpus in CORPORA:
+        naming = [bug for bug in CATALOGUE if listed(bug, corpus.field)]
+        for dropped in (naming[0], naming[-1]):
+            assert listing_problems([bug for bug in CATALOGUE if bug is not dropped], [corpus]), corpus
 
 
 VARIANT_BUGS = [bug for bug in CATALOGUE if bug.variant]
@@ -122,3 +127,9 @@ def test_the_explorer_in_lockstep_catches_an_impl_mutant(bug: Bug) -> None:
     explorer = Explorer(BOUNDS, Subject(mutant.name, mutant_system(mutant), "", ""), SPEC)
     violation = explorer.run(max_states=3_000).violation
     assert violation is not None and violation.kind is FailureKind.LOCKSTEP, violation
+
+
+def test_every_corpus_is_a_field_of_the_catalogue() -> None:
+    """A corpus a component registers is a field of the catalogue, and every field is a corpus."""
+    realisations = {f.name for f in fields(Bug)} - {"id", "sentence", "kind", "mutant_kind", "explored"}
+    assert realisations == {corpus.field for corpus in CORPORA}

@@ -1,155 +1,88 @@
-"""impl's evictable reserve in lockstep with the spec's (`kvsched.spec.reserve`).
+"""impl's evictable reserve in lockstep with the spec's (`kvsched.spec.reserve`), by its registration.
 
-One machine drives both through every transition, with bad input beside good: out-of-range and
-reserved pages, double frees, registering free pages, resetting while pages are held. After
-every call the impl state must be the spec state, every reserve invariant must hold, and a
-refused call must raise the same error and change nothing. The wrong reserves `make vllm`
-uses must each be told apart from the spec.
+The reserve is a registered component (`kvsched.testing.registry.RESERVE`): the machine base
+draws every event of its alphabet, in range and out of it (out-of-range and reserved pages,
+double frees, registering free pages, resetting while pages are held), and the one step checker
+checks each call (lockstep, atomicity of a refusal, the read-only lookup, the invariants); the
+explorer checks every state of a small reserve the same way. The wrong reserves `make vllm`
+uses must each be told apart from the spec by both.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from devtools.vllm.variants import VARIANTS
 from kvsched.impl.reserve import Reserve as ImplReserve
+from kvsched.proofs.component_explorer import ComponentExplorer
 from kvsched.spec import reserve as spec
-from kvsched.spec.errors import Exhausted, InvalidBlock, KvschedError
+from kvsched.spec.errors import Exhausted, InvalidBlock
+from kvsched.testing.checks import CheckFailed, FailureKind
+from kvsched.testing.component_machine import machine_for
+from kvsched.testing.registry import RESERVE
+from kvsched.testing.rules_reserve import ReserveConfig, impl_reserve, spec_reserve
 
-PAGES = 6
-pages = st.integers(-1, PAGES)
-page_lists = st.lists(pages, max_size=5)
-keys = st.sampled_from(["a", "b", "c", "d"])
-
-
+LOCKSTEP = settings(
+    max_examples=300,
+    stateful_step_count=40,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+EXPLORED = ReserveConfig(pages=3, keys=("a", "b"))  # 650 states, every one checked
 CALLS: Counter[str] = Counter()  # calls made and refused, over every example of a run
 
 
-class Divergence(AssertionError):
-    """impl and spec disagree."""
+def wrong(name: str) -> Any:
+    """A factory of the wrong reserve `name`."""
+    return lambda config: VARIANTS[name](config.pages, caching=config.caching)
 
 
-class ReserveLockstep(RuleBasedStateMachine):
-    impl_class: Callable[..., ImplReserve] = ImplReserve
-    caching = True
+def run_lockstep(factory: Any, config: ReserveConfig, examples: int = 300, shrink: bool = True) -> None:
+    machine = machine_for(RESERVE, factory, spec_reserve, config)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.spec = spec.Reserve(PAGES, caching=self.caching)
-        self.impl = self.impl_class(PAGES, caching=self.caching)
+    class Counted(machine):  # type: ignore[valid-type,misc]
+        def teardown(self) -> None:
+            CALLS.update(self.calls)
+            super().teardown()
 
-    def _both(self, name: str, *args: object) -> object:
-        before = self.spec.state
-        try:
-            expected = getattr(self.spec, name)(*args)
-        except KvschedError as error:
-            CALLS["refused"] += 1
-            self._refused_alike(name, args, error, before)
-            return None
-        CALLS["made"] += 1
-        got = getattr(self.impl, name)(*args)
-        if got != expected:
-            raise Divergence(f"{name}{args}: spec answered {expected!r}, impl {got!r}")
-        return expected
-
-    def _refused_alike(self, name: str, args: tuple[object, ...], error: KvschedError, before: object) -> None:
-        try:
-            getattr(self.impl, name)(*args)
-        except KvschedError as got:
-            if type(got) is not type(error) or got.details() != error.details():
-                raise Divergence(f"{name}{args}: spec raised {error!r}, impl {got!r}") from got
-        else:
-            raise Divergence(f"{name}{args}: spec raised {error!r}, impl did not") from error
-        if self.spec.state != before or self.impl.to_spec() != before:
-            raise Divergence(f"{name}{args} was refused but changed the state")
-
-    def _held(self) -> list[int]:
-        return [page for page, count in enumerate(self.spec.state.refs) if count and page not in (0,)]
-
-    @rule(n=st.integers(-1, PAGES + 1))
-    def allocate(self, n: int) -> None:
-        self._both("allocate", n)
-
-    @rule(chosen=page_lists)
-    def touch(self, chosen: list[int]) -> None:
-        self._both("touch", chosen)
-
-    @precondition(lambda self: self._held())
-    @rule(data=st.data())
-    def free_held(self, data: st.DataObject) -> None:
-        held = self._held()
-        chosen = data.draw(st.lists(st.sampled_from(held), min_size=1, max_size=len(held), unique=True))
-        self._both("free", chosen)
-
-    @rule(chosen=page_lists)
-    def free_anything(self, chosen: list[int]) -> None:
-        self._both("free", chosen)
-
-    @rule(chosen=page_lists)
-    def unpin(self, chosen: list[int]) -> None:
-        self._both("unpin", chosen)
-
-    @precondition(lambda self: self._held())
-    @rule(key=keys, data=st.data())
-    def register_held(self, key: str, data: st.DataObject) -> None:
-        self._both("register", key, data.draw(st.sampled_from(self._held())))
-
-    @rule(key=keys, page=pages)
-    def register_anything(self, key: str, page: int) -> None:
-        self._both("register", key, page)
-
-    @rule(page=pages)
-    def forget(self, page: int) -> None:
-        self._both("forget", page)
-
-    @rule()
-    def reset(self) -> None:
-        self._both("reset")
-
-    @rule(key=keys)
-    def lookup(self, key: str) -> None:
-        self._both("lookup", key)
-
-    @invariant()
-    def same_state_and_invariants_hold(self) -> None:
-        if self.impl.to_spec() != self.spec.state:
-            raise Divergence(f"impl {self.impl.to_spec()} is not spec {self.spec.state}")
-        broken = spec.check_reserve(self.spec.state)
-        assert not broken, broken
+    phases = list(Phase) if shrink else [Phase.generate]  # the first failing program is a verdict
+    Counted.TestCase.settings = settings(LOCKSTEP, max_examples=examples, phases=phases)
+    Counted.TestCase().runTest()
 
 
-LOCKSTEP = settings(max_examples=300, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck))
-
-
-def test_impl_reserve_refines_the_spec() -> None:
+@pytest.mark.parametrize("caching", [True, False])
+def test_impl_reserve_refines_the_spec(caching: bool) -> None:
     CALLS.clear()
-    ReserveLockstep.TestCase.settings = LOCKSTEP
-    ReserveLockstep.TestCase().runTest()
+    run_lockstep(impl_reserve, ReserveConfig(caching=caching))
     assert CALLS["made"] > CALLS["refused"] > 0  # bad input reached both, and so did good
 
 
-def test_impl_reserve_refines_the_spec_with_caching_off() -> None:
-    class Off(ReserveLockstep):
-        caching = False
-
-    Off.TestCase.settings = LOCKSTEP
-    Off.TestCase().runTest()
+@pytest.mark.parametrize("caching", [True, False])
+def test_every_state_of_a_small_reserve_refines_the_spec(caching: bool) -> None:
+    config = ReserveConfig(pages=EXPLORED.pages, keys=EXPLORED.keys, caching=caching)
+    result = ComponentExplorer(RESERVE, config, impl_reserve, spec_reserve).run()
+    assert result.complete and result.violation is None, result.violation
+    assert result.states == 650 and result.transitions == 24_180
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_a_wrong_reserve_is_told_apart(name: str) -> None:
-    class Wrong(ReserveLockstep):
-        impl_class = VARIANTS[name]
+def test_a_wrong_reserve_is_told_apart_by_the_machine(name: str) -> None:
+    with pytest.raises(CheckFailed) as caught:
+        run_lockstep(wrong(name), ReserveConfig(), examples=2000, shrink=False)
+    assert caught.value.failure.kind is FailureKind.LOCKSTEP
 
-    Wrong.TestCase.settings = settings(LOCKSTEP, max_examples=2000)
-    with pytest.raises(Divergence):
-        Wrong.TestCase().runTest()
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_a_wrong_reserve_is_told_apart_by_the_explorer(name: str) -> None:
+    violation = ComponentExplorer(RESERVE, EXPLORED, wrong(name), spec_reserve).run().violation
+    assert violation is not None and violation.kind is FailureKind.LOCKSTEP, violation
 
 
 def test_the_transitions_by_hand() -> None:

@@ -4,8 +4,9 @@
 its own pool, recorded by `devtools/vllm/record_traces.py` in the reserve's alphabet (what
 `KvschedBlockPool` maps each pool call to): the blocks each allocation handed out, the page each
 lookup found, the keys each removal dropped, each reset's verdict, and after each call vLLM's free
-queue and counts. Replayed on the spec's reserve and impl's, every answer and every state must
-be vLLM's; the wrong reserves must not be.
+queue and counts. Replayed as the reserve's events (`kvsched.spec.reserve_events`) through
+`apply` and the one step checker, on the spec's reserve and impl's, every answer and every state
+must be vLLM's; the wrong reserves must not be.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ import pytest
 from devtools.vllm.variants import VARIANTS
 from kvsched.impl.reserve import Reserve as ImplReserve
 from kvsched.spec import reserve as spec
-from kvsched.spec.errors import CacheInUse, Exhausted
+from kvsched.spec import reserve_events as rev
+from kvsched.spec.errors import Exhausted
+from kvsched.spec.step import apply
+from kvsched.testing.checks import Outcome, capture, check_step
+from kvsched.testing.registry import RESERVE
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "vllm_0.32.0_block_pool.json").read_text())
 TRACES: list[list[list[Any]]] = GOLDEN["traces"]
@@ -31,54 +36,51 @@ class Mismatch(AssertionError):
     """The reserve answered otherwise than vLLM."""
 
 
-def state_of(reserve: Any) -> tuple[tuple[int, ...], list[int]]:
-    if isinstance(reserve, spec.Reserve):
-        return reserve.state.queue, list(reserve.state.refs)
-    return tuple(reserve.queue), list(reserve.refs)
+# Each recorded call as the reserve's event, and how vLLM's recorded answer reads the outcome.
+EVENTS: dict[str, Callable[..., Any]] = {
+    "allocate": lambda n, _: rev.TakePages(n),
+    "touch": lambda pages: rev.Touch(tuple(pages)),
+    "free": lambda pages: rev.FreePages(tuple(pages)),
+    "register": lambda key, page: rev.Register(key, page),
+    "forget": lambda page, _: rev.Forget(page),
+    "lookup": lambda key, _: rev.Lookup(key),
+    "reset": lambda _: rev.ResetReserve(),
+}
+ANSWERS: dict[str, Callable[[Outcome], Any]] = {
+    "allocate": lambda outcome: None if outcome.error is Exhausted else list(outcome.value),
+    "forget": lambda outcome: sorted(outcome.value),
+    "lookup": lambda outcome: outcome.value,
+    "reset": lambda outcome: outcome.error is None,
+}
+
+
+def run(reserve: Any, event: Any) -> Outcome:
+    return capture(lambda: apply(reserve, event))
 
 
 def replay(trace: list[list[Any]], make: Callable[[int], Any]) -> int:
-    """Replay one trace; the number of calls checked."""
+    """Replay one trace through `apply` and the step checker; the number of calls checked."""
     reserve = make(trace[0][1])
     checked = 0
     for step, (verb, *args) in enumerate(trace[1:], start=1):
         where = f"call {step} ({verb} {args})"
-        if verb == "allocate":
-            n, vllm_pages = args
-            try:
-                pages = list(reserve.allocate(n))
-            except Exhausted:
-                pages = None
-            if pages != vllm_pages:
-                raise Mismatch(f"{where}: kvsched handed out {pages}")
-        elif verb == "touch":
-            reserve.touch(args[0])
-        elif verb == "free":
-            reserve.free(args[0])
-        elif verb == "register":
-            reserve.register(args[0], args[1])
-        elif verb == "forget":
-            page, vllm_keys = args
-            if sorted(reserve.forget(page)) != vllm_keys:
-                raise Mismatch(f"{where}: kvsched's keys differ")
-        elif verb == "lookup":
-            key, vllm_page = args
-            if reserve.lookup(key) != vllm_page:
-                raise Mismatch(f"{where}: kvsched found {reserve.lookup(key)}")
-        elif verb == "reset":
-            try:
-                reserve.reset()
-                done = True
-            except CacheInUse:
-                done = False
-            if done != args[0]:
-                raise Mismatch(f"{where}: kvsched's reset {'succeeded' if done else 'was refused'}")
-        elif verb == "state":
-            queue, counts = state_of(reserve)
-            if list(queue) != args[0] or counts[1:] != args[1]:
-                raise Mismatch(f"{where}: kvsched's queue {list(queue)} counts {counts[1:]}")
-        else:
-            raise AssertionError(f"unknown verb {verb}")
+        if verb == "state":
+            state = reserve.to_spec()
+            if list(state.queue) != args[0] or list(state.refs[1:]) != args[1]:
+                raise Mismatch(f"{where}: kvsched's queue {list(state.queue)} counts {list(state.refs[1:])}")
+            checked += 1
+            continue
+        event = EVENTS[verb](*args)
+        before = reserve.to_spec()
+        outcome = run(reserve, event)
+        failure = check_step(before, event, outcome, reserve.to_spec(), component=RESERVE)
+        if failure is not None:
+            raise AssertionError(f"{where}: {failure}")
+        answer = ANSWERS.get(verb)
+        if answer is not None and answer(outcome) != args[-1]:
+            raise Mismatch(f"{where}: kvsched answered {answer(outcome)}")
+        if answer is None and outcome.error is not None:
+            raise Mismatch(f"{where}: kvsched refused ({outcome.summary()}), vLLM did not")
         checked += 1
     return checked
 

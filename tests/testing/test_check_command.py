@@ -112,11 +112,11 @@ def test_an_untyped_failure_stops_the_campaign_where_it_happened() -> None:
 
 
 REPLAYS = [
-    ("tests.testing.test_safety", "full_hit_manager", FailureKind.FULL_HIT),
-    ("tests.testing.test_safety", "unwritten_hit_manager", FailureKind.GHOST),
-    ("tests.testing.test_safety", "holder_count_manager", FailureKind.INVARIANT),
-    ("tests.testing.test_safety", "refusal_allocates_manager", FailureKind.ATOMICITY),
-    ("tests.testing.test_safety", "leak_manager", FailureKind.LEAK),
+    ("devtools.broken_managers", "full_hit", FailureKind.FULL_HIT),
+    ("devtools.broken_managers", "unwritten_hit", FailureKind.GHOST),
+    ("devtools.broken_managers", "holder_count", FailureKind.INVARIANT),
+    ("devtools.broken_managers", "refusal_allocates", FailureKind.ATOMICITY),
+    ("devtools.broken_managers", "leak", FailureKind.LEAK),
     ("devtools.cow_toy", "in_place", FailureKind.EXCLUSIVE),
     ("tests.testing.test_check_command", "crashes_on_second", FailureKind.UNTYPED),
 ]

@@ -43,7 +43,7 @@ def test_the_public_api_checks_a_user_system() -> None:
         settings(max_examples=5, stateful_step_count=20, deadline=None, database=None, derandomize=True),
     )
     assert stats.examples >= 5 and stats.steps > 0 and stats.invariant_checks > 0
-    assert testing.Explorer.__name__ == "Explorer"
+    assert not hasattr(testing, "Explorer")  # the explorer is kvsched.proofs': testing never imports it
 
 
 def test_the_documented_example_of_one_checked_event_runs() -> None:

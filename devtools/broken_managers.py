@@ -1,0 +1,153 @@
+"""Safety mode's corpus: page managers broken for one check each, and the calls that show it.
+
+Each `BrokenManager` is an adapter factory with one planted fault, the engine's calls that
+reach the fault (`drive`, on a `SafetyMachine`) and the check that must catch it; the correct
+manager it derives from passes the same calls. Listed, with every other corpus, in
+`tests/bugs/catalogue.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from devtools import cow_toy
+from kvsched.testing.adapter import ManagerFactory, PoolView
+from kvsched.testing.adapters import kvsched_parts
+from kvsched.testing.outcome import FailureKind
+from kvsched.testing.safety import SafetyMachine
+
+Drive = Callable[[SafetyMachine], None]
+
+
+class Broken(kvsched_parts.KvschedManager):
+    """kvsched's parts with one planted fault, switched by name."""
+
+    fault = ""
+    lost: frozenset[int] = frozenset()
+
+    def admit(self, request_id: int, tokens: Any) -> int | None:
+        if self.fault == "refusal_allocates" and self.pool.free_count() < -(-len(tokens) // self.page_size):
+            self.pool.allocate()  # a page taken, and the admission refused anyway
+            return None
+        cached = super().admit(request_id, tokens)
+        if self.fault == "full_hit" and cached is not None and cached + self.page_size >= len(tokens):
+            return len(tokens)
+        if self.fault == "unwritten_hit" and cached == 0 and len(tokens) > self.page_size:
+            return self.page_size  # claims a hit on a page it just allocated
+        return cached
+
+    def append(self, request_id: int, token: int) -> bool:
+        if self.fault == "no_copy":  # a fork's shared last page written in place
+            self.scheduler.record_tokens(request_id, 1)
+            self.tokens[request_id].append(token)
+            return True
+        return super().append(request_id, token)
+
+    def view(self) -> PoolView:
+        view = super().view()
+        tables = dict(view.tables)
+        if self.fault == "leak" and self.lost:
+            return PoolView(view.holders, view.free - self.lost, tables, view.cached)
+        if self.fault == "holder_count" and tables:
+            page = next(iter(tables.values()))[0]
+            holders = list(view.holders)
+            holders[page] += 1
+            return PoolView(tuple(holders), view.free, tables, view.cached)
+        return view
+
+    def free(self, request_id: int) -> None:
+        if self.fault == "leak":  # its first page is released but never offered again
+            self.lost = frozenset(page for page in self.scheduler.page_table(request_id)[:1] if page is not None)
+        super().free(request_id)
+
+
+def broken(fault: str) -> Callable[[int, int], Broken]:
+    """A factory of kvsched's parts with `fault` planted."""
+
+    def factory(pages: int, page_size: int) -> Broken:
+        manager = Broken(pages, page_size)
+        manager.fault = fault
+        return manager
+
+    return factory
+
+
+def both_submit_the_same(machine: SafetyMachine) -> None:
+    machine.submit(1, (0, 0, 1, 1))
+    machine.decode(1)
+    machine.submit(2, (0, 0, 1, 1, 2))
+
+
+def fill_then_refuse(machine: SafetyMachine) -> None:
+    machine.submit(1, (0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2))
+    machine.submit(2, (2, 2, 2, 2, 2, 2))
+
+
+def finish_everything(machine: SafetyMachine) -> None:
+    machine.submit(1, (0, 1, 2))
+    machine.finish(1)
+    machine.teardown()
+
+
+def fork_then_decode_the_child(machine: SafetyMachine) -> None:
+    machine.submit(1, (0, 1, 2))
+    machine.fork(1, 2)
+    machine.decode(2)
+
+
+def fork_then_decode_with_nothing_free(machine: SafetyMachine) -> None:
+    machine.submit(1, (0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2))  # every page
+    machine.fork(1, 2)
+    machine.decode(2)  # the copy-on-write copy finds no free page: refused
+
+
+# Each factory by name, so a printed counterexample imports it (`devtools.broken_managers:NAME`).
+full_hit = broken("full_hit")
+unwritten_hit = broken("unwritten_hit")
+holder_count = broken("holder_count")
+refusal_allocates = broken("refusal_allocates")
+leak = broken("leak")
+no_copy = broken("no_copy")
+
+
+@dataclass(frozen=True)
+class BrokenManager:
+    """One planted fault: its factory, the correct factory it derives from, the calls that reach
+    it and the check that must catch it."""
+
+    name: str
+    factory: ManagerFactory
+    correct: ManagerFactory
+    drive: Drive
+    kind: FailureKind
+
+
+MANAGERS: dict[str, BrokenManager] = {
+    manager.name: manager
+    for manager in (
+        BrokenManager("full_hit", full_hit, kvsched_parts.manager, both_submit_the_same, FailureKind.FULL_HIT),
+        BrokenManager("unwritten_hit", unwritten_hit, kvsched_parts.manager, both_submit_the_same, FailureKind.GHOST),
+        BrokenManager("holder_count", holder_count, kvsched_parts.manager, both_submit_the_same, FailureKind.INVARIANT),
+        BrokenManager(
+            "refusal_allocates",
+            refusal_allocates,
+            kvsched_parts.manager,
+            fill_then_refuse,
+            FailureKind.ATOMICITY,
+        ),
+        BrokenManager("leak", leak, kvsched_parts.manager, finish_everything, FailureKind.LEAK),
+        BrokenManager("no_copy", no_copy, kvsched_parts.manager, fork_then_decode_the_child, FailureKind.EXCLUSIVE),
+        BrokenManager(
+            "cow_in_place", cow_toy.in_place, cow_toy.correct, fork_then_decode_the_child, FailureKind.EXCLUSIVE
+        ),
+        BrokenManager(
+            "cow_release_first",
+            cow_toy.release_first,
+            cow_toy.correct,
+            fork_then_decode_with_nothing_free,
+            FailureKind.ATOMICITY,
+        ),
+    )
+}
