@@ -45,6 +45,7 @@ class StepContext:
 
 
 StepCheck = Callable[[StepContext], CheckFailure | None]
+QUERY = "a query: it changes no state"  # why a state-space harness skips a read-only event
 
 
 def _name(entry: Any) -> str:
@@ -109,7 +110,8 @@ class Component:
     `violations` says more (a list of what is wrong, empty when nothing is); `checks`: its own
     step checks, run after atomicity and before the invariants; `drain(state)`: the events that
     must give everything back from `state` (liveness), and `drained(state)` says they did;
-    `corpora`: its corpora of broken variants, each listed in the bug catalogue."""
+    `corpora`: its corpora of broken variants, each listed in the bug catalogue; `gaps`: for
+    each harness that drives none of its events, why."""
 
     name: str
     summary: str
@@ -123,6 +125,7 @@ class Component:
     drain: Callable[[Any], list[Any]] | None = None
     drained: Callable[[Any], bool] | None = None
     corpora: tuple[Corpus, ...] = ()
+    gaps: Mapping[Harness, str] = field(default_factory=dict)
 
     def broken(self, state: Any) -> list[str]:
         """What is wrong with `state`: the invariants it breaks (by name), or `violations`."""
@@ -136,6 +139,10 @@ class Component:
             if type(event) is entry.event:
                 return entry
         raise KeyError(f"{type(event).__name__} is not an event of component {self.name!r}")
+
+    def gap(self, entry: EventSpec, harness: Harness) -> str | None:
+        """Why `harness` does not drive `entry`'s event (None: no reason is given)."""
+        return entry.gaps.get(harness) or self.gaps.get(harness)
 
     def event_types(self) -> tuple[type[Any], ...]:
         """The types of its events, in registration order."""

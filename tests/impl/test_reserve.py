@@ -24,8 +24,8 @@ from kvsched.spec import reserve as spec
 from kvsched.spec.errors import Exhausted, InvalidBlock
 from kvsched.testing.checks import CheckFailed, FailureKind
 from kvsched.testing.component_machine import machine_for
+from kvsched.testing.components.reserve import ReserveConfig, impl_reserve, spec_reserve
 from kvsched.testing.registry import RESERVE
-from kvsched.testing.rules_reserve import ReserveConfig, impl_reserve, spec_reserve
 
 LOCKSTEP = settings(
     max_examples=300,

@@ -1,4 +1,5 @@
-"""The evictable reserve's events as the machine draws them and the explorer enumerates them.
+"""The evictable reserve (`kvsched.spec.reserve`): its events as the machine draws them and the
+explorer enumerates them, and its registration.
 
 The machine draws arguments in range and out of it (pages from -1 to one past the end, keys from
 a small set so registrations collide), and frees and registers held pages often enough that
@@ -17,7 +18,10 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kvsched.spec import reserve_events as rev
-from kvsched.spec.reserve import Reserve, ReserveState
+from kvsched.spec.reserve import RESERVE_INVARIANTS, Reserve, ReserveState
+from kvsched.testing.component import QUERY, Component, Corpus, EventSpec, Harness
+
+M, E, Z, C, S = Harness.MACHINE, Harness.EXPLORER, Harness.Z3, Harness.CONTRACTS, Harness.SAFETY
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,3 +199,47 @@ def drain(state: ReserveState) -> list[Any]:
 def drained(state: ReserveState) -> bool:
     """Every page but the reserved is on the free queue."""
     return len(state.queue) == len(state.refs) - len(state.reserved)
+
+
+# -- the registration ------------------------------------------------------------------------
+
+RESERVE = Component(
+    name="reserve",
+    summary="the evictable reserve: vLLM's free-queue pool, whose cache holds no reference",
+    state=ReserveState,
+    events=(
+        EventSpec(rev.TakePages, z3=("reserve_safety:allocate",), draw=draw_take, explore=explore_take),
+        EventSpec(rev.Touch, ids=("pages",), z3=("reserve_safety:touch",), draw=draw_touch, explore=explore_touch),
+        EventSpec(rev.FreePages, ids=("pages",), z3=("reserve_safety:free",), draw=draw_free, explore=explore_free),
+        EventSpec(
+            rev.Unpin,
+            ids=("pages",),
+            gaps={Z: "free's parking branch, which the proof of free covers, for every page"},
+            draw=draw_unpin,
+            explore=explore_unpin,
+        ),
+        EventSpec(
+            rev.Register,
+            ids=("page",),
+            z3=("reserve_safety:register",),
+            draw=draw_register,
+            explore=explore_register,
+        ),
+        EventSpec(rev.Forget, ids=("page",), z3=("reserve_safety:forget",), draw=draw_forget, explore=explore_forget),
+        EventSpec(rev.ResetReserve, z3=("reserve_safety:reset",), draw=draw_reset, explore=explore_reset),
+        EventSpec(rev.Lookup, read_only=True, gaps={Z: QUERY}, draw=draw_lookup, explore=explore_lookup),
+    ),
+    invariants=RESERVE_INVARIANTS,
+    abstraction=lambda reserve: reserve.to_spec(),
+    spec=spec_reserve,
+    drain=drain,
+    drained=drained,
+    corpora=(
+        Corpus("reserve", "devtools.vllm.variants:VARIANTS"),
+        Corpus("reserve_encoding", "kvsched.proofs.reserve_safety:broken"),
+    ),
+    gaps={
+        C: "the reserve has no CrossHair contracts: its machine, explorer and z3 proof check it",
+        S: "safety mode reaches the reserve inside vLLM's pool adapter (make vllm), by its verbs",
+    },
+)
