@@ -15,7 +15,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from devtools.mutants_corpus import NO_ROLLBACK, RELEASE_BEFORE_ALLOCATE
+from devtools.mutants_corpus import NO_ROLLBACK, releases_before_allocating
 from kvsched.contracts import (
     impl_kernels,
     pair_kernels,
@@ -38,7 +38,7 @@ from kvsched.spec import lifecycle as scheduler_ops
 from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix as prefix_ops
 from kvsched.testing.impl_system import ImplAdapter
-from kvsched.testing.patching import patch_source, swap
+from kvsched.testing.patching import patch_source, patch_statements, swap
 from kvsched.testing.system import SystemConfig, SystemUnderTest
 
 
@@ -104,7 +104,7 @@ scheduler_admit = rebind(
 
 # -- impl kernels with one bug, under the kernels' contracts and pairs --------------------------
 
-_retain_without_rollback = patch_source(retain_pages, (NO_ROLLBACK,), "no rollback")
+_retain_without_rollback = patch_statements(retain_pages, NO_ROLLBACK, "no rollback")
 kernel_retain_pages = rebind(impl_kernels.kernel_retain_pages, RETAIN_PAGES=pure(_retain_without_rollback))
 
 _copy_keeps_source = patch_source(
@@ -130,7 +130,7 @@ class ReleaseFirstPool(BlockPool):
     """`writable` that releases the shared source before allocating its copy: an exhausted
     pool then refuses the copy with the source's reference already gone."""
 
-    writable = patch_source(BlockPool.writable, (RELEASE_BEFORE_ALLOCATE,), "writable releases before it allocates")
+    _copy = releases_before_allocating
 
 
 class RetainFreePool(BlockPool):
@@ -158,7 +158,7 @@ class FullBeforeUnknownScheduler(RequestScheduler):
         RequestScheduler.fork,
         (
             ("    parent = self._require_request(parent_id)\n", ""),
-            ("    fork_row(", "    parent = self._require_request(parent_id)\n    fork_row("),
+            ("    self._share_row(", "    parent = self._require_request(parent_id)\n    self._share_row("),
         ),
         "fork checks capacity before the parent",
     )

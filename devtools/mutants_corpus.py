@@ -1,229 +1,233 @@
 """The corpus of deliberately broken impl variants: each is the real impl with one bug.
 
-A `Mutant` names the impl class it breaks, the method its subclass overrides, the function
-whose source it patches (the method itself, or a function or kernel the method reaches) and the
-exact edits. `Mutant.build()` returns the subclass: the real impl classes and modules are never
-touched (`kvsched.testing.patching`). Most bugs are ones serving engines have shipped.
-
-Edits are written against the dedented source: a method's body is indented 4 spaces.
+A `Mutant` is a subclass of one impl class (`component`) overriding one small named method
+(`seam`): most with a few lines written here, the bug in plain sight; the ones whose bug lives in
+a numba kernel override the method that reaches the kernel with a copy calling a patched kernel
+(`kvsched.testing.patching`: statements addressed by position and kind, never by text). The real
+impl classes and modules are never touched. Most bugs are ones serving engines have shipped.
 """
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from kvsched.impl.lowering import apply_round, lower_round
-from kvsched.impl.page_kernels import retain_pages
-from kvsched.impl.pool import BlockPool
-from kvsched.impl.prefix import PrefixKvStore, attach_row, find_idle_lru
+from kvsched.impl.page_kernels import clear_row, retain_pages
+from kvsched.impl.pool import BlockPool, release_array, retain_sequence
+from kvsched.impl.prefix import PrefixKvStore, find_idle_lru
 from kvsched.impl.scheduler import RequestScheduler
-from kvsched.impl.slots import clear_slot
-from kvsched.impl.table import fork_row, release_row
-from kvsched.testing.patching import Function, patch_source, python_function, swap
+from kvsched.impl.slots import DECODE, PREFILL
+from kvsched.impl.table import TableRow
+from kvsched.spec.batch import U32_MAX
+from kvsched.spec.pool import Copy
+from kvsched.spec.prefix import PrefixPageSet
+from kvsched.testing.patching import Function, Statement, patch_statements, swap
 
 COMPONENTS: dict[str, type[Any]] = {"pool": BlockPool, "store": PrefixKvStore, "scheduler": RequestScheduler}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Mutant:
-    """One bug: `component`'s `method`, with `target`'s source edited by `edits`."""
+    """One bug: `component`'s method `seam` overridden by `override`, or, for a kernel's bug, by
+    a copy of the method that calls `kernel` with `edits` applied."""
 
     name: str
     component: str
-    method: str
-    target: Function
-    edits: tuple[tuple[str, str], ...]
+    seam: str
+    override: Callable[..., Any] | None = None
+    kernel: Function | None = None
+    edits: tuple[Statement, ...] = ()
 
     def build(self) -> type[Any]:
-        """The impl class with this one bug: a subclass overriding `method`."""
+        """The impl class with this one bug: a subclass overriding `seam`."""
         base = COMPONENTS[self.component]
-        method = getattr(base, self.method)
-        patched = patch_source(self.target, self.edits, self.name)
-        if python_function(self.target) is not method:
-            patched = swap(method, self.target, patched)
-        return type(
-            f"Mutant{base.__name__}", (base,), {self.method: patched, "__doc__": f"{base.__name__}: {self.name}"}
-        )
+        method = self.override
+        if method is None:
+            assert self.kernel is not None, f"mutant {self.name!r} has neither an override nor a kernel"
+            method = swap(getattr(base, self.seam), self.kernel, patch_statements(self.kernel, self.edits, self.name))
+        return type(f"Mutant{base.__name__}", (base,), {self.seam: method, "__doc__": f"{base.__name__}: {self.name}"})
 
 
-def _mutant(name: str, component: str, method: str, target: Function | None = None, *edits: tuple[str, str]) -> Mutant:
-    return Mutant(name, component, method, target or getattr(COMPONENTS[component], method), edits)
+# -- the pool -----------------------------------------------------------------------------------
 
 
-_PUSH = (
-    "    if count == 1:\n"
-    "        top = int(self._top[0])\n"
-    "        self._free[top] = page\n"
-    "        self._top[0] = top + 1\n"
-)
-_FIFO = (
-    "        self._free[top] = page\n",
-    "        self._free[1 : top + 1] = self._free[:top].copy()\n        self._free[0] = page\n",
-)
-# Edits other corpora reuse (the contract gate's broken targets break the same code).
-NO_ROLLBACK = ("    if code != OK:\n        for index", "    if False:\n        for index")
-RELEASE_BEFORE_ALLOCATE = (
-    "    destination = self.allocate()\n    self._refs[page] = count - 1\n",
-    "    self._refs[page] = count - 1\n    destination = self.allocate()\n",
-)
-_DUPLICATE = "    if request_id in self._slot_of:\n        raise refusals.duplicate_request(request_id)\n"
-_FULL = "    if not self._empty:\n        raise refusals.scheduler_full(request_id, self.requests)\n"
-_ZEROING = (
-    "        output = outputs[index]\n"
-    '        output["request_id"] = 0\n'
-    '        output["slot"] = U32_MAX\n'
-    '        output["next_token_id"] = 0\n'
-)
-_RELEASE_OLD = "            release_array(pool, self._pages[entry, : self._page_counts[entry]])\n"
+def copies_only_past_two(self: BlockPool, count: int) -> bool:
+    return count > 2
+
+
+def releases_before_allocating(self: BlockPool, page: int, count: int) -> Copy:
+    self._refs[page] = count - 1
+    destination = self.allocate()
+    return Copy(page, destination)
+
+
+def pushes_to_the_bottom(self: BlockPool, page: int) -> None:
+    top = int(self._top[0])
+    self._free[1 : top + 1] = self._free[:top].copy()
+    self._free[0] = page
+    self._top[0] = top + 1
+
+
+def never_pushes(self: BlockPool, page: int) -> None:
+    pass
+
+
+def one_past_the_maximum(self: BlockPool, count: int) -> bool:
+    return count > self._max_references
+
+
+# -- the scheduler ------------------------------------------------------------------------------
+
+
+def leaks_the_first_page(self: RequestScheduler, row: TableRow, pool: BlockPool) -> None:
+    release_array(pool, row[1:], skip_invalid=True)
+    clear_row(row)
+
+
+def keeps_the_id(self: RequestScheduler, request_id: int) -> None:
+    pass
+
+
+def keeps_the_token_count(self: RequestScheduler, slot: int) -> None:
+    count = int(self._slots.token_counts[slot])
+    RequestScheduler._clear_slot(self, slot)
+    self._slots.token_counts[slot] = count
+
+
+def completes_a_decoding_request(self: RequestScheduler, state: int) -> bool:
+    return state in (PREFILL, DECODE)
+
+
+def full_before_duplicate(self: RequestScheduler, request_id: int) -> int:
+    self._refuse_full(request_id)
+    self._refuse_duplicate(request_id)
+    return self._lowest_empty()
+
+
+def finds_no_normalized_id(self: RequestScheduler, request_id: int) -> int | None:
+    return None
+
+
+def shares_scratch(self: RequestScheduler, buffers: dict[str, Any], supplied: tuple[str, ...]) -> None:
+    pass
+
+
+def counts_a_chunk_as_one(self: RequestScheduler, count: int, tokens: int) -> int:
+    return min(count + min(tokens, 1), U32_MAX)
+
+
+def highest_empty(self: RequestScheduler) -> int:
+    return max(self._empty)
+
+
+def shares_without_retaining(self: RequestScheduler, source: TableRow, target: TableRow, pool: BlockPool) -> None:
+    target[:] = source
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+
+def keeps_the_stamp(self: PrefixKvStore, entry: int) -> None:
+    pass
+
+
+def releases_the_old_set_first(
+    self: PrefixKvStore, page_set: PrefixPageSet, replaced: int | None, pool: BlockPool
+) -> Any:
+    if replaced is not None:
+        release_array(pool, self._pages[replaced, : self._page_counts[replaced]])
+    retain_sequence(pool, page_set.pages)
+    return np.array(page_set.pages, dtype=np.uint32)
+
+
+def keeps_the_references(self: PrefixKvStore, entry: int, pool: BlockPool) -> None:
+    pass
+
+
+# -- kernel edits -------------------------------------------------------------------------------
+
+NO_ROLLBACK = (Statement((4,), ast.If),)  # retain_pages: the undo of a refused retain (the gate reuses it)
+
+_ITEM_OFFSET = (5, 6)  # lower_round: item["block_table_offset"] = index * width
+_OUTPUT_RESET = ((5, 12), (5, 13), (5, 14))  # lower_round: an unwritten output never matches
+_APPLIED_WHILE_CHECKED = """
+for index in range(count):
+    slot = round_slots[index]
+    output = outputs[index]
+    if output["request_id"] != request_ids[slot] or output["slot"] != slot:
+        return index
+    next_tokens[slot] = outputs[index]["next_token_id"]
+    if token_counts[slot] < U32_MAX:
+        token_counts[slot] += 1
+    token_ready[slot] = True
+"""
+
+
+def _reclaim_mutant(name: str, path: tuple[int, ...], source: str) -> Mutant:
+    """A bug in the store's choice of an idle entry to evict: one `if` of `find_idle_lru`."""
+    return Mutant(name, "store", "_reclaim", kernel=find_idle_lru, edits=(Statement(path, ast.If, source),))
+
 
 MUTANTS: tuple[Mutant, ...] = (
-    _mutant("copy-on-write skipped at refcount 2", "pool", "writable", None, ("if count == 1:", "if count <= 2:")),
-    _mutant(
-        "writable releases the source before allocating",
-        "pool",
-        "writable",
-        None,
-        RELEASE_BEFORE_ALLOCATE,
-    ),
-    _mutant("freed pages reused first-in-first-out", "pool", "release", None, _FIFO),
-    _mutant("release never frees a page at zero", "pool", "release", None, (_PUSH, "")),
-    _mutant(
+    Mutant("copy-on-write skipped at refcount 2", "pool", "_must_copy", copies_only_past_two),
+    Mutant("writable releases the source before allocating", "pool", "_copy", releases_before_allocating),
+    Mutant("freed pages reused first-in-first-out", "pool", "_push_free", pushes_to_the_bottom),
+    Mutant("release never frees a page at zero", "pool", "_push_free", never_pushes),
+    Mutant("retain allows one reference past the maximum", "pool", "_at_maximum", one_past_the_maximum),
+    Mutant(
         "block-table offset off by one in lowering",
         "scheduler",
         "execute_decode_round",
-        lower_round,
-        ('item["block_table_offset"] = index * width', 'item["block_table_offset"] = index * width + 1'),
+        kernel=lower_round,
+        edits=(Statement(_ITEM_OFFSET, ast.Assign, 'item["block_table_offset"] = index * width + 1'),),
     ),
-    _mutant(
+    Mutant(
         "outputs applied before the identity check",
         "scheduler",
         "execute_decode_round",
-        apply_round,
-        (
-            "            return index\n    for index in range(count):\n        slot = round_slots[index]\n",
-            "            return index\n",
-        ),
+        kernel=apply_round,
+        edits=(Statement((1,), ast.For, _APPLIED_WHILE_CHECKED), Statement((2,), ast.For)),
     ),
-    _mutant("decode round leaves stale outputs", "scheduler", "execute_decode_round", lower_round, (_ZEROING, "")),
-    _mutant(
+    Mutant(
+        "decode round leaves stale outputs",
+        "scheduler",
+        "execute_decode_round",
+        kernel=lower_round,
+        edits=tuple(Statement(path, ast.Assign) for path in _OUTPUT_RESET),
+    ),
+    Mutant(
         "install_shared_prefix without rollback",
         "scheduler",
         "admit_with_prefix",
-        retain_pages,
-        NO_ROLLBACK,
+        kernel=retain_pages,
+        edits=NO_ROLLBACK,
     ),
-    _mutant(
-        "finish leaks the first page",
-        "scheduler",
-        "finish",
-        release_row,
-        ("release_array(pool, row, skip_invalid=True)", "release_array(pool, row[1:], skip_invalid=True)"),
-    ),
-    _mutant("stale request-id entry after finish", "scheduler", "finish", None, ("    del self._slot_of[key]\n", "")),
-    _mutant(
-        "finish leaves the token count", "scheduler", "finish", clear_slot, ("    slots.token_counts[slot] = 0\n", "")
-    ),
-    _mutant(
-        "mark_prefill_complete moves a decoding request",
-        "scheduler",
-        "mark_prefill_complete",
-        None,
-        ("    if state != PREFILL:\n", "    if state not in (PREFILL, DECODE):\n"),
-    ),
-    _mutant(
-        "duplicate check after the capacity check",
-        "scheduler",
-        "_require_free_slot",
-        None,
-        (_DUPLICATE + _FULL, _FULL + _DUPLICATE),
-    ),
-    _mutant(
-        "an integer id that is not a plain int is unknown",
-        "scheduler",
-        "_require_request",
-        None,
-        ("        slot = self._slot_of.get(request_id)\n", "        slot = None\n"),
-    ),
-    _mutant(
-        "a round takes scratch buffers that share memory",
-        "scheduler",
-        "execute_decode_round",
-        None,
-        ("        require_disjoint(buffers, supplied, (*self._slots, self._round_slots, *self._writes))\n", ""),
-    ),
-    _mutant(
-        "a prefill chunk is counted as one token",
-        "scheduler",
-        "record_tokens",
-        None,
-        (
-            "    count = min(int(counts[slot]) + tokens, U32_MAX)\n",
-            "    count = min(int(counts[slot]) + min(tokens, 1), U32_MAX)\n",
-        ),
-    ),
-    _mutant(
-        "admission takes the highest empty slot",
-        "scheduler",
-        "_require_free_slot",
-        None,
-        ("    return self._empty[0]\n", "    return max(self._empty)\n"),
-    ),
-    _mutant(
-        "fork shares pages without retaining them",
-        "scheduler",
-        "fork",
-        fork_row,
-        ("    retain_array(pool, source, skip_invalid=True)\n", ""),
-    ),
-    _mutant(
-        "retain allows one reference past the maximum",
-        "pool",
-        "retain",
-        None,
-        ("if count >= self._max_references:", "if count > self._max_references:"),
-    ),
-    _mutant(
-        "attach does not refresh the LRU stamp",
-        "scheduler",
-        "admit_with_prefix",
-        attach_row,
-        ("    store._last_used[entry] = store._clock\n", ""),
-    ),
-    _mutant(
+    Mutant("finish leaks the first page", "scheduler", "_release_row", leaks_the_first_page),
+    Mutant("stale request-id entry after finish", "scheduler", "_forget_id", keeps_the_id),
+    Mutant("finish leaves the token count", "scheduler", "_clear_slot", keeps_the_token_count),
+    Mutant("mark_prefill_complete moves a decoding request", "scheduler", "_completes", completes_a_decoding_request),
+    Mutant("duplicate check after the capacity check", "scheduler", "_require_free_slot", full_before_duplicate),
+    Mutant("an integer id that is not a plain int is unknown", "scheduler", "_find", finds_no_normalized_id),
+    Mutant("a round takes scratch buffers that share memory", "scheduler", "_require_disjoint", shares_scratch),
+    Mutant("a prefill chunk is counted as one token", "scheduler", "_counted", counts_a_chunk_as_one),
+    Mutant("admission takes the highest empty slot", "scheduler", "_lowest_empty", highest_empty),
+    Mutant("fork shares pages without retaining them", "scheduler", "_share_row", shares_without_retaining),
+    Mutant("attach does not refresh the LRU stamp", "store", "_refresh", keeps_the_stamp),
+    _reclaim_mutant(
         "reclaim evicts the most recently used",
-        "store",
-        "_reclaim",
-        find_idle_lru,
-        ("last_used[entry] >= last_used[best]", "last_used[entry] <= last_used[best]"),
+        (5, 0),
+        "if not occupied[entry] or (best >= 0 and last_used[entry] <= last_used[best]):\n    continue",
     ),
-    _mutant(
+    _reclaim_mutant(
         "reclaim evicts entries still in use",
-        "store",
-        "_reclaim",
-        find_idle_lru,
-        ("refs[page] != store_refs[page]", "refs[page] < store_refs[page]"),
+        (5, 2, 1),
+        "if page >= size or refs[page] < store_refs[page] + spare[page]:\n    idle = False\n    break",
     ),
-    _mutant(
-        "publish releases the old set before retaining the new",
-        "store",
-        "_publish",
-        None,
-        ("    retain_sequence(pool, page_set.pages)\n", ""),
-        (
-            "        old = self._identities[entry]\n",
-            "        retain_sequence(pool, page_set.pages)\n        old = self._identities[entry]\n",
-        ),
-        (
-            "    else:\n        heapq.heappop(self._empty)\n",
-            "    else:\n        retain_sequence(pool, page_set.pages)\n        heapq.heappop(self._empty)\n",
-        ),
-    ),
-    _mutant(
-        "remove keeps the entry's page references",
-        "store",
-        "_remove",
-        None,
-        ("    release_array(pool, self._pages[entry, : self._page_counts[entry]])\n", ""),
-    ),
+    Mutant("publish releases the old set before retaining the new", "store", "_exchange", releases_the_old_set_first),
+    Mutant("remove keeps the entry's page references", "store", "_release_entry", keeps_the_references),
 )

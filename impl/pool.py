@@ -108,9 +108,13 @@ class BlockPool:
         count = int(self._refs[page])
         if count == 0:
             raise refusals.retain_free_page(page)
-        if count >= self._max_references:
+        if self._at_maximum(count):
             raise refusals.reference_overflow(page, count)
         self._refs[page] = count + 1
+
+    def _at_maximum(self, count: int) -> bool:
+        """A page with `count` references takes no more."""
+        return count >= self._max_references
 
     def release(self, page: int) -> None:
         """Drop one reference; at zero the page goes back on top of the free stack."""
@@ -120,9 +124,13 @@ class BlockPool:
             raise refusals.double_release(page)
         self._refs[page] = count - 1
         if count == 1:
-            top = int(self._top[0])
-            self._free[top] = page
-            self._top[0] = top + 1
+            self._push_free(page)
+
+    def _push_free(self, page: int) -> None:
+        """Put a page whose count reached 0 on top of the free stack."""
+        top = int(self._top[0])
+        self._free[top] = page
+        self._top[0] = top + 1
 
     def ref_count(self, page: int) -> int | None:
         """The page's reference count (0 when free), or None when out of range."""
@@ -141,12 +149,21 @@ class BlockPool:
             return Allocated(self.allocate())
         page = self._require_page(current)
         count = int(self._refs[page])
-        if count == 1:
-            return Existing(page)
         if count == 0:
             raise refusals.write_free_page(page)
+        if not self._must_copy(count):
+            return Existing(page)
+        return self._copy(page, count)
+
+    def _must_copy(self, count: int) -> bool:
+        """A held page with `count` references is shared: writing it needs a copy."""
+        return count > 1
+
+    def _copy(self, page: int, count: int) -> Copy:
+        """Copy-on-write of a shared page: allocate the copy first, so a refusal changes nothing;
+        then drop this holder's reference to the source (which stays held)."""
         destination = self.allocate()
-        self._refs[page] = count - 1  # count > 1: the source stays held
+        self._refs[page] = count - 1
         return Copy(page, destination)
 
     def __repr__(self) -> str:

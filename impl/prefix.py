@@ -159,24 +159,13 @@ class PrefixKvStore:
         count = len(page_set.pages)
         if count > self._page_capacity:
             raise refusals.set_over_capacity(count, self._page_capacity)
-        retain_sequence(pool, page_set.pages)
-        new_pages = np.array(page_set.pages, dtype=np.uint32)  # every id is in range: retained
-        if not self._identities:
+        entry, victim = self._place_for(page_set.identity)
+        occupied = entry is not None and self._identities[entry] is not None
+        new_pages = self._exchange(page_set, entry if occupied else None, pool)
+        if entry is None:
             release_array(pool, new_pages)  # undo: each count was >= 2
             raise refusals.store_without_entries()
-        entry = self._index.get(page_set.identity)
-        victim = False
-        if entry is None:
-            entry = self._empty[0] if self._empty else None
-        if entry is None:
-            entry = self._next_victim % self.entries
-            victim = True
-        if self._identities[entry] is not None:
-            try:
-                release_array(pool, self._pages[entry, : self._page_counts[entry]])
-            except KvschedError:
-                release_array(pool, new_pages)  # undo the retains: each count was >= 2
-                raise
+        if occupied:
             old = self._identities[entry]
             assert old is not None
             del self._index[old]
@@ -192,15 +181,48 @@ class PrefixKvStore:
         self._last_used[entry] = self._clock
         self._clock += 1
 
+    def _place_for(self, identity: PrefixIdentity) -> tuple[int | None, bool]:
+        """The entry a publish of `identity` takes (None: the store has no entries), and whether it
+        evicts a victim: the identity's own entry, else the lowest empty one, else the next victim."""
+        if not self._identities:
+            return None, False
+        entry = self._index.get(identity)
+        if entry is None:
+            entry = self._empty[0] if self._empty else None
+        if entry is None:
+            return self._next_victim % self.entries, True
+        return entry, False
+
+    def _exchange(self, page_set: PrefixPageSet, replaced: int | None, pool: BlockPool) -> npt.NDArray[np.uint32]:
+        """Retain the new set, then release the `replaced` entry's pages (None: no old set), all or
+        nothing: retaining first keeps a page both sets hold from reaching 0. The new page ids."""
+        retain_sequence(pool, page_set.pages)
+        new_pages = np.array(page_set.pages, dtype=np.uint32)  # every id is in range: retained
+        if replaced is not None:
+            try:
+                release_array(pool, self._pages[replaced, : self._page_counts[replaced]])
+            except KvschedError:
+                release_array(pool, new_pages)  # undo the retains: each count was >= 2
+                raise
+        return new_pages
+
     def _remove(self, identity: PrefixIdentity, pool: BlockPool) -> bool:
         if not isinstance(identity, PrefixIdentity):
             raise refusals.wrong_kind("identity", "PrefixIdentity", identity)
         entry = self._index.get(identity)
         if entry is None:
             return False
-        release_array(pool, self._pages[entry, : self._page_counts[entry]])
+        self._release_entry(entry, pool)
         self._clear(entry)
         return True
+
+    def _release_entry(self, entry: int, pool: BlockPool) -> None:
+        """Release a removed entry's pages, all or nothing."""
+        release_array(pool, self._pages[entry, : self._page_counts[entry]])
+
+    def _refresh(self, entry: int) -> None:
+        """An attached entry becomes the most recently used."""
+        self._last_used[entry] = self._clock
 
     def _clear(self, entry: int) -> None:
         identity = self._identities[entry]
@@ -262,7 +284,7 @@ def attach_row(store: PrefixKvStore, identity: PrefixIdentity, row: TableRow, po
     if entry is None:
         return None
     install_row_prefix(row, pool, store._pages[entry, : store._page_counts[entry]])
-    store._last_used[entry] = store._clock
+    store._refresh(entry)
     store._clock += 1
     return int(store._token_counts[entry])
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import MutableSequence, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,7 @@ from kvsched.impl.slots import (
     to_spec_slots,
 )
 from kvsched.impl.table import (
+    TableRow,
     append_row_shared,
     fork_row,
     mapped_run,
@@ -158,16 +159,29 @@ class RequestScheduler:
         slot = self._slot_of.get(request_id) if type(request_id) is int else None
         if slot is None:
             request_id = require_u64("request_id", request_id)
-            slot = self._slot_of.get(request_id)
+            slot = self._find(request_id)
             if slot is None:
                 raise refusals.unknown_request(request_id)
         return slot
 
+    def _find(self, request_id: int) -> int | None:
+        """The slot of the request a u64 id names, if it is live."""
+        return self._slot_of.get(request_id)
+
     def _require_free_slot(self, request_id: int) -> int:
+        self._refuse_duplicate(request_id)
+        self._refuse_full(request_id)
+        return self._lowest_empty()
+
+    def _refuse_duplicate(self, request_id: int) -> None:
         if request_id in self._slot_of:
             raise refusals.duplicate_request(request_id)
+
+    def _refuse_full(self, request_id: int) -> None:
         if not self._empty:
             raise refusals.scheduler_full(request_id, self.requests)
+
+    def _lowest_empty(self) -> int:
         return self._empty[0]
 
     def _occupy(self, slot: int, request_id: int, state: int) -> None:
@@ -216,13 +230,17 @@ class RequestScheduler:
         self._slots.prefix_tokens[slot] += tokens
         self._pool.bound = pool
 
+    def _share_row(self, source: TableRow, target: TableRow, pool: BlockPool) -> None:
+        """The child's table shares every page of the parent's (one more reference each)."""
+        fork_row(source, target, pool)
+
     def fork(self, parent_id: int, child_id: int, pool: BlockPool) -> int:
         """Admit `child_id` sharing every page of `parent_id` (copy-on-write on first write)."""
         pool = self.check_pool(pool)
         parent = self._require_request(parent_id)
         child_id = require_u64("child_id", child_id)
         child = self._require_free_slot(child_id)
-        fork_row(self._slots.tables[parent], self._slots.tables[child], pool)
+        self._share_row(self._slots.tables[parent], self._slots.tables[child], pool)
         copy_slot(self._slots, parent, child)
         self._occupy(child, child_id, int(self._slots.states[parent]))
         self._pool.bound = pool
@@ -280,10 +298,14 @@ class RequestScheduler:
         """Move a PREFILL request to DECODE."""
         slot = self._require_request(request_id)
         state = int(self._slots.states[slot])
-        if state != PREFILL:
+        if not self._completes(state):
             raise refusals.not_prefilling(int(self._slots.request_ids[slot]), slot, REQUEST_STATES[state].value)
         self._slots.states[slot] = DECODE
         self._decoding += 1
+
+    def _completes(self, state: int) -> bool:
+        """A request in `state` may complete its prefill."""
+        return state == PREFILL
 
     def seed_decode_token(self, request_id: int, token_id: int) -> None:
         """Publish the token consumed by the request's next decode step."""
@@ -307,9 +329,13 @@ class RequestScheduler:
         slot = self._require_request(request_id)
         tokens = tokens if type(tokens) is int and 0 <= tokens <= U32_MAX else require_u32("tokens", tokens)
         counts = self._slots.token_counts
-        count = min(int(counts[slot]) + tokens, U32_MAX)
+        count = self._counted(int(counts[slot]), tokens)
         counts[slot] = count
         return count
+
+    def _counted(self, count: int, tokens: int) -> int:
+        """A request's token count after `tokens` more (saturating at u32)."""
+        return min(count + tokens, U32_MAX)
 
     def record_chunk(self, request_id: int, tokens: int, pool: BlockPool) -> ArrayWritePlan:
         """A prefill chunk in one call (the spec's `record_chunk`): make room for its positions
@@ -376,7 +402,7 @@ class RequestScheduler:
         if any(buffer is not None for buffer in given):
             buffers = {"item_scratch": items, "block_table_scratch": tables, "output_scratch": outputs}
             supplied = tuple(name for name, buffer in zip(buffers, given, strict=True) if buffer is not None)
-            require_disjoint(buffers, supplied, (*self._slots, self._round_slots, *self._writes))
+            self._require_disjoint(buffers, supplied)
         refs = None if self._pool.bound is None else get_arrays(self._pool.bound).refs
         rounds = (self._decoding, self._round_slots, refs, self._page_size or 0)
         return execute_round(self._slots, *rounds, backend, items, tables, outputs)
@@ -386,12 +412,28 @@ class RequestScheduler:
         pool = self.check_pool(pool)
         slot = self._require_request(request_id)
         key = int(self._slots.request_ids[slot])  # the plain int the id denotes (a numpy id is not a key)
-        release_row(self._slots.tables[slot], pool)
+        self._release_row(self._slots.tables[slot], pool)
         self._decoding -= int(self._slots.states[slot]) == DECODE
-        clear_slot(self._slots, slot)
-        del self._slot_of[key]
+        self._clear_slot(slot)
+        self._forget_id(key)
         heapq.heappush(self._empty, slot)
         self._pool.bound = pool
+
+    def _release_row(self, row: TableRow, pool: BlockPool) -> None:
+        """Release a finished request's pages, all or nothing, and clear its table."""
+        release_row(row, pool)
+
+    def _clear_slot(self, slot: int) -> None:
+        """Reset a finished request's slot (its table apart)."""
+        clear_slot(self._slots, slot)
+
+    def _forget_id(self, request_id: int) -> None:
+        """A finished request's id finds no slot any more."""
+        del self._slot_of[request_id]
+
+    def _require_disjoint(self, buffers: dict[str, Any], supplied: tuple[str, ...]) -> None:
+        """A round's scratch buffers share no memory with each other or the scheduler's arrays."""
+        require_disjoint(buffers, supplied, (*self._slots, self._round_slots, *self._writes))
 
     def __repr__(self) -> str:
         live = len(self._slot_of)

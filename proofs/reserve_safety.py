@@ -35,13 +35,19 @@ key the page's content is not, and a touch of the reserved page that counts it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import z3
 
 from kvsched.proofs.model import Arr, Bool, Int
 from kvsched.proofs.preservation import SmallModel, every
+from kvsched.spec.reserve import (
+    ReserveState,
+    inv_counts_non_negative,
+    inv_queue_is_the_free_pages,
+    inv_reserved_held_once,
+)
 
 RESOURCE_LIMIT = 5_000_000  # z3's counted resource units per check (never a wall-clock timeout)
 BOUND = 3  # bounded checks: 3 pages (page 0 reserved), keys 0..3
@@ -207,6 +213,43 @@ def broken() -> dict[str, Transition]:
 def _within_bound() -> Bool:
     p, k, c = z3.Ints("p k c")
     return z3.And(p >= 0, p < BOUND, k >= 0, k <= BOUND, c >= 0, c <= BOUND + 1)
+
+
+# -- the model tied to the spec's invariants -------------------------------------------------
+
+
+def encode(concrete: ReserveState, keys: Sequence[Hashable]) -> ReserveModel:
+    """A concrete reserve as a ground model state: `keys[k]` is key number k, and a page holds the
+    content of the key it is registered under (any page no key names holds content no key has).
+    Ground for any state, corrupted or not: a page twice on the queue has 2 copies."""
+    number = {key: index for index, key in enumerate(keys)}
+    refs = copies = content = z3.K(z3.IntSort(), z3.IntVal(0))
+    names = z3.K(z3.IntSort(), z3.K(z3.IntSort(), z3.BoolVal(False)))
+    for page, count in enumerate(concrete.refs):
+        refs = z3.Store(refs, page, count)
+        copies = z3.Store(copies, page, concrete.queue.count(page))
+        content = z3.Store(content, page, -1 - page)
+    for key, page in concrete.entries:
+        content = z3.Store(content, page, number[key])
+        names = z3.Store(names, number[key], z3.Store(names[number[key]], page, True))
+    return ReserveModel(z3.IntVal(len(concrete.refs)), refs, copies, content, names)
+
+
+CARRIED = (inv_queue_is_the_free_pages, inv_reserved_held_once, inv_counts_non_negative)
+"""The spec invariants the model's invariant carries. Not `inv_entries_distinct`: the model's
+registrations are a set (a registration made twice is one), so a repeated one is invisible."""
+
+
+def holds(concrete: ReserveState, keys: Sequence[Hashable]) -> bool:
+    """The model's invariant (every size, every key) on the encoded state, decided by z3 within
+    its resource units (never a clock)."""
+    solver = z3.Solver()
+    solver.set("rlimit", RESOURCE_LIMIT)
+    solver.add(z3.Not(invariant(encode(concrete, keys))))
+    verdict = solver.check()
+    if verdict == z3.unknown:
+        raise RuntimeError(f"z3 could not decide the reserve invariant on {concrete}: {solver.reason_unknown()}")
+    return bool(verdict == z3.unsat)
 
 
 MODEL = SmallModel(state, invariant, _within_bound, RESOURCE_LIMIT)

@@ -29,7 +29,7 @@ from kvsched.spec.slots import RequestState, SchedulerState, Slot
 from kvsched.spec.step import apply
 from kvsched.spec.system import SystemState, get_owner_references
 from kvsched.spec.table import Table
-from kvsched.testing.checks import capture
+from kvsched.testing.checks import Outcome, capture
 
 T = TypeVar("T")
 
@@ -42,18 +42,28 @@ STATES = (RequestState.EMPTY, RequestState.PREFILL, RequestState.DECODE)
 
 @dataclass(frozen=True, slots=True)
 class Transition(Generic[T]):
-    """One transition: the state before, the refusal (an error class name) or None, the state
-    after (equal to `before` when refused) and the transition's value (None when refused)."""
+    """One transition: the state before, the call's `Outcome` (the harnesses' one outcome type),
+    and the state after (equal to `before` when refused)."""
 
     before: SystemState
-    error: str | None
+    outcome: Outcome
     after: SystemState
-    value: T | None
 
     @property
     def ok(self) -> bool:
         """The transition was enabled and ran."""
-        return self.error is None
+        return self.outcome.error is None
+
+    @property
+    def error(self) -> str | None:
+        """The refusal's error class name, or None."""
+        return None if self.outcome.error is None else self.outcome.error.__name__
+
+    @property
+    def value(self) -> T | None:
+        """What the transition returned (None when refused)."""
+        value: T | None = self.outcome.value
+        return value
 
 
 def run_step(before: SystemState, transition: Callable[[], tuple[SystemState, T]]) -> Transition[T]:
@@ -61,8 +71,8 @@ def run_step(before: SystemState, transition: Callable[[], tuple[SystemState, T]
     try:
         after, value = transition()
     except KvschedError as error:
-        return Transition(before, type(error).__name__, before, None)
-    return Transition(before, None, after, value)
+        return Transition(before, Outcome(None, type(error)), before)
+    return Transition(before, Outcome(value), after)
 
 
 def play(system: Any, events: Sequence[Event]) -> None:

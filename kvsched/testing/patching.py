@@ -1,5 +1,12 @@
 """Patched copies of impl functions: one deliberate bug, without touching the real impl.
 
+`patch_statements(function, edits)` recompiles a function (a numba kernel as its plain Python
+function) with statements replaced or deleted, each addressed by its position in the function
+(`Statement.path`) and the kind of statement expected there, never by its text: renaming a local
+or rewording a line does not move an address, and an address whose statement changed kind fails
+loudly. The impl mutant corpus breaks kernels this way; everything else it breaks through small
+named methods a subclass overrides.
+
 `patch_source(function, edits)` recompiles the function's source with each `(old, new)` edit
 applied to its code with the comments removed (so rewording a comment never breaks a patch; an
 edit naming a comment fails, as one that matches nothing does). Each `old` must occur exactly
@@ -18,12 +25,14 @@ The real impl modules are never modified: the copies live in their own namespace
 
 from __future__ import annotations
 
+import ast
 import inspect
 import io
 import textwrap
 import tokenize
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 Function = Callable[..., Any]
@@ -67,6 +76,16 @@ def without_comments(source: str) -> str:
     return "".join(lines)
 
 
+def _compiled(plain: types.FunctionType, code: str | ast.Module, label: str) -> types.FunctionType:
+    """`plain`'s edited definition, compiled in a copy of its module's namespace."""
+    namespace = dict(plain.__globals__)
+    exec(compile(code, f"<mutant {label}: {plain.__qualname__}>", "exec"), namespace)
+    patched = namespace[plain.__name__]
+    assert isinstance(patched, types.FunctionType)
+    patched.__qualname__ = plain.__qualname__
+    return patched
+
+
 def patch_source(function: Function, edits: tuple[tuple[str, str], ...], label: str) -> types.FunctionType:
     """`function` recompiled with every `(old, new)` edit applied to its code (comments removed),
     in its module's namespace."""
@@ -80,12 +99,54 @@ def patch_source(function: Function, edits: tuple[tuple[str, str], ...], label: 
         if found != 1:
             raise ValueError(f"mutant {label!r}: {old!r} occurs {found} times in {plain.__qualname__}, not once")
         source = source.replace(old, new)
-    namespace = dict(plain.__globals__)
-    exec(compile(source, f"<mutant {label}: {plain.__qualname__}>", "exec"), namespace)
-    patched = namespace[plain.__name__]
-    assert isinstance(patched, types.FunctionType)
-    patched.__qualname__ = plain.__qualname__
-    return patched
+    return _compiled(plain, source, label)
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One statement edit: `path` indexes the function's body (its docstring is statement 0), each
+    later index the body of the statement before; `kind` is the statement's AST type there;
+    `source` replaces it (one or more statements; None deletes it)."""
+
+    path: tuple[int, ...]
+    kind: type[ast.stmt]
+    source: str | None = None
+
+
+def _locate(body: list[ast.stmt], path: tuple[int, ...], label: str) -> tuple[list[ast.stmt], ast.stmt]:
+    node: ast.stmt | None = None
+    for depth, index in enumerate(path):
+        if depth:
+            inner = getattr(node, "body", None)
+            if not isinstance(inner, list):
+                raise ValueError(f"mutant {label!r}: statement {path[:depth]} has no body")
+            body = inner
+        if not 0 <= index < len(body):
+            raise ValueError(f"mutant {label!r}: no statement at {path[: depth + 1]}")
+        node = body[index]
+    assert node is not None
+    return body, node
+
+
+def patch_statements(function: Function, edits: tuple[Statement, ...], label: str) -> types.FunctionType:
+    """`function` recompiled with each statement edit applied, in its module's namespace."""
+    plain = _plain(function)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(plain)))
+    definition = tree.body[0]
+    assert isinstance(definition, ast.FunctionDef)
+    definition.decorator_list = []  # a patched kernel runs as plain Python
+    located = []
+    for edit in edits:  # every address is read on the unedited function
+        body, node = _locate(definition.body, edit.path, label)
+        if not isinstance(node, edit.kind):
+            found = type(node).__name__
+            raise ValueError(f"mutant {label!r}: {edit.path} is a {found}, not a {edit.kind.__name__}")
+        located.append((body, node, edit))
+    for body, node, edit in located:
+        index = next(position for position, other in enumerate(body) if other is node)
+        body[index : index + 1] = [] if edit.source is None else ast.parse(textwrap.dedent(edit.source)).body
+    ast.fix_missing_locations(tree)
+    return _compiled(plain, tree, label)
 
 
 def _calls(function: types.FunctionType) -> set[str]:

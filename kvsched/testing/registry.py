@@ -12,6 +12,7 @@ harness really drives and fails on a gap not explained.
              references and standalone tables)
     ENGINE   the engine: the step loop over its own parts, with the automatic prefix cache
     RESERVE  the evictable reserve: the pool of an engine whose cache holds no reference
+    MANAGER  a foreign page manager in safety mode, through its adapter's view
 
 A new event touches its spec module (the event, which makes its own call) and its component's
 module (its entry); a new component, its spec modules, its module here and `COMPONENTS`.
@@ -23,12 +24,22 @@ from typing import Any
 
 from kvsched.testing.component import Component
 from kvsched.testing.components.engine import ENGINE
+from kvsched.testing.components.manager import MANAGER
 from kvsched.testing.components.reserve import RESERVE
 from kvsched.testing.components.system import SYSTEM, round_wrote_shared, written_pages
 
-__all__ = ["COMPONENTS", "ENGINE", "RESERVE", "SYSTEM", "component_of", "round_wrote_shared", "written_pages"]
+__all__ = [
+    "COMPONENTS",
+    "ENGINE",
+    "MANAGER",
+    "RESERVE",
+    "SYSTEM",
+    "component_of",
+    "round_wrote_shared",
+    "written_pages",
+]
 
-COMPONENTS: tuple[Component, ...] = (SYSTEM, ENGINE, RESERVE)
+COMPONENTS: tuple[Component, ...] = (SYSTEM, ENGINE, RESERVE, MANAGER)
 
 _BY_EVENT: dict[type[Any], Component] = {entry.event: c for c in COMPONENTS for entry in c.events}
 

@@ -29,12 +29,26 @@ user's own factory.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, PoolView
-from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
+from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, check_step
+from kvsched.testing.components.manager import (
+    MANAGER,
+    ManagerConfig,
+    ManagerDecode,
+    ManagerFinish,
+    ManagerFork,
+    ManagerPreempt,
+    ManagerReset,
+    ManagerResume,
+    ManagerState,
+    ManagerSubmit,
+    view_problems,
+)
 
+T = TypeVar("T")
 Context = tuple[int, ...]
 VOCABULARY = 3  # decoded tokens: a small vocabulary makes prompts and pages repeat
 
@@ -120,34 +134,6 @@ def next_token(tokens: Sequence[int]) -> int:
     return (sum(tokens) * 7 + len(tokens)) % VOCABULARY
 
 
-def view_changes(before: PoolView, after: PoolView) -> str:
-    """What differs between two views, field by field (only what changed)."""
-    changes = [
-        f"page {page} holders {old} -> {new}"
-        for page, (old, new) in enumerate(zip(before.holders, after.holders, strict=False))
-        if old != new
-    ]
-    if len(before.holders) != len(after.holders):
-        changes.append(f"{len(before.holders)} -> {len(after.holders)} pages")
-    if before.free - after.free:
-        changes.append(f"pages {sorted(before.free - after.free)} no longer free")
-    if after.free - before.free:
-        changes.append(f"pages {sorted(after.free - before.free)} freed")
-    for request_id in sorted(set(before.tables) | set(after.tables)):
-        old, new = before.tables.get(request_id), after.tables.get(request_id)
-        if old != new:
-            changes.append(f"request {request_id} table {old} -> {new}")
-    dropped = {page for page, key in before.cached.items() if after.cached.get(page) != key}
-    added = {page for page, key in after.cached.items() if before.cached.get(page) != key}
-    if dropped:
-        changes.append(f"pages {sorted(dropped)} uncached")
-    if added:
-        changes.append(f"pages {sorted(added)} cached")
-    if before.reserved != after.reserved:
-        changes.append(f"reserved {sorted(before.reserved)} -> {sorted(after.reserved)}")
-    return "; ".join(changes)
-
-
 class SafetyMachine:
     """The engine side of safety mode over one fresh manager; see the module docstring."""
 
@@ -166,8 +152,8 @@ class SafetyMachine:
         self.kv: dict[int, dict[int, Context]] = {}  # ghost KV: page -> slot -> the context written there
         self.program: list[str] = []
         self.coverage: Counter[str] = Counter({name: 0 for name in COVERAGE})
-        self._cached: Mapping[int, object] = {}  # the cache as the last view showed it
-        self._check(self.manager.view())
+        self.config = ManagerConfig(self.capabilities)
+        self._require_valid(self.manager.view())
 
     # -- the verbs ------------------------------------------------------------------------------
 
@@ -176,17 +162,19 @@ class SafetyMachine:
         self._record(f"machine.submit({request_id}, {tuple(tokens)!r})")
         if request_id in self.sequences or request_id in self.preempted or not tokens:
             raise ValueError(f"request {request_id} is live or preempted, or its prompt is empty")
-        return self._admit(request_id, list(tokens))
+        return self._step(ManagerSubmit(request_id, tuple(tokens)), lambda: self._admit(request_id, list(tokens)))
 
     def decode(self, request_id: int) -> bool:
         """Sample the request's next token, make room for it, and compute its KV; False when
         the manager refuses (no page for it)."""
         self._record(f"machine.decode({request_id})")
         tokens = self._live(request_id)
+        return self._step(ManagerDecode(request_id), lambda: self._append(request_id, tokens))
+
+    def _append(self, request_id: int, tokens: list[int]) -> bool:
         token = next_token(tokens)
-        before = self.manager.view()
         if not self.manager.append(request_id, token):
-            self._refused("append", before)
+            self.coverage["refused"] += 1
             return False
         tokens.append(token)
         if "copy_on_write" in self.capabilities:
@@ -194,7 +182,7 @@ class SafetyMachine:
                 self.kv[destination] = dict(self.kv.get(source, {}))
                 self.coverage["copied"] += 1
         view = self.manager.view()
-        self._check(view)
+        self._require_valid(view)
         self._compute(request_id, view, len(tokens) - 1)
         self.coverage["appended"] += 1
         return True
@@ -203,19 +191,19 @@ class SafetyMachine:
         """The request is done: the manager frees its pages."""
         self._record(f"machine.finish({request_id})")
         self._live(request_id)
+        self._step(ManagerFinish(request_id), lambda: self._free(request_id))
+
+    def _free(self, request_id: int) -> None:
         self.manager.free(request_id)
         del self.sequences[request_id]
         self.coverage["freed"] += 1
-        self._check(self.manager.view())
 
     def preempt(self, request_id: int) -> None:
         """Free the request's pages, keeping its tokens to resume it later (recomputed)."""
         self._record(f"machine.preempt({request_id})")
-        self.preempted[request_id] = self._live(request_id)
-        self.manager.free(request_id)
-        del self.sequences[request_id]
-        self.coverage["freed"] += 1
-        self._check(self.manager.view())
+        tokens = self._live(request_id)
+        self._step(ManagerPreempt(request_id), lambda: self._free(request_id))
+        self.preempted[request_id] = tokens
 
     def resume(self, request_id: int) -> bool:
         """Readmit a preempted request with every token it had; False when refused."""
@@ -223,7 +211,7 @@ class SafetyMachine:
         tokens = self.preempted.get(request_id)
         if tokens is None:
             raise ValueError(f"request {request_id} is not preempted")
-        if self._admit(request_id, tokens):
+        if self._step(ManagerResume(request_id), lambda: self._admit(request_id, tokens)):
             del self.preempted[request_id]
             return True
         return False
@@ -234,14 +222,15 @@ class SafetyMachine:
         tokens = self._live(parent_id)
         if "fork" not in self.capabilities or child_id in self.sequences or child_id in self.preempted:
             raise ValueError(f"no fork capability, or request {child_id} exists")
+        return self._step(ManagerFork(parent_id, child_id), lambda: self._fork(parent_id, child_id, tokens))
+
+    def _fork(self, parent_id: int, child_id: int, tokens: list[int]) -> bool:
         fork = getattr(self.manager, "fork")  # noqa: B009  (optional: not in the protocol)
-        before = self.manager.view()
         if not fork(parent_id, child_id):
-            self._refused("fork", before)
+            self.coverage["refused"] += 1
             return False
         self.sequences[child_id] = list(tokens)
         self.coverage["forked"] += 1
-        self._check(self.manager.view())
         return True
 
     def reset_cache(self) -> bool:
@@ -249,9 +238,8 @@ class SafetyMachine:
         self._record("machine.reset_cache()")
         if "reset_cache" not in self.capabilities:
             raise ValueError("no reset_cache capability")
-        done = bool(getattr(self.manager, "reset_cache")())  # noqa: B009
+        done: bool = self._step(ManagerReset(), lambda: bool(getattr(self.manager, "reset_cache")()))  # noqa: B009
         self.coverage["reset"] += done
-        self._check(self.manager.view(), resetting=True)
         return done
 
     def teardown(self) -> None:
@@ -262,7 +250,7 @@ class SafetyMachine:
             del self.sequences[request_id]
         self.preempted.clear()
         view = self.manager.view()
-        self._check(view)
+        self._require_valid(view)
         lost = sorted(set(range(self.pages)) - view.free - view.reserved)
         if lost:
             self._fail(FailureKind.LEAK, f"pages {lost} are neither free nor reserved once every request is freed")
@@ -270,14 +258,13 @@ class SafetyMachine:
     # -- the engine's work ------------------------------------------------------------------------
 
     def _admit(self, request_id: int, tokens: list[int]) -> bool:
-        before = self.manager.view()
         cached = self.manager.admit(request_id, tuple(tokens))
         if cached is None:
-            self._refused("admit", before)
+            self.coverage["refused"] += 1
             return False
         view = self.manager.view()
         self.sequences[request_id] = tokens
-        self._check(view)
+        self._require_valid(view)
         if not 0 <= cached < len(tokens):
             self._fail(
                 FailureKind.FULL_HIT,
@@ -324,49 +311,31 @@ class SafetyMachine:
 
     # -- checks -------------------------------------------------------------------------------------
 
-    def _check(self, view: PoolView, resetting: bool = False) -> None:
-        """The view's invariants; `kind` INVARIANT. Counts the cached pages the call evicted."""
-        if not resetting:
-            self.coverage["evicted"] += sum(view.cached.get(page) != key for page, key in self._cached.items())
-        self._cached = dict(view.cached)
-        if len(view.holders) != self.pages:
-            self._fail(FailureKind.INVARIANT, f"the view has {len(view.holders)} holder counts for {self.pages} pages")
-        if set(view.tables) != set(self.sequences):
-            self._fail(
-                FailureKind.INVARIANT,
-                f"tables for requests {sorted(view.tables)}, but the live requests are {sorted(self.sequences)}",
-            )
-        counts = [0] * self.pages
-        for request_id, table in view.tables.items():
-            needed = -(-len(self.sequences[request_id]) // self.page_size)
-            if len(table) < needed:
-                self._fail(
-                    FailureKind.INVARIANT, f"request {request_id} holds {len(table)} pages for {needed} pages of tokens"
-                )
-            if len(set(table)) != len(table):
-                self._fail(FailureKind.INVARIANT, f"request {request_id} holds a page twice: {table}")
-            for page in table:
-                if not 0 <= page < self.pages or page in view.reserved:
-                    self._fail(FailureKind.INVARIANT, f"request {request_id} holds page {page}, outside the pool")
-                counts[page] += 1
-        for page, (held, expected) in enumerate(zip(view.holders, counts, strict=True)):
-            if page in view.reserved:  # never handed out: the manager may count it as it likes
-                continue
-            if held != expected:
-                self._fail(
-                    FailureKind.INVARIANT, f"page {page} counts {held} holders, but {expected} live tables hold it"
-                )
-            if page in view.free and expected:
-                self._fail(FailureKind.INVARIANT, f"page {page} is free while {expected} requests hold it")
-        if view.free & view.reserved:
-            self._fail(FailureKind.INVARIANT, f"reserved pages {sorted(view.free & view.reserved)} are free")
+    def state(self) -> ManagerState:
+        """The manager as its view shows it, with the live requests' token counts."""
+        live = tuple(sorted((request_id, len(tokens)) for request_id, tokens in self.sequences.items()))
+        return ManagerState(self.manager.view(), live, self.pages, self.page_size)
 
-    def _refused(self, verb: str, before: PoolView) -> None:
-        self.coverage["refused"] += 1
-        after = self.manager.view()
-        if "atomic" in self.capabilities and after != before:
-            self._fail(FailureKind.ATOMICITY, f"a refused {verb} changed the pool: {view_changes(before, after)}")
-        self._check(after)
+    def _step(self, event: Any, body: Callable[[], T]) -> T:
+        """Run one of the engine's calls and check it with the step checker (the refusal's
+        atomicity, the view's invariants); count the cached pages it evicted (a reset's apart)."""
+        before = self.state()
+        value = body()
+        after = self.state()
+        if not isinstance(event, ManagerReset):
+            dropped = before.view.cached.items()
+            self.coverage["evicted"] += sum(after.view.cached.get(page) != key for page, key in dropped)
+        failure = check_step(before, event, Outcome(value), after, component=MANAGER, config=self.config)
+        if failure is not None:
+            self._fail(failure.kind, failure.detail)
+        return value
+
+    def _require_valid(self, view: PoolView) -> None:
+        """The view's invariants, before the harness reads or writes through it."""
+        live = tuple(sorted((request_id, len(tokens)) for request_id, tokens in self.sequences.items()))
+        problems = view_problems(ManagerState(view, live, self.pages, self.page_size))
+        if problems:
+            self._fail(FailureKind.INVARIANT, problems[0])
 
     def _live(self, request_id: int) -> list[int]:
         tokens = self.sequences.get(request_id)

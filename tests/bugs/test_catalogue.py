@@ -20,7 +20,6 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 
 from devtools.mutants import hunt, mutant_system
 from devtools.mutants_corpus import MUTANTS
@@ -30,32 +29,21 @@ from kvsched.proofs.subject import SPEC, Subject, variant
 from kvsched.proofs.trace import reproduce
 from kvsched.testing.campaign import run_machine
 from kvsched.testing.checks import CheckFailed, FailureKind
-from kvsched.testing.component import Corpus
 from kvsched.testing.machine import KvschedMachine
 from kvsched.testing.registry import COMPONENTS
 from kvsched.testing.system import SystemConfig
 from kvsched.testing.variants import VARIANTS
 from tests.bugs.catalogue import CATALOGUE, Bug
 from tests.bugs.listing import listed, listing_problems
+from tests.helpers import bounded
 
 GOLDEN = Path(__file__).with_name("golden")
 BOUNDS = Bounds(requests=2, pages=3, logical_pages=2, entries=1, entry_pages=2, max_references=2, max_external=1)
 STATES = 20_000  # a variant the explorer has not caught by then fails the test
-HUNT = settings(
-    max_examples=3000,
-    stateful_step_count=60,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-    report_multiple_bugs=False,
-    phases=[Phase.generate],  # the first failing program is the verdict; shrinking it takes minutes
-)
+HUNT = bounded(3000, 60, shrink=False)
 
 
-# Safety mode's corpus: its harness checks through its own verbs, not a registered alphabet yet.
-MANAGERS = Corpus("manager", "devtools.broken_managers:MANAGERS")
-CORPORA = (*(corpus for component in COMPONENTS for corpus in component.corpora), MANAGERS)
+CORPORA = tuple(corpus for component in COMPONENTS for corpus in component.corpora)
 
 
 def test_every_realisation_is_listed_under_exactly_one_bug() -> None:

@@ -6,22 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from kvsched import impl, spec
 from kvsched.spec.engine_state import check_engine_invariants
 from kvsched.spec.model import NULL_VOCAB, null_next_token
 from kvsched.spec.sequence import FinishReason
+from tests.helpers import bounded
 
 # The engine machine's bounded search (examples and steps, derandomized: never a clock).
-SEARCH = settings(
-    max_examples=300,
-    stateful_step_count=40,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+SEARCH = bounded(300, 40)
 FLAVOURS = [pytest.param(spec, id="spec"), pytest.param(impl, id="impl")]
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from devtools.vllm.variants import VARIANTS
@@ -26,15 +26,9 @@ from kvsched.testing.checks import CheckFailed, FailureKind
 from kvsched.testing.component_machine import machine_for
 from kvsched.testing.components.reserve import ReserveConfig, impl_reserve, spec_reserve
 from kvsched.testing.registry import RESERVE
+from tests.helpers import bounded
 
-LOCKSTEP = settings(
-    max_examples=300,
-    stateful_step_count=40,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+LOCKSTEP = bounded(300, 40)
 EXPLORED = ReserveConfig(pages=3, keys=("a", "b"))  # 650 states, every one checked
 CALLS: Counter[str] = Counter()  # calls made and refused, over every example of a run
 
@@ -52,8 +46,7 @@ def run_lockstep(factory: Any, config: ReserveConfig, examples: int = 300, shrin
             CALLS.update(self.calls)
             super().teardown()
 
-    phases = list(Phase) if shrink else [Phase.generate]  # the first failing program is a verdict
-    Counted.TestCase.settings = settings(LOCKSTEP, max_examples=examples, phases=phases)
+    Counted.TestCase.settings = bounded(examples, 40, shrink=shrink)
     Counted.TestCase().runTest()
 
 

@@ -18,6 +18,7 @@ import pytest
 from devtools import cow_toy
 from kvsched.cli import main
 from kvsched.testing import CheckFailed, FailureKind, safety, search_safety
+from kvsched.testing.components import manager
 from kvsched.testing.safety import NotAnAdapter, SafetyMachine
 
 
@@ -131,8 +132,10 @@ def test_the_printed_program_replays_to_the_same_check(module: str, name: str, k
 
 
 def test_every_safety_check_has_a_replay_case() -> None:
-    """Every kind the safety harness can raise (read from its source), so a new check needs a case."""
-    raised = {kind for kind in FailureKind if f"FailureKind.{kind.name}" in inspect.getsource(safety)}
+    """Every kind the safety harness can raise (read from its source and its component's), so a
+    new check needs a case."""
+    source = inspect.getsource(safety) + inspect.getsource(manager)
+    raised = {kind for kind in FailureKind if f"FailureKind.{kind.name}" in source}
     assert len(raised) >= 7 and {kind for _, _, kind in REPLAYS} == raised
 
 

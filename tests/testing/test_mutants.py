@@ -3,6 +3,7 @@ never touched, and the harness catches every mutant while passing the unmodified
 
 from __future__ import annotations
 
+import ast
 import inspect
 
 import pytest
@@ -11,9 +12,10 @@ from devtools import mutants
 from devtools.mutants_corpus import COMPONENTS, MUTANTS, Mutant
 from kvsched.impl.lowering import execute_round, lower_round
 from kvsched.impl.pool import BlockPool
+from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
-from kvsched.testing.patching import patch_source, swap, without_comments
+from kvsched.testing.patching import Statement, patch_source, patch_statements, swap, without_comments
 
 
 def test_the_corpus_has_distinct_mutants_of_every_component() -> None:
@@ -23,30 +25,67 @@ def test_the_corpus_has_distinct_mutants_of_every_component() -> None:
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda mutant: mutant.name)
-def test_a_mutant_overrides_one_method_and_leaves_impl_alone(mutant: Mutant) -> None:
+def test_a_mutant_overrides_one_seam_and_leaves_impl_alone(mutant: Mutant) -> None:
     base = COMPONENTS[mutant.component]
     before = {name: getattr(base, name) for name in dir(base)}
-    source = inspect.getsource(mutant.target)
+    kernel_source = inspect.getsource(mutant.kernel) if mutant.kernel is not None else None
     broken = mutant.build()
     assert issubclass(broken, base) and set(vars(broken)) - {"__module__", "__doc__", "__dict__", "__weakref__"} == {
-        mutant.method
+        mutant.seam
     }
-    assert getattr(broken, mutant.method) is not getattr(base, mutant.method)
+    assert getattr(broken, mutant.seam) is not getattr(base, mutant.seam)
     assert {name: getattr(base, name) for name in dir(base)} == before  # the real class is untouched
-    assert inspect.getsource(mutant.target) == source
+    if mutant.kernel is not None:
+        assert inspect.getsource(mutant.kernel) == kernel_source
 
 
-def test_a_patch_that_no_longer_fits_the_source_fails_loudly() -> None:
+def test_a_seam_is_a_small_method_of_the_real_impl() -> None:
+    """A seam mutant overrides a method the real class has, in a few lines, with the same
+    parameters: the bug is in plain sight, and renaming a local in impl cannot break it."""
+    for mutant in MUTANTS:
+        if mutant.override is None:
+            continue
+        real = getattr(COMPONENTS[mutant.component], mutant.seam)
+        assert list(inspect.signature(real).parameters) == list(inspect.signature(mutant.override).parameters)
+        assert len(inspect.getsource(mutant.override).splitlines()) <= 10, mutant.name
+
+
+def test_a_statement_address_that_no_longer_fits_fails_loudly() -> None:
+    with pytest.raises(ValueError, match="is a For, not a If"):
+        patch_statements(lower_round, (Statement((5,), ast.If),), "stale")
+    with pytest.raises(ValueError, match="no statement at"):
+        patch_statements(lower_round, (Statement((5, 99), ast.Assign),), "stale")
+
+
+def test_a_statement_edit_ignores_names_and_comments() -> None:
+    """An address names a position, so the same edit fits a function whose locals are renamed."""
+
+    def first(x: int) -> int:
+        y = x + 1  # one more
+        return y
+
+    def renamed(value: int) -> int:
+        # a comment moves no statement
+        result = value + 1
+        return result
+
+    for function in (first, renamed):
+        edits = (Statement((0,), ast.Assign, "y = 41"), Statement((1,), ast.Return, "return y"))
+        patched = patch_statements(function, edits, "toy")
+        assert patched(0) == 41
+
+
+def test_a_text_patch_that_no_longer_fits_the_source_fails_loudly() -> None:
     with pytest.raises(ValueError, match="occurs 0 times"):
         patch_source(BlockPool.writable, (("if count == 7:", "if count == 8:"),), "stale")
 
 
-def test_a_patch_matches_code_only_so_rewording_a_comment_cannot_break_it() -> None:
+def test_a_text_patch_matches_code_only_so_rewording_a_comment_cannot_break_it() -> None:
     source = 'def f(x):\n    y = x + 1  # one more\n    # a note\n    return "#" + str(y)  # a string keeps its "#"\n'
     assert without_comments(source) == 'def f(x):\n    y = x + 1\n\n    return "#" + str(y)\n'
-    assert "the source stays held" in inspect.getsource(BlockPool.writable)  # a comment there...
+    assert "every id is in range" in inspect.getsource(PrefixKvStore._exchange)  # a comment there...
     with pytest.raises(ValueError, match="occurs 0 times"):  # ...that no edit can name
-        patch_source(BlockPool.writable, (("# count > 1: the source stays held", "# reworded"),), "comment")
+        patch_source(PrefixKvStore._exchange, (("# every id is in range: retained", "# reworded"),), "comment")
 
 
 def test_swap_rebinds_only_the_copies() -> None:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 from kvsched.proofs.component_explorer import ComponentExplorer
@@ -19,6 +18,7 @@ from kvsched.testing.checks import CheckFailed, FailureKind, capture, check_step
 from kvsched.testing.component import Component, Corpus, EventSpec
 from kvsched.testing.component_machine import machine_for
 from tests.bugs.listing import listing_problems
+from tests.helpers import bounded
 
 LIMIT = 3
 
@@ -98,15 +98,7 @@ COUNTER = Component(
     drained=lambda state: state.value == 0,
     corpora=(Corpus("counter", "tests.testing.test_toy_component:BROKEN"),),
 )
-SETTINGS = settings(
-    max_examples=50,
-    stateful_step_count=10,
-    database=None,
-    derandomize=True,
-    deadline=None,
-    phases=[Phase.generate],
-    suppress_health_check=list(HealthCheck),
-)
+SETTINGS = bounded(50, 10, shrink=False)
 
 
 def run(factory: Any, reference: Any | None) -> None:

@@ -1,0 +1,221 @@
+"""A foreign page manager in safety mode: its state as its adapter's view, the engine's calls as
+events, what every view must satisfy, and its registration.
+
+The state is what the adapter shows (`PoolView`) with the live requests' token counts; its
+invariants (`view_problems`) hold for any correct manager whatever its policy; its own step check
+is the atomicity of a refusal (with the "atomic" capability, a refused call leaves the view as it
+was: a refusal is a return value here, not an exception). The harness's observations (ghost
+reads, exclusive writes, a full prefix hit, a leak once everything is freed) are checked by
+`kvsched.testing.safety.SafetyMachine` while it plays the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kvsched.testing.adapter import PoolView
+from kvsched.testing.component import Component, Corpus, EventSpec, Harness, StepContext
+from kvsched.testing.outcome import CheckFailure, FailureKind
+
+M, E, Z, C = Harness.MACHINE, Harness.EXPLORER, Harness.Z3, Harness.CONTRACTS
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerState:
+    """The manager as its view shows it, the live requests' token counts, and the pool's sizes."""
+
+    view: PoolView
+    live: tuple[tuple[int, int], ...]  # (request id, tokens), by request id
+    pages: int
+    page_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerConfig:
+    """What the harness told the manager, and what it declared it can do."""
+
+    capabilities: frozenset[str]
+
+
+# -- the engine's calls, as events (each `call` is the harness's verb) ------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerSubmit:
+    """Admit a request with its prompt and prefill it."""
+
+    request_id: int
+    tokens: tuple[int, ...]
+
+    def call(self, machine: Any) -> Any:
+        return machine.submit(self.request_id, self.tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerDecode:
+    """Sample a request's next token, make room for it, compute its KV."""
+
+    request_id: int
+
+    def call(self, machine: Any) -> Any:
+        return machine.decode(self.request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerFinish:
+    """A request finished: its pages are freed."""
+
+    request_id: int
+
+    def call(self, machine: Any) -> Any:
+        return machine.finish(self.request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerPreempt:
+    """Free a request's pages, keeping its tokens to resume it."""
+
+    request_id: int
+
+    def call(self, machine: Any) -> Any:
+        return machine.preempt(self.request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerResume:
+    """Readmit a preempted request with every token it had."""
+
+    request_id: int
+
+    def call(self, machine: Any) -> Any:
+        return machine.resume(self.request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerFork:
+    """A child shares its parent's pages and tokens."""
+
+    parent: int
+    child: int
+
+    def call(self, machine: Any) -> Any:
+        return machine.fork(self.parent, self.child)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerReset:
+    """Drop every cached page."""
+
+    def call(self, machine: Any) -> Any:
+        return machine.reset_cache()
+
+
+# The calls a manager may refuse, by the adapter verb that refuses them.
+REFUSABLE: dict[type[Any], str] = {
+    ManagerSubmit: "admit",
+    ManagerDecode: "append",
+    ManagerResume: "admit",
+    ManagerFork: "fork",
+}
+
+
+# -- what every view satisfies -----------------------------------------------------------------
+
+
+def view_problems(state: ManagerState) -> list[str]:
+    """What is wrong with a view, whatever the manager's policy (empty when nothing is)."""
+    view, pages, live = state.view, state.pages, dict(state.live)
+    if len(view.holders) != pages:
+        return [f"the view has {len(view.holders)} holder counts for {pages} pages"]
+    if set(view.tables) != set(live):
+        return [f"tables for requests {sorted(view.tables)}, but the live requests are {sorted(live)}"]
+    problems: list[str] = []
+    counts = [0] * pages
+    for request_id, table in view.tables.items():
+        needed = -(-live[request_id] // state.page_size)
+        if len(table) < needed:
+            problems.append(f"request {request_id} holds {len(table)} pages for {needed} pages of tokens")
+        if len(set(table)) != len(table):
+            problems.append(f"request {request_id} holds a page twice: {table}")
+        for page in table:
+            if not 0 <= page < pages or page in view.reserved:
+                problems.append(f"request {request_id} holds page {page}, outside the pool")
+                continue
+            counts[page] += 1
+    for page, (held, expected) in enumerate(zip(view.holders, counts, strict=True)):
+        if page in view.reserved:  # never handed out: the manager may count it as it likes
+            continue
+        if held != expected:
+            problems.append(f"page {page} counts {held} holders, but {expected} live tables hold it")
+        if page in view.free and expected:
+            problems.append(f"page {page} is free while {expected} requests hold it")
+    if view.free & view.reserved:
+        problems.append(f"reserved pages {sorted(view.free & view.reserved)} are free")
+    return problems
+
+
+def view_changes(before: PoolView, after: PoolView) -> str:
+    """What differs between two views, field by field (only what changed)."""
+    changes = [
+        f"page {page} holders {old} -> {new}"
+        for page, (old, new) in enumerate(zip(before.holders, after.holders, strict=False))
+        if old != new
+    ]
+    if len(before.holders) != len(after.holders):
+        changes.append(f"{len(before.holders)} -> {len(after.holders)} pages")
+    if before.free - after.free:
+        changes.append(f"pages {sorted(before.free - after.free)} no longer free")
+    if after.free - before.free:
+        changes.append(f"pages {sorted(after.free - before.free)} freed")
+    for request_id in sorted(set(before.tables) | set(after.tables)):
+        old, new = before.tables.get(request_id), after.tables.get(request_id)
+        if old != new:
+            changes.append(f"request {request_id} table {old} -> {new}")
+    dropped = {page for page, key in before.cached.items() if after.cached.get(page) != key}
+    added = {page for page, key in after.cached.items() if before.cached.get(page) != key}
+    if dropped:
+        changes.append(f"pages {sorted(dropped)} uncached")
+    if added:
+        changes.append(f"pages {sorted(added)} cached")
+    if before.reserved != after.reserved:
+        changes.append(f"reserved {sorted(before.reserved)} -> {sorted(after.reserved)}")
+    return "; ".join(changes)
+
+
+def refusal_changes_nothing(step: StepContext) -> CheckFailure | None:
+    """With the "atomic" capability, a refused call leaves the view as it was."""
+    verb = REFUSABLE.get(type(step.event))
+    refused = verb is not None and step.outcome.value is False
+    if refused and "atomic" in step.config.capabilities and step.after.view != step.before.view:
+        changes = view_changes(step.before.view, step.after.view)
+        return CheckFailure(FailureKind.ATOMICITY, f"a refused {verb} changed the pool: {changes}")
+    return None
+
+
+SEARCHED = "safety mode searches programs of the engine's calls with hypothesis; it is this component's machine"
+NO_MODEL = "a foreign manager has no model of its own to prove or search: only its view is checked"
+
+MANAGER = Component(
+    name="manager",
+    summary="a foreign page manager in safety mode, through its adapter",
+    state=ManagerState,
+    events=tuple(
+        EventSpec(event)
+        for event in (
+            ManagerSubmit,
+            ManagerDecode,
+            ManagerFinish,
+            ManagerPreempt,
+            ManagerResume,
+            ManagerFork,
+            ManagerReset,
+        )
+    ),
+    invariants=(),
+    violations=view_problems,
+    abstraction=lambda machine: machine.state(),
+    checks=(refusal_changes_nothing,),
+    corpora=(Corpus("manager", "devtools.broken_managers:MANAGERS"),),
+    gaps={M: SEARCHED, E: NO_MODEL, Z: NO_MODEL, C: NO_MODEL},
+)
