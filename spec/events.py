@@ -1,9 +1,11 @@
 """Every public operation of a kvsched system as a value: the one alphabet every checker speaks.
 
-An event names one call and its arguments. Arguments are whatever a caller may pass, in range or
-not (`Admit(request_id="7")` is an event too: the operation must refuse it), so one alphabet
-serves valid, invalid and out-of-domain programs alike. Each event prints as the Python that
-builds it, so a list of events is a runnable program (`kvsched.spec.step` runs it).
+An event names one call and its arguments, and makes it: `event.perform(system)` (the decode
+rounds need a backend and scratch in the system's form: `kvsched.spec.step.apply` runs them).
+Arguments are whatever a caller may pass, in range or not (`Admit(request_id="7")` is an event
+too: the operation must refuse it), so one alphabet serves valid, invalid and out-of-domain
+programs alike. Each event prints as the Python that builds it, so a list of events is a runnable
+program (`kvsched.spec.step` runs it).
 
 The owners outside kvsched, an external holder of page references and standalone page tables,
 act through events too: `Allocate`, `Retain`, `Release` and `Writable` are the holder's calls on
@@ -16,6 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
+
+from kvsched.spec.prefix import PrefixPageSet
+from kvsched.spec.slots import RequestState, RequestView
 
 
 class Fault(Enum):
@@ -47,12 +52,18 @@ SHORT_BUFFERS = ("items", "tables", "outputs")
 class Allocate:
     """`pool.allocate()`: the holder takes a fresh page."""
 
+    def perform(self, system: Any) -> Any:
+        return system.pool.allocate()
+
 
 @dataclass(frozen=True, slots=True)
 class Retain:
     """`pool.retain(page)`: the holder takes one more reference."""
 
     page: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.pool.retain(self.page)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +72,18 @@ class Release:
 
     page: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.pool.release(self.page)
+
 
 @dataclass(frozen=True, slots=True)
 class Writable:
     """`pool.writable(current)`: the holder's own copy-on-write of a page it holds (None: a new one)."""
 
     current: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.pool.writable(self.current)
 
 
 # -- the request scheduler ----------------------------------------------------------------
@@ -79,6 +96,9 @@ class Admit:
     request_id: Any
     prefix: Any = None
 
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.admit_with_prefix(self.request_id, self.prefix, system.store, system.pool)
+
 
 @dataclass(frozen=True, slots=True)
 class Fork:
@@ -86,6 +106,9 @@ class Fork:
 
     parent: Any
     child: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.fork(self.parent, self.child, system.pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +118,9 @@ class EnsureWritable:
     request_id: Any
     logical_page: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.ensure_writable(self.request_id, self.logical_page, system.pool)
+
 
 @dataclass(frozen=True, slots=True)
 class EnsureWritableBatch:
@@ -103,6 +129,9 @@ class EnsureWritableBatch:
     request_ids: tuple[Any, ...]
     logical_pages: tuple[Any, ...]
 
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.ensure_writable_batch(list(self.request_ids), list(self.logical_pages), system.pool)
+
 
 @dataclass(frozen=True, slots=True)
 class PrepareDecodeRound:
@@ -110,12 +139,18 @@ class PrepareDecodeRound:
 
     page_size: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.prepare_decode_round(system.pool, self.page_size)
+
 
 @dataclass(frozen=True, slots=True)
 class MarkPrefillComplete:
     """`scheduler.mark_prefill_complete(request_id)`."""
 
     request_id: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.mark_prefill_complete(self.request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +160,18 @@ class SeedDecodeToken:
     request_id: Any
     token: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.seed_decode_token(self.request_id, self.token)
+
 
 @dataclass(frozen=True, slots=True)
 class RecordToken:
     """`scheduler.record_token(request_id)`."""
 
     request_id: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.record_token(self.request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +181,9 @@ class RecordTokens:
     request_id: Any
     count: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.record_tokens(self.request_id, self.count)
+
 
 @dataclass(frozen=True, slots=True)
 class RecordChunk:
@@ -147,6 +191,9 @@ class RecordChunk:
 
     request_id: Any
     count: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.record_chunk(self.request_id, self.count, system.pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,12 +203,18 @@ class AttachPages:
     request_id: Any
     pages: tuple[Any, ...]
 
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.attach_pages(self.request_id, list(self.pages), system.pool)
+
 
 @dataclass(frozen=True, slots=True)
 class Finish:
     """`scheduler.finish(request_id, pool)`."""
 
     request_id: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.scheduler.finish(self.request_id, system.pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +242,9 @@ class ForeignPool:
     request_id: Any
     call: str = "finish"
 
+    def perform(self, system: Any) -> Any:
+        return _foreign(system, self)
+
 
 # -- the prefix store -----------------------------------------------------------------------
 
@@ -202,12 +258,18 @@ class Publish:
     pages: tuple[Any, ...]
     tokens: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.store.publish(PrefixPageSet(self.identity, self.pages, self.tokens), system.pool)
+
 
 @dataclass(frozen=True, slots=True)
 class Remove:
     """`store.remove(identity, pool)`."""
 
     identity: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.store.remove(self.identity, system.pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +278,9 @@ class Reclaim:
 
     pages: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.store.reclaim(system.pool, self.pages)
+
 
 @dataclass(frozen=True, slots=True)
 class Attach:
@@ -223,6 +288,9 @@ class Attach:
 
     identity: Any
     table: int
+
+    def perform(self, system: Any) -> Any:
+        return system.store.attach(self.identity, system.tables[self.table], system.pool)
 
 
 # -- standalone page tables -----------------------------------------------------------------
@@ -234,6 +302,9 @@ class NewTable:
 
     logical_pages: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.new_table(self.logical_pages) and None
+
 
 @dataclass(frozen=True, slots=True)
 class TableWritable:
@@ -241,6 +312,9 @@ class TableWritable:
 
     table: int
     logical_page: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.tables[self.table].ensure_writable(self.logical_page, system.pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +324,9 @@ class TableFork:
     source: int
     target: int
 
+    def perform(self, system: Any) -> Any:
+        return system.tables[self.source].fork_into(system.tables[self.target], system.pool)
+
 
 @dataclass(frozen=True, slots=True)
 class TableInstall:
@@ -258,12 +335,18 @@ class TableInstall:
     table: int
     pages: tuple[Any, ...]
 
+    def perform(self, system: Any) -> Any:
+        return system.tables[self.table].install_shared_prefix(list(self.pages), system.pool)
+
 
 @dataclass(frozen=True, slots=True)
 class TableRelease:
     """`tables[table].release_all(pool)`."""
 
     table: int
+
+    def perform(self, system: Any) -> Any:
+        return system.tables[self.table].release_all(system.pool)
 
 
 # -- every read-only query at once ----------------------------------------------------------
@@ -280,6 +363,9 @@ class Read:
     request_id: Any = None
     views: int = 0
 
+    def perform(self, system: Any) -> Any:
+        return _read(system, self)
+
 
 # -- the engine (its pool, store and scheduler are its own) ---------------------------------
 
@@ -290,12 +376,18 @@ class Submit:
 
     request: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.submit(self.request)
+
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
     """`engine.cancel(request_id)`."""
 
     request_id: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.cancel(self.request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +398,9 @@ class PublishRunning:
     tokens: Any
     identity: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.publish(self.request_id, self.tokens, self.identity)
+
 
 @dataclass(frozen=True, slots=True)
 class ForkRunning:
@@ -314,10 +409,16 @@ class ForkRunning:
     parent: Any
     child: Any
 
+    def perform(self, system: Any) -> Any:
+        return system.fork(self.parent, self.child)
+
 
 @dataclass(frozen=True, slots=True)
 class ResetCache:
     """`engine.reset_cache()`."""
+
+    def perform(self, system: Any) -> Any:
+        return system.reset_cache()
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +428,39 @@ class Step:
 
     fault: Fault = Fault.NONE
     prefill_fails: bool = False
+
+    def perform(self, system: Any) -> Any:
+        return system.step()
+
+
+# -- the calls that take more than one line -------------------------------------------------
+
+VIEW = RequestView(0, 0, RequestState.EMPTY, 0, 0)
+
+
+def _foreign(system: Any, event: ForeignPool) -> Any:
+    pages = system.pool.physical_pages
+    other = type(system.pool)(pages, max_references=system.snapshot()[0].max_references)
+    for _ in range(pages):
+        other.allocate()  # every page held there too, so a release in it would succeed
+    if event.call == "finish":
+        return system.scheduler.finish(event.request_id, other)
+    return system.scheduler.ensure_writable(event.request_id, 0, other)
+
+
+def _read(system: Any, event: Read) -> tuple[Any, ...]:
+    views = [VIEW] * event.views
+    scheduler = system.scheduler
+    table = None if event.request_id is None else scheduler.page_table(event.request_id)
+    return (
+        system.store.get(event.identity),
+        system.pool.ref_count(event.page),
+        system.pool.free_count(),
+        scheduler.active_count(),
+        table,
+        scheduler.runnable_into(views),
+        tuple(views),
+    )
 
 
 Event = (

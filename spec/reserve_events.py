@@ -1,6 +1,6 @@
 """The evictable reserve's public operations as events (`kvsched.spec.reserve`).
 
-Each event names one call on a reserve and makes it (`call`), so `kvsched.spec.step.apply` runs
+Each event names one call on a reserve and makes it (`perform`), so `kvsched.spec.step.apply` runs
 it on the spec's `Reserve`, impl's, or any object with the same API. Arguments are whatever a
 caller may pass, in range or not: the reserve must refuse what is wrong and change nothing.
 """
@@ -17,7 +17,7 @@ class TakePages:
 
     n: Any
 
-    def call(self, reserve: Any) -> Any:
+    def perform(self, reserve: Any) -> Any:
         return reserve.allocate(self.n)
 
 
@@ -27,7 +27,7 @@ class Touch:
 
     pages: tuple[Any, ...]
 
-    def call(self, reserve: Any) -> Any:
+    def perform(self, reserve: Any) -> Any:
         return reserve.touch(list(self.pages))
 
 
@@ -37,7 +37,7 @@ class FreePages:
 
     pages: tuple[Any, ...]
 
-    def call(self, reserve: Any) -> Any:
+    def perform(self, reserve: Any) -> Any:
         return reserve.free(list(self.pages))
 
 
@@ -47,7 +47,7 @@ class Unpin:
 
     pages: tuple[Any, ...]
 
-    def call(self, reserve: Any) -> Any:
+    def perform(self, reserve: Any) -> Any:
         return reserve.unpin(list(self.pages))
 
 
@@ -58,7 +58,7 @@ class Register:
     key: Any
     page: Any
 
-    def call(self, reserve: Any) -> Any:
+    def perform(self, reserve: Any) -> Any:
         return reserve.register(self.key, self.page)
 
 
@@ -68,7 +68,7 @@ class Forget:
 
     page: Any
 
-    def call(self, reserve: Any) -> Any:
+    def perform(self, reserve: Any) -> Any:
         return reserve.forget(self.page)
 
 
@@ -76,7 +76,7 @@ class Forget:
 class ResetReserve:
     """`reserve.reset()`: drop every key; refused while a page other than the reserved is held."""
 
-    def call(self, reserve: Any) -> Any:
+    def perform(self, reserve: Any) -> Any:
         return reserve.reset()
 
 
@@ -86,7 +86,7 @@ class Lookup:
 
     key: Any
 
-    def call(self, reserve: Any) -> Any:
+    def perform(self, reserve: Any) -> Any:
         return reserve.lookup(self.key)
 
 

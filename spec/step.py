@@ -14,20 +14,17 @@ value, is unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from kvsched.spec import events as ev
 from kvsched.spec.batch import RaggedBatchItem, RaggedBatchOutput, RaggedDecodeBackend
 from kvsched.spec.domain import require_int
 from kvsched.spec.pool import Allocated, BlockPool, Copy, PoolState
-from kvsched.spec.prefix import PrefixKvStore, PrefixPageSet, StoreState
+from kvsched.spec.prefix import PrefixKvStore, StoreState
 from kvsched.spec.scheduler import RequestScheduler
-from kvsched.spec.slots import RequestState, RequestView, SchedulerState
+from kvsched.spec.slots import RequestState, SchedulerState
 from kvsched.spec.system import SystemState
 from kvsched.spec.table import SequenceBlockTable, Table
-
-VIEW = RequestView(0, 0, RequestState.EMPTY, 0, 0)
 
 
 def round_sizes(system: Any, short: str) -> tuple[int, int, int]:
@@ -50,79 +47,12 @@ def _round(system: Any, event: ev.DecodeRound | ev.DecodeOverlapping, backend: R
     return system.scheduler.execute_decode_round(backend, *scratch)
 
 
-def _foreign(system: Any, event: ev.ForeignPool) -> Any:
-    pages = system.pool.physical_pages
-    other = type(system.pool)(pages, max_references=system.snapshot()[0].max_references)
-    for _ in range(pages):
-        other.allocate()  # every page held there too, so a release in it would succeed
-    if event.call == "finish":
-        return system.scheduler.finish(event.request_id, other)
-    return system.scheduler.ensure_writable(event.request_id, 0, other)
-
-
-def _read(system: Any, event: ev.Read) -> tuple[Any, ...]:
-    views = [VIEW] * event.views
-    scheduler = system.scheduler
-    table = None if event.request_id is None else scheduler.page_table(event.request_id)
-    return (
-        system.store.get(event.identity),
-        system.pool.ref_count(event.page),
-        system.pool.free_count(),
-        scheduler.active_count(),
-        table,
-        scheduler.runnable_into(views),
-        tuple(views),
-    )
-
-
-Call = Callable[[Any, Any], Any]
-
-_CALLS: dict[type[Any], Call] = {
-    ev.Allocate: lambda s, e: s.pool.allocate(),
-    ev.Retain: lambda s, e: s.pool.retain(e.page),
-    ev.Release: lambda s, e: s.pool.release(e.page),
-    ev.Writable: lambda s, e: s.pool.writable(e.current),
-    ev.Admit: lambda s, e: s.scheduler.admit_with_prefix(e.request_id, e.prefix, s.store, s.pool),
-    ev.Fork: lambda s, e: s.scheduler.fork(e.parent, e.child, s.pool),
-    ev.EnsureWritable: lambda s, e: s.scheduler.ensure_writable(e.request_id, e.logical_page, s.pool),
-    ev.EnsureWritableBatch: lambda s, e: s.scheduler.ensure_writable_batch(
-        list(e.request_ids), list(e.logical_pages), s.pool
-    ),
-    ev.PrepareDecodeRound: lambda s, e: s.scheduler.prepare_decode_round(s.pool, e.page_size),
-    ev.MarkPrefillComplete: lambda s, e: s.scheduler.mark_prefill_complete(e.request_id),
-    ev.SeedDecodeToken: lambda s, e: s.scheduler.seed_decode_token(e.request_id, e.token),
-    ev.RecordToken: lambda s, e: s.scheduler.record_token(e.request_id),
-    ev.RecordTokens: lambda s, e: s.scheduler.record_tokens(e.request_id, e.count),
-    ev.RecordChunk: lambda s, e: s.scheduler.record_chunk(e.request_id, e.count, s.pool),
-    ev.AttachPages: lambda s, e: s.scheduler.attach_pages(e.request_id, list(e.pages), s.pool),
-    ev.Finish: lambda s, e: s.scheduler.finish(e.request_id, s.pool),
-    ev.ForeignPool: _foreign,
-    ev.Publish: lambda s, e: s.store.publish(PrefixPageSet(e.identity, e.pages, e.tokens), s.pool),
-    ev.Remove: lambda s, e: s.store.remove(e.identity, s.pool),
-    ev.Reclaim: lambda s, e: s.store.reclaim(s.pool, e.pages),
-    ev.Attach: lambda s, e: s.store.attach(e.identity, s.tables[e.table], s.pool),
-    ev.NewTable: lambda s, e: s.new_table(e.logical_pages) and None,
-    ev.TableWritable: lambda s, e: s.tables[e.table].ensure_writable(e.logical_page, s.pool),
-    ev.TableFork: lambda s, e: s.tables[e.source].fork_into(s.tables[e.target], s.pool),
-    ev.TableInstall: lambda s, e: s.tables[e.table].install_shared_prefix(list(e.pages), s.pool),
-    ev.TableRelease: lambda s, e: s.tables[e.table].release_all(s.pool),
-    ev.Read: _read,
-    ev.Submit: lambda s, e: s.submit(e.request),
-    ev.Cancel: lambda s, e: s.cancel(e.request_id),
-    ev.PublishRunning: lambda s, e: s.publish(e.request_id, e.tokens, e.identity),
-    ev.ForkRunning: lambda s, e: s.fork(e.parent, e.child),
-    ev.ResetCache: lambda s, e: s.reset_cache(),
-    ev.Step: lambda s, e: s.step(),
-}
-
-
 def apply(system: Any, event: Any, backend: RaggedDecodeBackend | None = None) -> Any:
-    """Make the call `event` names on `system` (a round runs `backend`); what it returned. An
-    event of a component outside the alphabet here makes its own call (`event.call(system)`)."""
+    """Make the call `event` names on `system` (each event makes its own, `event.perform(system)`;
+    a round runs `backend` over scratch in the system's form); what it returned."""
     if isinstance(event, ev.DecodeRound | ev.DecodeOverlapping):
         return _round(system, event, backend)
-    call = _CALLS.get(type(event))
-    return call(system, event) if call is not None else event.call(system)
+    return event.perform(system)
 
 
 class SpecObjects:

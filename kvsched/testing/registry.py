@@ -14,7 +14,7 @@ harness really drives and fails on a gap not explained.
     RESERVE  the evictable reserve: the pool of an engine whose cache holds no reference
     MANAGER  a foreign page manager in safety mode, through its adapter's view
 
-A new event touches its spec module (the event, which makes its own call) and its component's
+A new event touches its spec module (the event, whose `perform` makes its call) and its component's
 module (its entry); a new component, its spec modules, its module here and `COMPONENTS`.
 """
 

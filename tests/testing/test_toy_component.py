@@ -31,13 +31,13 @@ class CounterState:
 
 @dataclass(frozen=True, slots=True)
 class Increment:
-    def call(self, counter: Any) -> Any:
+    def perform(self, counter: Any) -> Any:
         return counter.increment()
 
 
 @dataclass(frozen=True, slots=True)
 class Reset:
-    def call(self, counter: Any) -> Any:
+    def perform(self, counter: Any) -> Any:
         return counter.reset()
 
 

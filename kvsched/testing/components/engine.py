@@ -27,23 +27,42 @@ def step_limits(step: StepContext) -> CheckFailure | None:
     return None
 
 
-NOT_ENGINE_Z3 = "the engine's z3 models are of its state slots and cache conservation, which only a step moves"
 ENGINE_NOT_CONTRACTS = "CrossHair cannot drive a whole engine; its parts' contracts hold"
+
 
 ENGINE = Component(
     name="engine",
     summary="the step loop over its own pool, store, scheduler and automatic prefix cache",
     state=EngineState,
     events=(
-        EventSpec(ev.Submit, gaps={Z: NOT_ENGINE_Z3, C: ENGINE_NOT_CONTRACTS}),
-        EventSpec(ev.Cancel, ids=("request_id",), gaps={Z: NOT_ENGINE_Z3, C: ENGINE_NOT_CONTRACTS}),
-        EventSpec(ev.PublishRunning, ids=("request_id",), gaps={Z: NOT_ENGINE_Z3, C: ENGINE_NOT_CONTRACTS}),
+        EventSpec(
+            ev.Submit,
+            gaps={
+                Z: "a submit only queues the request: a step takes its slot and pages, which z3 models",
+                C: ENGINE_NOT_CONTRACTS,
+            },
+        ),
+        EventSpec(
+            ev.Cancel,
+            ids=("request_id",),
+            z3=("engine_slots:give_back", "cache_conservation:release"),
+            gaps={C: ENGINE_NOT_CONTRACTS},
+        ),
+        EventSpec(
+            ev.PublishRunning,
+            ids=("request_id",),
+            gaps={
+                Z: "it publishes through the engine's store, whose Publish the system's z3 encoding models",
+                C: ENGINE_NOT_CONTRACTS,
+            },
+        ),
         EventSpec(
             ev.ForkRunning,
             ids=("parent", "child"),
+            z3=("engine_slots:take",),
             gaps={
-                E: "a fork doubles the running set; the explorer's bounds keep one running request per id",
-                Z: NOT_ENGINE_Z3,
+                E: "not in the engine explorer's alphabet (candidate submits, cancel, publish, step); "
+                "the engine machine drives forks",
                 C: ENGINE_NOT_CONTRACTS,
             },
         ),

@@ -38,7 +38,7 @@ class ManagerConfig:
     capabilities: frozenset[str]
 
 
-# -- the engine's calls, as events (each `call` is the harness's verb) ------------------------
+# -- the engine's calls, as events (each `perform` is the harness's verb) ------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +48,7 @@ class ManagerSubmit:
     request_id: int
     tokens: tuple[int, ...]
 
-    def call(self, machine: Any) -> Any:
+    def perform(self, machine: Any) -> Any:
         return machine.submit(self.request_id, self.tokens)
 
 
@@ -58,7 +58,7 @@ class ManagerDecode:
 
     request_id: int
 
-    def call(self, machine: Any) -> Any:
+    def perform(self, machine: Any) -> Any:
         return machine.decode(self.request_id)
 
 
@@ -68,7 +68,7 @@ class ManagerFinish:
 
     request_id: int
 
-    def call(self, machine: Any) -> Any:
+    def perform(self, machine: Any) -> Any:
         return machine.finish(self.request_id)
 
 
@@ -78,7 +78,7 @@ class ManagerPreempt:
 
     request_id: int
 
-    def call(self, machine: Any) -> Any:
+    def perform(self, machine: Any) -> Any:
         return machine.preempt(self.request_id)
 
 
@@ -88,7 +88,7 @@ class ManagerResume:
 
     request_id: int
 
-    def call(self, machine: Any) -> Any:
+    def perform(self, machine: Any) -> Any:
         return machine.resume(self.request_id)
 
 
@@ -99,7 +99,7 @@ class ManagerFork:
     parent: int
     child: int
 
-    def call(self, machine: Any) -> Any:
+    def perform(self, machine: Any) -> Any:
         return machine.fork(self.parent, self.child)
 
 
@@ -107,7 +107,7 @@ class ManagerFork:
 class ManagerReset:
     """Drop every cached page."""
 
-    def call(self, machine: Any) -> Any:
+    def perform(self, machine: Any) -> Any:
         return machine.reset_cache()
 
 
