@@ -3,6 +3,17 @@ round's contract in a chosen way (`kvsched.spec.events.Fault`).
 
 One class serves both batch forms (the spec's record lists and impl's structured arrays). The
 harness checks that every fault is refused and changes nothing.
+
+Where the model does not matter, tests use the null model (`kvsched.impl.NullModel`). A check
+that needs its own next-token rule keeps it, for one reason each:
+- this backend, `compute_next_token(token, position)`: its tokens are part of the explored
+  system states (another rule would change the explorer's state space and golden programs);
+- the engine harness's model, `history_token(history)` (`engine_model`): the token is derived
+  from the KV the model reads, so a wrong read changes what the request streams;
+- safety mode, `next_token(tokens)` (`safety`): a function of the whole sequence with a small
+  vocabulary, so prompts and pages repeat; the programs it prints are pinned (the README's,
+  nano-vllm #163's);
+- the originals' `token + 1` (`tests/helpers.py`): the seed tests reproduce their values exactly.
 """
 
 from __future__ import annotations

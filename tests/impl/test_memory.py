@@ -10,9 +10,8 @@ import gc
 import tracemalloc
 from typing import Any
 
-import numpy as np
-
 from kvsched import impl
+from kvsched.impl.null_model import NullModel
 from kvsched.spec import PrefixIdentity, PrefixPageSet, RequestState, RequestView
 from kvsched.spec.batch import RaggedBatchReceipt
 
@@ -22,20 +21,11 @@ SLACK = 64 * 1024  # bytes: allocator noise (free lists, arenas), under one byte
 IDENTITY = PrefixIdentity((3, 1, 4, 1))
 
 
-class Echo:
-    """A backend that keeps nothing."""
-
-    def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> RaggedBatchReceipt:
-        out["request_id"] = items["request_id"]
-        out["slot"] = items["slot"]
-        out["next_token_id"] = items["token_id"] + np.uint32(1)
-        return RaggedBatchReceipt(len(items), 1, 0)
-
-
-class Hoarder(Echo):
+class Hoarder(NullModel):
     """A backend that keeps a copy of every batch: a leak the measurement must see."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.kept: list[Any] = []
 
     def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> RaggedBatchReceipt:
@@ -43,7 +33,7 @@ class Hoarder(Echo):
         return super().execute_ragged(items, block_tables, out)
 
 
-def _cycle(system: impl.ImplSystem, backend: Echo, views: list[RequestView]) -> int:
+def _cycle(system: impl.ImplSystem, backend: NullModel, views: list[RequestView]) -> int:
     """Admit 8 requests (half on a prefix), prefill, decode 8 rounds, finish; the call count."""
     scheduler, pool, store = system.scheduler, system.pool, system.store
     calls = 0
@@ -68,7 +58,7 @@ def _cycle(system: impl.ImplSystem, backend: Echo, views: list[RequestView]) -> 
     return calls + 1 + 16 + 2 + 8
 
 
-def _growth(backend: Echo) -> tuple[int, int]:
+def _growth(backend: NullModel) -> tuple[int, int]:
     """(bytes still allocated after OPERATIONS steady-state calls, calls made)."""
     system = impl.make_impl_system(8, 8, 96, 1, 2)
     page = system.pool.allocate()
@@ -93,7 +83,7 @@ def _growth(backend: Echo) -> tuple[int, int]:
 
 
 def test_steady_state_operations_grow_no_memory() -> None:
-    grown, calls = _growth(Echo())
+    grown, calls = _growth(NullModel())
     assert calls >= OPERATIONS
     assert grown < SLACK, f"{grown} bytes stayed allocated after {calls} operations"
 

@@ -66,9 +66,7 @@ ENGINE = Component(
                 C: ENGINE_NOT_CONTRACTS,
             },
         ),
-        EventSpec(
-            ev.ResetCache, gaps={Z: "cache conservation's evict covers dropping every key", C: ENGINE_NOT_CONTRACTS}
-        ),
+        EventSpec(ev.ResetCache, z3=("cache_conservation:evict",), gaps={C: ENGINE_NOT_CONTRACTS}),
         EventSpec(
             ev.Step,
             z3=(
