@@ -68,6 +68,7 @@ proofs: setup
 	$(BIN)/python -m kvsched.proofs.engine_slots
 	$(BIN)/python -m kvsched.proofs.cache_conservation
 	$(BIN)/python -m kvsched.proofs.reserve_safety
+	$(BIN)/python -m kvsched.proofs.component_explorer
 
 ## The harness on every impl mutant (project tooling: devtools/, not in the wheel).
 mutants: setup
@@ -79,6 +80,7 @@ deep: setup
 	$(BIN)/kvsched verify --profile deep --no-proofs
 	$(BIN)/kvsched proofs --deep --manifest proofs/MANIFEST.json
 	$(BIN)/python -m kvsched.proofs.engine_explorer --deep
+	$(BIN)/python -m kvsched.proofs.component_explorer --deep
 
 ## The benchmarks (bookkeeping, decode kernels, engine step, kvsched check's defaults): JSON and charts in docs/bench/, then docs/benchmarks.md.
 bench: setup

@@ -7,21 +7,32 @@ event) and, when there is one, on the reference beside it; every step is checked
 invariants, and from every new state liveness (the component's drain gives everything back).
 States are the component's state values, which must be hashable. The first violation found
 has a shortest path.
+
+    python -m kvsched.proofs.component_explorer [--deep]
+
+searches, for every registered component with explorer ranges, impl in lockstep with the spec
+on each configuration the component lists for the profile (`Component.explored`), and exits 1
+on a violation (printed as its path of events).
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
+import sys
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kvsched.proofs.explorer import Violation
+from kvsched.report import print_table
 from kvsched.spec.step import apply
 from kvsched.testing.checks import check_state, check_step
 from kvsched.testing.component import Component
 from kvsched.testing.outcome import CheckFailure, FailureKind, Outcome, capture
+from kvsched.testing.registry import COMPONENTS
 
 Factory = Callable[[Any], Any]
 
@@ -45,11 +56,18 @@ class ComponentExploration:
 class ComponentExplorer:
     """Breadth-first search over one component's states, within `max_states`."""
 
-    def __init__(self, component: Component, config: Any, factory: Factory, reference: Factory | None = None) -> None:
+    def __init__(
+        self,
+        component: Component,
+        config: Any,
+        factory: Factory,
+        reference: Factory | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
         if not any(entry.explore is not None for entry in component.events):
             raise ValueError(f"component {component.name!r} registers no event the explorer can enumerate")
         self.component, self.config = component, config
-        self.factory, self.reference = factory, reference
+        self.factory, self.reference, self.progress = factory, reference, progress
         self.states: list[Any] = []
         self.index: dict[Any, int] = {}
         self.parent: list[int] = []
@@ -129,6 +147,8 @@ class ComponentExplorer:
                         result.states = len(self.states)
                         return result
                     new = self._add(after, index, event)
+                    if self.progress is not None and new % 10_000 == 0:
+                        self.progress(f"  {component.name}: {new:,} states, {result.transitions:,} transitions")
                     depths.append(depths[index] + 1)
                     result.depth = max(result.depth, depths[new])
                     if failure := self._liveness(copy.deepcopy(sut)):
@@ -136,3 +156,43 @@ class ComponentExplorer:
                     frontier.append(new)
         result.states, result.complete = len(self.states), True
         return result
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Every registered component's configurations for the profile; 0 when none is violated."""
+    parser = argparse.ArgumentParser(prog="python -m kvsched.proofs.component_explorer", description=__doc__)
+    parser.add_argument("--deep", action="store_true", help="the deep profile's configurations")
+    args = parser.parse_args(argv)
+    profile = "deep" if args.deep else "ci"
+    rows: list[list[object]] = []
+    failed = False
+    for component in COMPONENTS:
+        spec, impl = component.spec, component.impl
+        for config in component.explored.get(profile, ()):
+            if spec is None:
+                raise ValueError(f"component {component.name!r} lists configurations but no spec")
+            _log(f"explorer: {component.name} {config} ...")
+            start = time.perf_counter()
+            subject, reference = (impl, spec) if impl is not None else (spec, None)
+            explorer = ComponentExplorer(component, config, subject, reference, _log)
+            result = explorer.run()
+            seconds = time.perf_counter() - start
+            violation = result.violation
+            if violation is not None:
+                failed = True
+                print(f"{violation.kind.value}: {violation.detail}\n" + "\n".join(map(repr, violation.path)))
+            against = " ⇄ spec" if impl is not None else ""
+            complete = "" if result.complete else " (stopped)"
+            outcome = "pass" if violation is None else "FAIL"
+            name, states = f"{component.name}{against} {config}", f"{result.states:,}{complete}"
+            rows.append([name, states, f"{result.transitions:,}", outcome, f"{seconds:.1f}s"])
+    print_table(rows, ["component explorer", "states", "transitions", "outcome", "time"])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

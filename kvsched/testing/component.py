@@ -111,7 +111,9 @@ class Component:
     step checks, run after atomicity and before the invariants; `drain(state)`: the events that
     must give everything back from `state` (liveness), and `drained(state)` says they did;
     `corpora`: its corpora of broken variants, each listed in the bug catalogue; `gaps`: for
-    each harness that drives none of its events, why."""
+    each harness that drives none of its events, why; `impl(config)`: impl's object system, if
+    impl implements the component; `explored`: per proof profile ("ci", "deep"), the
+    configurations `python -m kvsched.proofs.component_explorer` searches exhaustively."""
 
     name: str
     summary: str
@@ -126,6 +128,8 @@ class Component:
     drained: Callable[[Any], bool] | None = None
     corpora: tuple[Corpus, ...] = ()
     gaps: Mapping[Harness, str] = field(default_factory=dict)
+    impl: Callable[[Any], Any] | None = None
+    explored: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def broken(self, state: Any) -> list[str]:
         """What is wrong with `state`: the invariants it breaks (by name), or `violations`."""

@@ -11,6 +11,7 @@ uses must each be told apart from the spec by both.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from devtools.vllm.variants import VARIANTS
 from kvsched.impl.reserve import Reserve as ImplReserve
+from kvsched.proofs import component_explorer
 from kvsched.proofs.component_explorer import ComponentExplorer
 from kvsched.spec import reserve as spec
 from kvsched.spec.errors import Exhausted, InvalidBlock
@@ -104,3 +106,12 @@ def test_allocation_never_hands_out_a_reserved_page(pages_: int, n: int) -> None
     reserve = ImplReserve(pages_)
     if n <= pages_ - 1:
         assert 0 not in reserve.allocate(n)
+
+
+def test_the_proofs_explore_the_reserve_and_fail_on_a_wrong_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m kvsched.proofs.component_explorer` (in `make proofs`) searches the reserve's CI
+    configurations, impl against the spec, and exits 1 when impl is a wrong reserve."""
+    assert component_explorer.main([]) == 0
+    wrong_reserve = replace(RESERVE, impl=wrong("NewestFirst"))
+    monkeypatch.setattr(component_explorer, "COMPONENTS", (wrong_reserve,))
+    assert component_explorer.main([]) == 1

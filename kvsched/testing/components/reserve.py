@@ -232,6 +232,11 @@ RESERVE = Component(
     invariants=RESERVE_INVARIANTS,
     abstraction=lambda reserve: reserve.to_spec(),
     spec=spec_reserve,
+    impl=impl_reserve,
+    explored={
+        "ci": (ReserveConfig(pages=3, keys=("a", "b")), ReserveConfig(pages=3, keys=("a", "b"), caching=False)),
+        "deep": (ReserveConfig(pages=4, keys=("a", "b")), ReserveConfig(pages=4, keys=("a", "b"), caching=False)),
+    },
     drain=drain,
     drained=drained,
     corpora=(
