@@ -118,6 +118,7 @@ class ComponentMachine(CheckedMachine):
     factory: Factory
     reference: Factory | None
     default_config: Any
+    tally: Counter[str] | None = None  # calls made and refused, summed over every program
 
     def __init__(self) -> None:
         config = self.default_config
@@ -138,13 +139,20 @@ class ComponentMachine(CheckedMachine):
             self.fail(failure)
 
     def teardown(self) -> None:
+        if self.tally is not None:
+            self.tally.update(self.calls)
         self.drain()
 
 
 def machine_for(
-    component: Component, factory: Factory, reference: Factory | None, config: Any
+    component: Component,
+    factory: Factory,
+    reference: Factory | None,
+    config: Any,
+    tally: Counter[str] | None = None,
 ) -> type[ComponentMachine]:
-    """A `ComponentMachine` class for `component` over these systems (what hypothesis runs)."""
+    """A `ComponentMachine` class for `component` over these systems (what hypothesis runs);
+    `tally` sums the calls made and refused over every program it runs."""
     if not any(entry.draw is not None for entry in component.events):
         raise ValueError(f"component {component.name!r} registers no event the machine can draw")
     attributes = {
@@ -152,5 +160,6 @@ def machine_for(
         "factory": staticmethod(factory),
         "reference": staticmethod(reference) if reference is not None else None,
         "default_config": config,
+        "tally": tally,
     }
     return type(f"{component.name.title()}Machine", (ComponentMachine,), attributes)

@@ -30,7 +30,6 @@ from kvsched.testing.components.reserve import ReserveConfig, impl_reserve, spec
 from kvsched.testing.registry import RESERVE
 from tests.helpers import bounded
 
-LOCKSTEP = bounded(300, 40)
 EXPLORED = ReserveConfig(pages=3, keys=("a", "b"))  # 650 states, every one checked
 CALLS: Counter[str] = Counter()  # calls made and refused, over every example of a run
 
@@ -41,15 +40,9 @@ def wrong(name: str) -> Any:
 
 
 def run_lockstep(factory: Any, config: ReserveConfig, examples: int = 300, shrink: bool = True) -> None:
-    machine = machine_for(RESERVE, factory, spec_reserve, config)
-
-    class Counted(machine):  # type: ignore[valid-type,misc]
-        def teardown(self) -> None:
-            CALLS.update(self.calls)
-            super().teardown()
-
-    Counted.TestCase.settings = bounded(examples, 40, shrink=shrink)
-    Counted.TestCase().runTest()
+    machine = machine_for(RESERVE, factory, spec_reserve, config, tally=CALLS)
+    machine.TestCase.settings = bounded(examples, 40, shrink=shrink)
+    machine.TestCase().runTest()
 
 
 @pytest.mark.parametrize("caching", [True, False])
