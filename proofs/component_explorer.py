@@ -1,12 +1,13 @@
 """Exhaustive bounded search over any registered component, by its registration alone.
 
-Breadth-first from a fresh system, every event its entries' `explore` ranges yield in each state,
-run on the system under test (positioned by replaying the shortest path, then copied once per
-event) and, when there is one, on the reference beside it; every step is checked by
-`kvsched.testing.checks.check_step` with the component's own checks, every new state by its
-invariants, and from every new state liveness (the component's drain gives everything back).
-States are the component's state values, which must be hashable. The first violation found
-has a shortest path.
+`Search` is the breadth-first search the explorers share: from a fresh system, every event of a
+state's alphabet runs on a copy of its systems (the system under test and, when there is one,
+the reference beside it); every step is checked by `kvsched.testing.checks.check_step` with the
+component's own checks, then by the explorer's own observations; a new state is queued under
+its key, and liveness is checked from it when it is taken. The first violation found has a
+shortest path. `ComponentExplorer` is the search over any registered component (its entries'
+`explore` ranges, its drain); the engine's explorer (`kvsched.proofs.engine_explorer`) is the
+same search with its own key, alphabet and checks. States must be hashable.
 
     python -m kvsched.proofs.component_explorer [--deep]
 
@@ -23,7 +24,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvsched.proofs.explorer import Violation
@@ -42,6 +43,115 @@ def _run(system: Any, event: Any) -> Outcome:
 
 
 @dataclass
+class Node:
+    """One explored state's systems (the system under test and the reference), the events that
+    reached it, and what else the explorer keeps of its history (`history`: the engine's
+    explorer, which requests were submitted)."""
+
+    sut: Any
+    ref: Any | None
+    path: list[Any]
+    history: Any = None
+
+
+@dataclass
+class Searched:
+    """What a search covered, and its first failure with the shortest path to it."""
+
+    states: int = 0
+    transitions: int = 0
+    depth: int = 0
+    complete: bool = False
+    failure: CheckFailure | None = None
+    path: list[Any] = field(default_factory=list)
+    event: Any | None = None  # the event that failed (None: a state's check)
+
+
+class Search:
+    """The breadth-first search every explorer of a registered component shares.
+
+    From `start()`, each state's `events` run on a copy of its systems, checked by `check_step`
+    with the component's own checks and then by `observe`; a new state (by `key`) is queued, and
+    when it is taken from the queue, `live` checks liveness from it. Subclasses say what a state's
+    key, alphabet, history and extra checks are; the defaults are a registered component's."""
+
+    def __init__(self, component: Component, config: Any) -> None:
+        self.component, self.config = component, config
+        self.states: list[Any] = []  # every state found, in the order found
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def start(self) -> Node:
+        raise NotImplementedError
+
+    def key(self, node: Node, state: Any) -> Any:
+        return state
+
+    def events(self, node: Node, state: Any) -> list[Any]:
+        ranges = [entry.explore for entry in self.component.events if entry.explore is not None]
+        return [event for explore in ranges for event in explore(state, self.config)]
+
+    def history(self, node: Node, event: Any) -> Any:
+        return node.history
+
+    def observe(self, node: Node, system: Any, event: Any, outcome: Outcome, after: Any) -> CheckFailure | None:
+        return None
+
+    def live(self, node: Node) -> CheckFailure | None:
+        return None
+
+    def progress(self, searched: Searched) -> None:
+        """Called as each 10,000th state is found."""
+
+    # -- the search ----------------------------------------------------------------------------
+
+    def search(self, max_states: int) -> Searched:
+        """Search until every reachable state is checked, a check fails, or `max_states` are found."""
+        component, searched = self.component, Searched()
+        first = self.start()
+        initial = component.abstraction(first.sut)
+        seen = {self.key(first, initial)}
+        self.states.append(initial)
+        if failure := check_state(initial, component):
+            return replace(searched, failure=failure, states=1)
+        frontier = deque([first])
+        while frontier:
+            node = frontier.popleft()
+            searched.states += 1
+            if failure := self.live(node):
+                searched.failure, searched.path = failure, node.path
+                return searched
+            state = component.abstraction(node.sut)
+            for event in self.events(node, state):
+                searched.transitions += 1
+                mine, theirs = copy.deepcopy(node.sut), copy.deepcopy(node.ref)
+                outcome = _run(mine, event)
+                after = component.abstraction(mine)
+                reference = None
+                if theirs is not None:
+                    reference = _run(theirs, event), component.abstraction(theirs)
+                failure = check_step(state, event, outcome, after, reference, component=component, config=self.config)
+                failure = failure or self.observe(node, mine, event, outcome, after)
+                if failure is not None:
+                    searched.failure, searched.path, searched.event = failure, [*node.path, event], event
+                    return searched
+                child = Node(mine, theirs, [*node.path, event], self.history(node, event))
+                key = self.key(child, after)
+                if outcome.error is not None or key in seen:
+                    continue
+                if len(seen) >= max_states:
+                    return searched
+                seen.add(key)
+                self.states.append(after)
+                searched.depth = max(searched.depth, len(child.path))
+                if len(seen) % 10_000 == 0:
+                    self.progress(searched)
+                frontier.append(child)
+        searched.complete = True
+        return searched
+
+
+@dataclass
 class ComponentExploration:
     """One search: what it covered and what it found."""
 
@@ -53,8 +163,9 @@ class ComponentExploration:
     violation: Violation | None = None
 
 
-class ComponentExplorer:
-    """Breadth-first search over one component's states, within `max_states`."""
+class ComponentExplorer(Search):
+    """Any registered component's states, by its registration alone: its entries' `explore`
+    ranges, and liveness by its `drain`."""
 
     def __init__(
         self,
@@ -66,45 +177,17 @@ class ComponentExplorer:
     ) -> None:
         if not any(entry.explore is not None for entry in component.events):
             raise ValueError(f"component {component.name!r} registers no event the explorer can enumerate")
-        self.component, self.config = component, config
-        self.factory, self.reference, self.progress = factory, reference, progress
-        self.states: list[Any] = []
-        self.index: dict[Any, int] = {}
-        self.parent: list[int] = []
-        self.via: list[Any] = []
-        self.result = ComponentExploration(component.name)
+        super().__init__(component, config)
+        self.factory, self.reference, self.report = factory, reference, progress
 
-    def path(self, index: int) -> list[Any]:
-        """The events from the initial state to state `index`."""
-        events: list[Any] = []
-        while index > 0:
-            events.append(self.via[index])
-            index = self.parent[index]
-        return events[::-1]
+    def start(self) -> Node:
+        return Node(self.factory(self.config), self.reference(self.config) if self.reference else None, [])
 
-    def _replayed(self, factory: Factory, index: int) -> Any:
-        system = factory(self.config)
-        for event in self.path(index):
-            apply(system, event)
-        return system
-
-    def _violation(self, failure: CheckFailure, index: int, event: Any | None) -> ComponentExploration:
-        path = self.path(index) + ([event] if event is not None else [])
-        self.result.violation = Violation(failure.kind, failure.detail, path, event)
-        self.result.states = len(self.states)
-        return self.result
-
-    def _add(self, state: Any, parent: int, event: Any) -> int:
-        self.index[state] = len(self.states)
-        self.states.append(state)
-        self.parent.append(parent)
-        self.via.append(event)
-        return len(self.states) - 1
-
-    def _liveness(self, system: Any) -> CheckFailure | None:
+    def live(self, node: Node) -> CheckFailure | None:
         drain, drained = self.component.drain, self.component.drained
         if drain is None or drained is None:
             return None
+        system = copy.deepcopy(node.sut)
         for event in drain(self.component.abstraction(system)):
             outcome = _run(system, event)
             if outcome.error is not None:
@@ -112,49 +195,18 @@ class ComponentExplorer:
         state = self.component.abstraction(system)
         return None if drained(state) else CheckFailure(FailureKind.LIVENESS, f"not everything came back: {state}")
 
+    def progress(self, searched: Searched) -> None:
+        if self.report is not None:
+            self.report(f"  {self.component.name}: {len(self.states):,} states, {searched.transitions:,} transitions")
+
     def run(self, max_states: int = 100_000) -> ComponentExploration:
         """Search until every reachable state is checked or `max_states` are found."""
-        component, result = self.component, self.result
-        initial = component.abstraction(self.factory(self.config))
-        self._add(initial, -1, None)
-        if failure := check_state(initial, component):
-            return self._violation(failure, 0, None)
-        depths, frontier = [0], deque([0])
-        while frontier:
-            index = frontier.popleft()
-            state = self.states[index]
-            parked = self._replayed(self.factory, index)
-            parked_ref = self._replayed(self.reference, index) if self.reference is not None else None
-            for entry in component.events:
-                for event in entry.explore(state, self.config) if entry.explore is not None else ():
-                    sut = copy.deepcopy(parked)
-                    outcome = _run(sut, event)
-                    after = component.abstraction(sut)
-                    reference = None
-                    if parked_ref is not None:
-                        ref = copy.deepcopy(parked_ref)
-                        expected = _run(ref, event)
-                        reference = expected, component.abstraction(ref)
-                    result.transitions += 1
-                    failure = check_step(
-                        state, event, outcome, after, reference, component=component, config=self.config
-                    )
-                    if failure is not None:
-                        return self._violation(failure, index, event)
-                    if after in self.index:
-                        continue
-                    if len(self.states) >= max_states:
-                        result.states = len(self.states)
-                        return result
-                    new = self._add(after, index, event)
-                    if self.progress is not None and new % 10_000 == 0:
-                        self.progress(f"  {component.name}: {new:,} states, {result.transitions:,} transitions")
-                    depths.append(depths[index] + 1)
-                    result.depth = max(result.depth, depths[new])
-                    if failure := self._liveness(copy.deepcopy(sut)):
-                        return self._violation(failure, new, None)
-                    frontier.append(new)
-        result.states, result.complete = len(self.states), True
+        searched = self.search(max_states)
+        result = ComponentExploration(self.component.name, len(self.states), searched.transitions, searched.depth)
+        result.complete = searched.complete
+        if searched.failure is not None:
+            failure = searched.failure
+            result.violation = Violation(failure.kind, failure.detail, searched.path, searched.event)
         return result
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import copy
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvsched.impl.null_model import NullModel  # serves both batch forms
+from kvsched.proofs.component_explorer import Node, Search
 from kvsched.spec import events as ev
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
 from kvsched.spec.engine_state import EngineState, Queued, Running, sequence_of
@@ -37,10 +37,10 @@ from kvsched.spec.model import null_next_token
 from kvsched.spec.page_keys import CacheSalt
 from kvsched.spec.prefix import get_store_references
 from kvsched.spec.prefix_cache import EMPTY_CACHE, get_cache_references
-from kvsched.spec.step import apply
-from kvsched.testing.checks import CheckFailure, FailureKind, capture, check_step
+from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture
 from kvsched.testing.engine_machine import cache_failure, ghost_failure, prefix_for
 from kvsched.testing.engine_model import HarnessModel, greedy_tokens
+from kvsched.testing.registry import ENGINE
 
 EngineFactory = Callable[[EngineConfig, Any], Any]
 VOCAB = 50
@@ -148,19 +148,36 @@ def canonical(state: EngineState) -> EngineState:
     return replace(state, system=system, running=running, admissions=len(stamps))
 
 
-class EngineExplorer:
-    """Breadth-first search over an engine's reachable states (see the module docstring)."""
+class EngineExplorer(Search):
+    """Breadth-first search over an engine's reachable states (see the module docstring): the
+    shared search (`kvsched.proofs.component_explorer.Search`) over the registered engine, a
+    state keyed by its clock ranks and the candidates submitted so far."""
 
     def __init__(self, bounds: EngineBounds, factory: EngineFactory, reference: EngineFactory | None = None) -> None:
-        self.bounds = bounds
-        self.factory = factory
-        self.reference = reference
+        super().__init__(ENGINE, bounds.config)
+        self.bounds, self.factory, self.reference = bounds, factory, reference
+        self.ghost = bounds.config.prefix_caching
+        model_id = bounds.config.model_id
+        self.salts = {CacheSalt(request.tenant, request.adapter, model_id) for request in bounds.candidates}
+        self.result = EngineExploration()
 
-    def events(self, state: EngineState, submitted: frozenset[int]) -> list[ev.Event]:
-        """The alphabet in `state`."""
+    def _model(self) -> Any:
+        return HarnessModel(self.config.page_size) if self.ghost else NullModel(VOCAB)
+
+    def start(self) -> Node:
+        reference = self.reference(self.config, self._model()) if self.reference is not None else None
+        return Node(self.factory(self.config, self._model()), reference, [], frozenset())
+
+    def key(self, node: Node, state: Any) -> Any:
+        return canonical(state), node.history
+
+    def events(self, node: Node, state: Any) -> list[Any]:
+        """The alphabet in `state`: step, reset the cache, submit a candidate not yet submitted,
+        cancel one that was, publish a running request's computed prompt."""
         events: list[ev.Event] = [ev.Step()]
         if self.bounds.config.prefix_caching:
             events.append(ev.ResetCache())
+        submitted: frozenset[int] = node.history
         events += [ev.Submit(request) for request in self.bounds.candidates if request.request_id not in submitted]
         events += [ev.Cancel(request_id) for request_id in sorted(submitted)]
         for entry in state.running:
@@ -170,62 +187,34 @@ class EngineExplorer:
                 events.append(ev.PublishRunning(entry.request.request_id, tokens, identity))
         return events
 
+    def history(self, node: Node, event: Any) -> Any:
+        return node.history | {event.request.request_id} if isinstance(event, ev.Submit) else node.history
+
+    def observe(self, node: Node, system: Any, event: Any, outcome: Outcome, after: Any) -> CheckFailure | None:
+        """The ghost reads, cached content and isolation (with the cache); determinism and the
+        preempted requests' places for a returned event; counts what the search saw."""
+        result = self.result
+        result.refusals += outcome.error is not None
+        failure = None
+        if self.ghost:
+            failure = ghost_failure(system.model, after) or cache_failure(self.config, system.model, after, self.salts)
+        if failure is None and outcome.error is None:
+            failure = determinism(after, self.ghost)
+            if failure is None and isinstance(outcome.value, StepOutput):
+                result.preemptions += bool(outcome.value.preempted)
+                result.cache_hits += outcome.value.cache.hits > 0
+                failure = places(outcome.value.preempted, after)
+        return failure
+
+    def live(self, node: Node) -> CheckFailure | None:
+        return drained(copy.deepcopy(node.sut), self.bounds.drain_steps)
+
     def run(self) -> EngineExploration:
         """Explore until every reachable state is seen, `max_states` are, or a check fails."""
-        result = EngineExploration()
-        config = self.bounds.config
-        ghost = config.prefix_caching
-        salts = {CacheSalt(request.tenant, request.adapter, config.model_id) for request in self.bounds.candidates}
-
-        def model() -> Any:
-            return HarnessModel(config.page_size) if ghost else NullModel(VOCAB)
-
-        start = (self.factory(config, model()), None)
-        if self.reference is not None:
-            start = (start[0], self.reference(config, model()))
-        first = start[0].to_spec()
-        seen: set[tuple[EngineState, frozenset[int]]] = {(canonical(first), frozenset())}
-        frontier: deque[tuple[Any, Any, frozenset[int], list[ev.Event]]] = deque(
-            [(start[0], start[1], frozenset(), [])]
-        )
-        while frontier:
-            engine, ref, submitted, path = frontier.popleft()
-            result.states += 1
-            failure = drained(copy.deepcopy(engine), self.bounds.drain_steps)
-            if failure is not None:
-                result.violation, result.path = failure, path
-                return result
-            state = engine.to_spec()
-            for event in self.events(state, submitted):
-                result.transitions += 1
-                mine, theirs = copy.deepcopy(engine), copy.deepcopy(ref)
-                outcome = capture(lambda: apply(mine, event))  # noqa: B023  (called at once)
-                after = mine.to_spec()
-                reference = None
-                if theirs is not None:
-                    expected = capture(lambda: apply(theirs, event))  # noqa: B023
-                    reference = (expected, theirs.to_spec())
-                failure = check_step(state, event, outcome, after, reference, config=config)
-                result.refusals += outcome.error is not None
-                if failure is None and ghost:
-                    failure = ghost_failure(mine.model, after) or cache_failure(config, mine.model, after, salts)
-                if failure is None and outcome.error is None:
-                    failure = determinism(after, ghost)
-                    if failure is None and isinstance(outcome.value, StepOutput):
-                        result.preemptions += bool(outcome.value.preempted)
-                        result.cache_hits += outcome.value.cache.hits > 0
-                        failure = places(outcome.value.preempted, after)
-                if failure is not None:
-                    result.violation, result.path = failure, [*path, event]
-                    return result
-                now = submitted | {event.request.request_id} if isinstance(event, ev.Submit) else submitted
-                key = (canonical(after), now)
-                if outcome.error is None and key not in seen:
-                    if len(seen) >= self.bounds.max_states:
-                        return result
-                    seen.add(key)
-                    frontier.append((mine, theirs, now, [*path, event]))
-        result.complete = True
+        searched = self.search(self.bounds.max_states)
+        result = self.result
+        result.states, result.transitions, result.complete = searched.states, searched.transitions, searched.complete
+        result.violation, result.path = searched.failure, searched.path
         return result
 
 
