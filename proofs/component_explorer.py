@@ -22,6 +22,7 @@ import argparse
 import copy
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -67,7 +68,7 @@ class Searched:
     event: Any | None = None  # the event that failed (None: a state's check)
 
 
-class Search:
+class Search(ABC):
     """The breadth-first search every explorer of a registered component shares.
 
     From `start()`, each state's `events` run on a copy of its systems, checked by `check_step`
@@ -81,8 +82,9 @@ class Search:
 
     # -- hooks ---------------------------------------------------------------------------------
 
+    @abstractmethod
     def start(self) -> Node:
-        raise NotImplementedError
+        """The initial state's systems."""
 
     def key(self, node: Node, state: Any) -> Any:
         return state
@@ -101,7 +103,8 @@ class Search:
         return None
 
     def progress(self, searched: Searched) -> None:
-        """Called as each 10,000th state is found."""
+        """Called as each 10,000th state is found (silent by default)."""
+        return None
 
     # -- the search ----------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from kvsched.testing.component import Component, StepContext
 from kvsched.testing.outcome import CheckFailed, CheckFailure, FailureKind, Outcome, capture, normalize
-from kvsched.testing.registry import SYSTEM, component_of, round_wrote_shared, written_pages
+from kvsched.testing.registry import SYSTEM, component_of
 
 __all__ = [
     "CheckFailed",
@@ -34,8 +34,6 @@ __all__ = [
     "check_state",
     "check_step",
     "normalize",
-    "round_wrote_shared",
-    "written_pages",
 ]
 
 

@@ -26,7 +26,7 @@ from kvsched.testing.component import Component
 from kvsched.testing.components.engine import ENGINE
 from kvsched.testing.components.manager import MANAGER
 from kvsched.testing.components.reserve import RESERVE
-from kvsched.testing.components.system import SYSTEM, round_wrote_shared, written_pages
+from kvsched.testing.components.system import SYSTEM
 
 __all__ = [
     "COMPONENTS",
@@ -35,8 +35,6 @@ __all__ = [
     "RESERVE",
     "SYSTEM",
     "component_of",
-    "round_wrote_shared",
-    "written_pages",
 ]
 
 COMPONENTS: tuple[Component, ...] = (SYSTEM, ENGINE, RESERVE, MANAGER)

@@ -311,10 +311,11 @@ class SafetyMachine:
 
     # -- checks -------------------------------------------------------------------------------------
 
-    def state(self) -> ManagerState:
-        """The manager as its view shows it, with the live requests' token counts."""
+    def state(self, view: PoolView | None = None) -> ManagerState:
+        """The manager as its view shows it (`view`, or a fresh one), with the live requests'
+        token counts."""
         live = tuple(sorted((request_id, len(tokens)) for request_id, tokens in self.sequences.items()))
-        return ManagerState(self.manager.view(), live, self.pages, self.page_size)
+        return ManagerState(self.manager.view() if view is None else view, live, self.pages, self.page_size)
 
     def _step(self, event: Any, body: Callable[[], T]) -> T:
         """Run one of the engine's calls and check it with the step checker (the refusal's
@@ -332,8 +333,7 @@ class SafetyMachine:
 
     def _require_valid(self, view: PoolView) -> None:
         """The view's invariants, before the harness reads or writes through it."""
-        live = tuple(sorted((request_id, len(tokens)) for request_id, tokens in self.sequences.items()))
-        problems = view_problems(ManagerState(view, live, self.pages, self.page_size))
+        problems = view_problems(self.state(view))
         if problems:
             self._fail(FailureKind.INVARIANT, problems[0])
 
