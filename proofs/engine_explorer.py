@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvsched.impl.null_model import NullModel  # serves both batch forms
-from kvsched.proofs.component_explorer import Node, Search
+from kvsched.proofs.search import Attempt, Node, Search
 from kvsched.spec import events as ev
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
 from kvsched.spec.engine_state import EngineState, Queued, Running, sequence_of
@@ -37,7 +37,7 @@ from kvsched.spec.model import null_next_token
 from kvsched.spec.page_keys import CacheSalt
 from kvsched.spec.prefix import get_store_references
 from kvsched.spec.prefix_cache import EMPTY_CACHE, get_cache_references
-from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture
+from kvsched.testing.checks import CheckFailure, FailureKind, capture
 from kvsched.testing.engine_machine import cache_failure, ghost_failure, prefix_for
 from kvsched.testing.engine_model import HarnessModel, greedy_tokens
 from kvsched.testing.registry import ENGINE
@@ -150,7 +150,7 @@ def canonical(state: EngineState) -> EngineState:
 
 class EngineExplorer(Search):
     """Breadth-first search over an engine's reachable states (see the module docstring): the
-    shared search (`kvsched.proofs.component_explorer.Search`) over the registered engine, a
+    shared search (`kvsched.proofs.search.Search`) over the registered engine, a
     state keyed by its clock ranks and the candidates submitted so far."""
 
     def __init__(self, bounds: EngineBounds, factory: EngineFactory, reference: EngineFactory | None = None) -> None:
@@ -166,18 +166,18 @@ class EngineExplorer(Search):
 
     def start(self) -> Node:
         reference = self.reference(self.config, self._model()) if self.reference is not None else None
-        return Node(self.factory(self.config, self._model()), reference, [], frozenset())
+        return Node(self.factory(self.config, self._model()), reference, frozenset())
 
-    def key(self, node: Node, state: Any) -> Any:
-        return canonical(state), node.history
+    def kept(self, at: Any, child: Node, after: Any) -> tuple[Any, Any]:
+        return after, (canonical(after), child.history)
 
-    def events(self, node: Node, state: Any) -> list[Any]:
+    def events(self, at: Any, state: Any) -> list[Any]:
         """The alphabet in `state`: step, reset the cache, submit a candidate not yet submitted,
         cancel one that was, publish a running request's computed prompt."""
         events: list[ev.Event] = [ev.Step()]
         if self.bounds.config.prefix_caching:
             events.append(ev.ResetCache())
-        submitted: frozenset[int] = node.history
+        submitted: frozenset[int] = at.history
         events += [ev.Submit(request) for request in self.bounds.candidates if request.request_id not in submitted]
         events += [ev.Cancel(request_id) for request_id in sorted(submitted)]
         for entry in state.running:
@@ -190,10 +190,10 @@ class EngineExplorer(Search):
     def history(self, node: Node, event: Any) -> Any:
         return node.history | {event.request.request_id} if isinstance(event, ev.Submit) else node.history
 
-    def observe(self, node: Node, system: Any, event: Any, outcome: Outcome, after: Any) -> CheckFailure | None:
+    def observe(self, attempt: Attempt) -> CheckFailure | None:
         """The ghost reads, cached content and isolation (with the cache); determinism and the
         preempted requests' places for a returned event; counts what the search saw."""
-        result = self.result
+        result, outcome, after, system = self.result, attempt.outcome, attempt.after, attempt.child.sut
         result.refusals += outcome.error is not None
         failure = None
         if self.ghost:
@@ -206,15 +206,18 @@ class EngineExplorer(Search):
                 failure = places(outcome.value.preempted, after)
         return failure
 
-    def live(self, node: Node) -> CheckFailure | None:
-        return drained(copy.deepcopy(node.sut), self.bounds.drain_steps)
+    def live(self, at: Any, state: Any) -> CheckFailure | None:
+        return drained(copy.deepcopy(at.sut), self.bounds.drain_steps)
 
     def run(self) -> EngineExploration:
         """Explore until every reachable state is seen, `max_states` are, or a check fails."""
         searched = self.search(self.bounds.max_states)
         result = self.result
         result.states, result.transitions, result.complete = searched.states, searched.transitions, searched.complete
-        result.violation, result.path = searched.failure, searched.path
+        if searched.violation is not None:
+            violation = searched.violation
+            result.violation = CheckFailure(violation.kind, violation.detail)
+            result.path = [*violation.path, *([violation.event] if violation.event is not None else [])]
         return result
 
 

@@ -1,13 +1,16 @@
-"""Exhaustive bounded model checking of the real spec objects (or any system under test).
+"""Exhaustive bounded model checking of the pool, store and scheduler (the spec objects, impl, or
+any system under test).
 
-Breadth-first search over every state reachable within `Bounds`, running the system's own
-code for every event of the alphabet (operations.py) in every state. Each step is checked by
-`kvsched.testing.checks.check_step`, the checker the stateful machine uses (typed errors,
-lockstep with a `reference`, atomicity, LIFO reuse, exclusive writes), and every new state by
-every invariant; liveness: from every state, finishing every live request, removing every
-prefix entry and releasing the producer's holds gives every page back (nothing leaks).
-States are canonical (canon.py), keyed by their interned parts. Search is breadth-first,
-so the first violation found has a shortest trace; trace.py prints it as a runnable program.
+The shared breadth-first search (search.py) over every state reachable within `Bounds`, running
+the system's own code for every event of the alphabet (operations.py) in every state. Each step
+is checked by `kvsched.testing.checks.check_step`, the checker the stateful machine uses (typed
+errors, lockstep with a `reference`, atomicity, LIFO reuse, exclusive writes), and every new
+state by every invariant; liveness: from every state, finishing every live request, removing
+every prefix entry and releasing the producer's holds gives every page back (nothing leaks).
+What this explorer adds to the search: states are kept canonical (canon.py) under their interned
+parts; a system made of spec objects is loaded with the kept state, any other is replayed along
+the path and copied; the producer's holds are carried beside the system. The first violation
+found has a shortest trace; trace.py prints it as a runnable program.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from kvsched.proofs.canon import Canonicalizer, Renaming
 from kvsched.proofs.operations import Bounds, alphabet, rename, static_alphabet, within_budget
+from kvsched.proofs.search import Attempt, Node, Search, Searched, Violation
 from kvsched.proofs.subject import SPEC, Positioner, Subject, snapshot
 from kvsched.spec import events as ev
 from kvsched.spec.events import Event
@@ -29,41 +33,38 @@ from kvsched.spec.slots import is_live
 from kvsched.spec.step import apply, holds_after
 from kvsched.spec.system import SystemState
 from kvsched.testing.backends import backend_for
-from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture, check_state, check_step
+from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture
+from kvsched.testing.registry import SYSTEM
+
+__all__ = ["Exploration", "Explorer", "Violation", "attempt", "drain", "explore"]
 
 
-@dataclass
-class Violation:
-    """What went wrong (the check's kind and what it saw), and the shortest path to it
-    (canonical events from the start); `event` is the one that failed (None: the state)."""
-
-    kind: FailureKind
-    detail: str
-    path: list[Event]
-    event: Event | None = None
-    program: str = ""
-
-
-@dataclass
-class Exploration:
+@dataclass(kw_only=True)
+class Exploration(Searched):
     """One run of the explorer: what it covered and what it found."""
 
     subject: str
     reference: str | None
     bounds: Bounds
-    states: int = 0
-    transitions: int = 0
-    checks: int = 0
-    depth: int = 0
-    seconds: float = 0.0
-    complete: bool = False
-    violation: Violation | None = None
     invariants: tuple[str, ...] = field(default_factory=lambda: tuple(inv.__name__ for inv in INVARIANTS))
 
     @property
     def states_per_second(self) -> float:
         """Distinct states discovered per second of search."""
         return self.states / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class At:
+    """Where the systems are put for one kept state: the kept (canonical) state, the same state
+    in the systems' own names, and the map from canonical names to theirs (None: the same)."""
+
+    kept: SystemState
+    state: SystemState
+    back: Renaming | None
+
+
+ANY = Node()  # what a queued state keeps beside itself: nothing (its systems are loaded or replayed)
 
 
 def attempt(
@@ -85,7 +86,7 @@ def drain(state: SystemState, index_of: Callable[[PrefixIdentity], int]) -> list
     return events
 
 
-class Explorer:
+class Explorer(Search):
     """Breadth-first search over the canonical states of one subject."""
 
     def __init__(
@@ -95,31 +96,17 @@ class Explorer:
         reference: Subject | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
-        self.bounds = bounds
-        self.subject = subject
+        super().__init__(SYSTEM, bounds.page_size)
+        self.bounds, self.subject, self.max_depth = bounds, subject, bounds.max_depth
         self.canon = Canonicalizer(bounds)
         self.positioner = Positioner(subject, bounds.config())
         self.reference = Positioner(reference, bounds.config()) if reference is not None else None
         self.static = static_alphabet(bounds)
         if not hasattr(self.positioner.fresh(), "overlapping_scratch"):  # an optional capability
             self.static = tuple(event for event in self.static if not isinstance(event, ev.DecodeOverlapping))
-        self.progress = progress
-        self.states: list[SystemState] = []
-        self.index: dict[tuple[int, int, int, int], int] = {}  # by `Canonicalizer.key`
-        self.parent: list[int] = []
-        self.via: list[Event | None] = []
-        self.depth: list[int] = []
-        self.result = Exploration(subject.name, reference.name if reference else None, bounds)
-
-    def path(self, index: int) -> list[Event]:
-        """The canonical events from the initial state to state `index`."""
-        ops: list[Event] = []
-        while index > 0:
-            operation = self.via[index]
-            assert operation is not None
-            ops.append(operation)
-            index = self.parent[index]
-        return ops[::-1]
+        self.report = progress
+        self.result = Exploration(subject=subject.name, reference=reference.name if reference else None, bounds=bounds)
+        self.searched = self.result
 
     def lookup(self, state: SystemState) -> int | None:
         """The index of the explored state in the class of `state` (None if not explored)."""
@@ -133,124 +120,69 @@ class Explorer:
             _, state = attempt(rename(operation, back.ids, back.identities, back.pages), sut, state, self.bounds)
         return state, self.canon.renaming(state)
 
-    def _add(
-        self, state: SystemState, parent: int, operation: Event | None, like: SystemState | None = None
-    ) -> tuple[int, bool]:
-        canonical, _ = self.canon.canonical(state, like)
-        key = self.canon.key(canonical)
-        known = self.index.get(key)
-        if known is not None:
-            return known, False
-        index = len(self.states)
-        self.index[key] = index
-        self.states.append(canonical)
-        self.parent.append(parent)
-        self.via.append(operation)
-        self.depth.append(0 if parent < 0 else self.depth[parent] + 1)
-        return index, True
+    # -- the search's hooks ------------------------------------------------------------------------
 
-    def _fail(self, failure: CheckFailure, index: int, operation: Event | None) -> Exploration:
-        self.result.violation = Violation(failure.kind, failure.detail, self.path(index), operation)
-        return self._finish()
+    def start(self) -> Node:
+        return Node(self.positioner.fresh())
 
-    def _finish(self) -> Exploration:
-        self.result.states = len(self.states)
-        self.result.depth = max(self.depth, default=0)
-        return self.result
-
-    def _position(self, index: int) -> tuple[SystemState, Renaming | None]:
-        """The state the systems are put in for state `index`, and the map to its names.
-
-        A loadable system is put in the canonical state itself (no renaming); any other is
-        replayed along the path, in whatever names that produces.
-        """
+    def position(self, index: int, node: Node) -> tuple[At, SystemState]:
+        """A loadable system is put in the canonical state itself (no renaming); any other is
+        replayed along the path, in whatever names that produces."""
+        kept = self.states[index]
         if self.positioner.loadable:
-            return self.states[index], None
+            return At(kept, kept, None), kept
         ops = self.path(index)
         holder: list[tuple[SystemState, Renaming]] = []
         self.positioner.park(lambda sut: holder.append(self.replay(sut, ops)))
         state, renaming = holder[0]
-        return state, renaming.inverse()
+        return At(kept, state, renaming.inverse()), state
 
-    def _alphabet(self, index: int) -> list[Event]:
-        """The operations to try from state `index` (none past a budget or the depth bound)."""
-        state = self.states[index]
-        limit = self.bounds.max_depth
-        if (limit is not None and self.depth[index] >= limit) or not within_budget(state, self.bounds):
+    def events(self, at: At, state: SystemState) -> list[Any]:
+        """The canonical operations to try (none past a budget)."""
+        if not within_budget(at.kept, self.bounds):
             return []
-        return alphabet(state, self.bounds, self.static)
+        return alphabet(at.kept, self.bounds, self.static)
 
-    def _check_state(self, state: SystemState) -> CheckFailure | None:
-        self.result.checks += len(INVARIANTS)
-        return check_state(state)
+    def attempt(self, at: At, state: SystemState, event: Any) -> Attempt:
+        back = at.back
+        real = event if back is None else rename(event, back.ids, back.identities, back.pages)
+        lockstep = self.reference is not None
+        outcome, after = attempt(real, self.positioner.at(state), state, self.bounds, lockstep)
+        reference = None if self.reference is None else attempt(real, self.reference.at(state), state, self.bounds)
+        return Attempt(real, outcome, after, reference, ANY)
 
-    def _check_liveness(self, state: SystemState) -> CheckFailure | None:
+    def kept(self, at: At | None, child: Node, after: Any) -> tuple[Any, Any]:
+        """`after` in canonical names (as like the loaded state as the class allows), keyed by its
+        interned parts; `at` is None for the initial state."""
+        like = at.state if at is not None and at.back is None else None
+        canonical, _ = self.canon.canonical(after, like)
+        return canonical, self.canon.key(canonical)
+
+    def live(self, at: At, state: SystemState) -> CheckFailure | None:
         sut = self.positioner.at(state)
         current = state
         for event in drain(state, self.canon.index_of):
             outcome, current = attempt(event, sut, current, self.bounds)
             if outcome.error is not None:
                 return CheckFailure(FailureKind.LIVENESS, f"draining failed at {event!r}: {outcome.summary()}")
-        self.result.checks += 1
         if post_drained_all_free(current):
             return None
         return CheckFailure(FailureKind.LIVENESS, f"pages leak after draining: refs={current.pool.refs}")
 
-    def _step(self, index: int, state: SystemState, back: Renaming | None, event: Event) -> CheckFailure | None:
-        """Run one event from state `index`; the violation it shows, if any.
-
-        `back` maps canonical names to the names of `state` (None: `state` is canonical).
-        """
-        real = event if back is None else rename(event, back.ids, back.identities, back.pages)
-        lockstep = self.reference is not None
-        outcome, post = attempt(real, self.positioner.at(state), state, self.bounds, lockstep)
-        self.result.transitions += 1
-        reference = None
-        if self.reference is not None:
-            reference = attempt(real, self.reference.at(state), state, self.bounds)
-        self.result.checks += 1
-        if failure := check_step(
-            state, real, outcome, post, reference, results=lockstep, invariants=False, config=self.bounds.page_size
-        ):
-            return failure
-        if outcome.error is not None:
-            return None
-        _, new = self._add(post, index, event, state if back is None else None)
-        return self._check_state(post) if new else None
+    def progress(self, expanded: int) -> None:
+        if self.report is not None:
+            seconds = time.perf_counter() - self._started
+            self.report(
+                f"  {self.subject.name}: {len(self.states):,} states ({expanded:,} expanded), "
+                f"{self.result.transitions:,} transitions, depth {self.depth[expanded - 1]}, "
+                f"{len(self.states) / seconds:,.0f} states/s"
+            )
 
     def run(self, max_states: int | None = None) -> Exploration:
         """Explore until done, a violation or `max_states` states (never a time limit: the states
         explored are the same on every machine)."""
-        start = last = time.perf_counter()
-        initial = snapshot(self.positioner.fresh(), ())
-        self._add(initial, -1, None)
-        if failure := self._check_state(initial):
-            return self._fail(failure, 0, None)
-        done = 0
-        while done < len(self.states):
-            state, back = self._position(done)
-            for operation in self._alphabet(done):
-                if failure := self._step(done, state, back, operation):
-                    self.result.seconds = time.perf_counter() - start
-                    return self._fail(failure, done, operation)
-            if failure := self._check_liveness(state):
-                self.result.seconds = time.perf_counter() - start
-                return self._fail(failure, done, None)
-            done += 1
-            now = time.perf_counter()
-            if self.progress is not None and now - last > 2.0:
-                last = now
-                rate = len(self.states) / (now - start)
-                self.progress(
-                    f"  {self.subject.name}: {len(self.states):,} states ({done:,} expanded), "
-                    f"{self.result.transitions:,} transitions, depth {self.depth[done - 1]}, {rate:,.0f} states/s"
-                )
-            if max_states is not None and len(self.states) >= max_states:
-                self.result.seconds = now - start
-                return self._finish()
-        self.result.seconds = time.perf_counter() - start
-        self.result.complete = True
-        return self._finish()
+        self.search(max_states)
+        return self.result
 
 
 def explore(

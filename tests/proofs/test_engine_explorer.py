@@ -29,7 +29,7 @@ CAUGHT = {
 # The same on the cached configuration, for the prefix cache's broken engines.
 CAUGHT_CACHED = {
     "evict_keeps_key": (FailureKind.LIVENESS, FailureKind.LIVENESS),
-    "cache_holds_no_reference": (FailureKind.LIVENESS, FailureKind.LIVENESS),
+    "cache_holds_no_reference": (FailureKind.LOCKSTEP, FailureKind.INVARIANT),
     "salt_dropped": (FailureKind.LOCKSTEP, FailureKind.ISOLATION),
 }
 

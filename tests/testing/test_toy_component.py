@@ -122,7 +122,8 @@ def test_the_explorer_passes_the_counter_and_catches_the_broken_one() -> None:
     assert result.complete and result.violation is None and result.states == LIMIT + 1
     alone = ComponentExplorer(COUNTER, LIMIT, PastTheLimit).run().violation
     assert alone is not None and alone.kind is FailureKind.INVARIANT
-    assert len(alone.path) == LIMIT + 1 and all(isinstance(event, Increment) for event in alone.path)  # shortest
+    assert len(alone.path) == LIMIT and isinstance(alone.event, Increment)  # shortest
+    assert all(isinstance(event, Increment) for event in alone.path)
     lockstep = ComponentExplorer(COUNTER, LIMIT, PastTheLimit, Counter).run().violation
     assert lockstep is not None and lockstep.kind is FailureKind.LOCKSTEP
 
