@@ -38,7 +38,7 @@ from kvsched.spec.page_keys import CacheSalt
 from kvsched.spec.prefix import get_store_references
 from kvsched.spec.prefix_cache import EMPTY_CACHE, get_cache_references
 from kvsched.testing.checks import CheckFailure, FailureKind, capture
-from kvsched.testing.engine_machine import cache_failure, ghost_failure, prefix_for
+from kvsched.testing.engine_machine import SHAPES, cache_failure, ghost_failure, prefix_for
 from kvsched.testing.engine_model import HarnessModel, greedy_tokens
 from kvsched.testing.registry import ENGINE
 
@@ -222,20 +222,7 @@ class EngineExplorer(Search):
 
 
 SMALL = EngineBounds(
-    config=EngineConfig(
-        requests=2,
-        pages=4,
-        page_size=2,
-        logical_pages=4,
-        max_batch_size=2,
-        max_batched_tokens=3,
-        chunk_size=2,
-        prefill_reserve_pages=2,
-        max_queue=3,
-        max_seq_len=8,
-        state_slots=2,
-        prefix_entries=1,
-    ),
+    config=replace(SHAPES["tight"], chunk_size=2, prefill_reserve_pages=2, state_slots=2),
     candidates=(
         EngineRequest(1, (3, 1, 4), 2),
         EngineRequest(2, (3, 1, 4), 1, priority=1, prefix=prefix_for((3, 1, 4))),  # a full hit, once published
@@ -245,20 +232,10 @@ SMALL = EngineBounds(
     ),
 )
 
+# The small engine with room for the cache; no state slots and no published prefixes.
+CACHING = replace(SMALL.config, pages=5, max_batched_tokens=4, prefill_reserve_pages=1, prefix_caching=True)
 CACHED = EngineBounds(
-    config=EngineConfig(
-        requests=2,
-        pages=5,
-        page_size=2,
-        logical_pages=4,
-        max_batch_size=2,
-        max_batched_tokens=4,
-        chunk_size=2,
-        prefill_reserve_pages=1,
-        max_queue=3,
-        max_seq_len=8,
-        prefix_caching=True,
-    ),
+    config=replace(CACHING, state_slots=0, prefix_entries=0),
     candidates=(
         EngineRequest(1, (3, 1, 4, 1, 5), 1),
         EngineRequest(2, (3, 1, 4, 1, 9), 2),  # its first two pages hit once 1 computed them

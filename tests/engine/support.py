@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from kvsched import impl, spec
+from kvsched.spec.engine_config import EngineConfig
 from kvsched.spec.engine_state import check_engine_invariants
 from kvsched.spec.model import NULL_VOCAB, null_next_token
 from kvsched.spec.sequence import FinishReason
@@ -16,6 +17,19 @@ from tests.helpers import bounded
 # The engine machine's bounded search (examples and steps, derandomized: never a clock).
 SEARCH = bounded(300, 40)
 FLAVOURS = [pytest.param(spec, id="spec"), pytest.param(impl, id="impl")]
+# Room for every request of a test at once; tests narrow it with `replace`.
+SMALL = EngineConfig(
+    requests=4,
+    pages=8,
+    page_size=2,
+    logical_pages=8,
+    max_batch_size=4,
+    max_batched_tokens=8,
+    chunk_size=4,
+    prefill_reserve_pages=0,
+    max_queue=4,
+    max_seq_len=16,
+)
 
 
 def greedy(prompt: tuple[int, ...], max_new_tokens: int, eos: int | None = None, vocab: int = NULL_VOCAB) -> list[int]:

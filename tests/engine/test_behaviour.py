@@ -13,20 +13,7 @@ from kvsched import impl, spec
 from kvsched.spec import EngineConfig, EngineRequest, FinishReason
 from kvsched.spec.engine_state import check_engine_invariants
 from kvsched.spec.model import null_next_token
-from tests.engine.support import FLAVOURS, greedy, run_to_completion
-
-SMALL = EngineConfig(
-    requests=4,
-    pages=8,
-    page_size=2,
-    logical_pages=8,
-    max_batch_size=4,
-    max_batched_tokens=8,
-    chunk_size=4,
-    prefill_reserve_pages=0,
-    max_queue=4,
-    max_seq_len=16,
-)
+from tests.engine.support import FLAVOURS, SMALL, greedy, run_to_completion
 
 
 def engine(flavour: Any, config: EngineConfig = SMALL, model: Any = None) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,21 +13,9 @@ import pytest
 from kvsched import impl, spec
 from kvsched.spec import EngineConfig, EngineRequest, KvschedError
 from kvsched.testing.engine_variants import ENGINE_VARIANTS
-from tests.engine.support import greedy, run_to_completion
+from tests.engine.support import SMALL, greedy, run_to_completion
 
-CONFIG = EngineConfig(
-    requests=4,
-    pages=5,
-    page_size=2,
-    logical_pages=8,
-    max_batch_size=2,
-    max_batched_tokens=8,
-    chunk_size=4,
-    prefill_reserve_pages=0,
-    max_queue=4,
-    max_seq_len=16,
-    prefix_entries=1,
-)
+CONFIG = replace(SMALL, pages=5, max_batch_size=2, prefix_entries=1)
 Factory = Callable[[EngineConfig, Any], Any]
 
 

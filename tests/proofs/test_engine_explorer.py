@@ -34,30 +34,31 @@ CAUGHT_CACHED = {
 }
 
 
-def test_every_reachable_state_of_the_spec_engine_passes_every_check() -> None:
-    result = EngineExplorer(SMALL, spec_engine).run()
+@pytest.mark.parametrize(
+    ("bounds", "states", "reached"),
+    [(SMALL, 5_000, ("preemptions", "refusals")), (CACHED, 3_000, ("cache_hits", "preemptions"))],
+    ids=["small", "cached"],
+)
+def test_every_reachable_state_of_the_spec_engine_passes_every_check(
+    bounds: EngineBounds, states: int, reached: tuple[str, str]
+) -> None:
+    result = EngineExplorer(bounds, spec_engine).run()
     assert result.violation is None, (result.violation, result.path)
-    assert result.complete and result.states > 5_000
-    assert result.preemptions > 0 and result.refusals > 0  # pressure and refusals were reached
+    assert result.complete and result.states > states
+    assert all(getattr(result, counter) > 0 for counter in reached)  # pressure, refusals, hits were reached
 
 
-def test_impl_engine_in_lockstep_on_the_first_states() -> None:
-    result = EngineExplorer(replace(SMALL, max_states=1_500), impl_engine, spec_engine).run()
+@pytest.mark.parametrize(
+    ("bounds", "first", "states", "reached"),
+    [(SMALL, 1_500, 700, "preemptions"), (CACHED, 1_000, 450, "cache_hits")],
+    ids=["small", "cached"],
+)
+def test_impl_engine_in_lockstep_on_the_first_states(
+    bounds: EngineBounds, first: int, states: int, reached: str
+) -> None:
+    result = EngineExplorer(replace(bounds, max_states=first), impl_engine, spec_engine).run()
     assert result.violation is None, (result.violation, result.path)
-    assert result.states >= 700 and result.preemptions > 0
-
-
-def test_every_reachable_state_of_the_cached_spec_engine_passes_every_check() -> None:
-    result = EngineExplorer(CACHED, spec_engine).run()
-    assert result.violation is None, (result.violation, result.path)
-    assert result.complete and result.states > 3_000
-    assert result.cache_hits > 0 and result.preemptions > 0  # hits and pressure were reached
-
-
-def test_impl_engine_in_lockstep_on_the_first_cached_states() -> None:
-    result = EngineExplorer(replace(CACHED, max_states=1_000), impl_engine, spec_engine).run()
-    assert result.violation is None, (result.violation, result.path)
-    assert result.states >= 450 and result.cache_hits > 0
+    assert result.states >= states and getattr(result, reached) > 0
 
 
 @pytest.mark.parametrize(
