@@ -32,12 +32,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import seed
 from hypothesis.stateful import get_state_machine_test
 
 from devtools.mutants_corpus import COMPONENTS, MUTANTS, Mutant
 from kvsched.abi import empty_items, empty_outputs
 from kvsched.impl.system import ImplSystem
+from kvsched.testing.bounded import bounded
 from kvsched.testing.campaign import program_namespace
 from kvsched.testing.checks import CheckFailed
 from kvsched.testing.impl_system import ImplAdapter
@@ -131,16 +132,7 @@ def hunt(
     def build() -> KvschedMachine:
         return KvschedMachine(factory, spec_system, CONFIG, stats)
 
-    run_settings = settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-        print_blob=False,
-    )
+    run_settings = bounded(examples, steps, shrink=False, seeded=True)
     machine_factory: Any = build  # hypothesis takes any zero-argument machine factory
     test = seed(random_seed)(get_state_machine_test(machine_factory, settings=run_settings))
     started = time.perf_counter()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import MutableSequence, Sequence
 
-from hypothesis import HealthCheck, Phase, settings
-
 from kvsched.spec import (
     BlockPool,
     PrefixKvStore,
@@ -47,19 +45,3 @@ class OneLaunchBackend:
             first = out[0]
             out[0] = RaggedBatchOutput(first.request_id ^ 1, first.slot, first.next_token_id)
         return RaggedBatchReceipt(len(items), 1, len(items) * 4)
-
-
-def bounded(examples: int, steps: int, *, shrink: bool = True) -> settings:
-    """A search bounded by examples and steps, derandomized, with no deadline and no database:
-    its verdict never depends on the machine's speed or an earlier run. Without `shrink`, the
-    first failing program is the verdict (shrinking a machine's program can take minutes)."""
-    return settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=shrink,
-        phases=list(Phase) if shrink else [Phase.generate],
-    )

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import HealthCheck, seed, settings
+from hypothesis import seed, settings
 from hypothesis.stateful import get_state_machine_test, run_state_machine_as_test
 
 from kvsched.report import Progress
+from kvsched.testing.bounded import bounded
 from kvsched.testing.machine import CampaignStats, KvschedMachine
 from kvsched.testing.system import SystemConfig, SystemFactory
 
@@ -83,15 +84,7 @@ def run_campaign(
         show(stats.examples)
         return KvschedMachine(factory, reference, config, stats)
 
-    run_settings = settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-        print_blob=False,
-    )
+    run_settings = bounded(examples, steps, seeded=True)
     machine_factory: Any = build  # hypothesis accepts any zero-argument machine factory
     test = seed(random_seed)(get_state_machine_test(machine_factory, settings=run_settings))
     started = time.perf_counter()

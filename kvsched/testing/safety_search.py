@@ -31,12 +31,13 @@ from typing import Any
 import hypothesis.internal.conjecture.engine as conjecture_engine
 import hypothesis.internal.conjecture.providers as hypothesis_providers
 import hypothesis.internal.conjecture.shrinker as conjecture_shrinker
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import seed
 from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, precondition, rule
 
 from kvsched.testing.adapter import ManagerFactory
+from kvsched.testing.bounded import bounded
 from kvsched.testing.checks import CheckFailed, CheckFailure
 from kvsched.testing.safety import (
     COVERAGE,
@@ -277,17 +278,7 @@ def search_safety(
     require_adapter(probe)
     runs: list[SafetyMachine] = []
     machine = machine_class(factory, pages, page_size, runs, progress)
-    options = settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        derandomize=False,  # the seed decides, whatever profile is loaded
-        report_multiple_bugs=False,
-        print_blob=False,
-        suppress_health_check=list(HealthCheck),
-        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],  # no explaining: a bounded shrink
-    )
+    options = bounded(examples, steps, seeded=True)  # the seed decides, whatever profile is loaded
     start = time.process_time()
     failure: CheckFailure | None = None
     try:

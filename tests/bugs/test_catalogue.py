@@ -27,6 +27,7 @@ from kvsched.proofs.explorer import Explorer
 from kvsched.proofs.operations import Bounds
 from kvsched.proofs.subject import SPEC, Subject, variant
 from kvsched.proofs.trace import reproduce
+from kvsched.testing.bounded import bounded
 from kvsched.testing.campaign import run_machine
 from kvsched.testing.checks import CheckFailed, FailureKind
 from kvsched.testing.machine import KvschedMachine
@@ -35,7 +36,6 @@ from kvsched.testing.system import SystemConfig
 from kvsched.testing.variants import VARIANTS
 from tests.bugs.catalogue import CATALOGUE, Bug
 from tests.bugs.listing import listed, listing_problems
-from tests.helpers import bounded
 
 GOLDEN = Path(__file__).with_name("golden")
 BOUNDS = Bounds(requests=2, pages=3, logical_pages=2, entries=1, entry_pages=2, max_references=2, max_external=1)

@@ -12,7 +12,7 @@ from kvsched.spec.engine_config import EngineConfig
 from kvsched.spec.engine_state import check_engine_invariants
 from kvsched.spec.model import NULL_VOCAB, null_next_token
 from kvsched.spec.sequence import FinishReason
-from tests.helpers import bounded
+from kvsched.testing.bounded import bounded
 
 # The engine machine's bounded search (examples and steps, derandomized: never a clock).
 SEARCH = bounded(300, 40)

@@ -13,8 +13,8 @@ import pytest
 from kvsched import impl, spec
 from kvsched.spec import DuplicateRequest, EngineRequest, FinishReason, InvalidArgument, PrefixIdentity
 from kvsched.spec.errors import OutputIdentityMismatch
-from tests.engine.support import FLAVOURS
-from tests.engine.test_behaviour import SMALL, engine
+from tests.engine.support import FLAVOURS, SMALL
+from tests.engine.test_behaviour import engine
 
 
 @pytest.mark.parametrize("flavour", [spec, impl], ids=["spec", "impl"])

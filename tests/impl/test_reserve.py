@@ -24,11 +24,11 @@ from kvsched.proofs import component_explorer
 from kvsched.proofs.component_explorer import ComponentExplorer
 from kvsched.spec import reserve as spec
 from kvsched.spec.errors import Exhausted, InvalidBlock
+from kvsched.testing.bounded import bounded
 from kvsched.testing.checks import CheckFailed, FailureKind
 from kvsched.testing.component_machine import machine_for
 from kvsched.testing.components.reserve import ReserveConfig, impl_reserve, spec_reserve
 from kvsched.testing.registry import RESERVE
-from tests.helpers import bounded
 
 EXPLORED = ReserveConfig(pages=3, keys=("a", "b"))  # 650 states, every one checked
 CALLS: Counter[str] = Counter()  # calls made and refused, over every example of a run

@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from kvsched.proofs.component_explorer import ComponentExplorer
 from kvsched.spec.errors import Exhausted
+from kvsched.testing.bounded import bounded
 from kvsched.testing.checks import CheckFailed, FailureKind, capture, check_step
 from kvsched.testing.component import Component, Corpus, EventSpec
 from kvsched.testing.component_machine import machine_for
 from tests.bugs.listing import listing_problems
-from tests.helpers import bounded
 
 LIMIT = 3
 
