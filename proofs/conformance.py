@@ -12,7 +12,7 @@ spec (a different page popped, a missing decrement, a ghost count not updated) m
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import product
 
 import z3
@@ -36,24 +36,26 @@ def _choose(branches: list[Branch], before: Sys, after: Sys) -> Bool:
     return z3.Or(*reached, z3.And(none, same(before, after)))
 
 
-def retain_all(enc: Encoding, s: Sys, items: Arr, length: Int, bound: int, holes: bool) -> Branch:
-    """The retain loop of install, fork and publish, unrolled to `bound` list positions."""
+def _unrolled(
+    step: Callable[[Sys, Int, bool], Branch], s: Sys, items: Arr, length: Int, bound: int, holes: bool
+) -> Branch:
+    """`step` on each of the first `length` items, unrolled to `bound` list positions."""
     ok: Bool = z3.BoolVal(True)
     for i in range(bound):
-        ok_i, step = enc.retain_pending(s, items[i], holes)
+        ok_i, after = step(s, items[i], holes)
         ok = z3.And(ok, z3.Or(i >= length, ok_i))
-        s = pick(i < length, step, s)
+        s = pick(i < length, after, s)
     return ok, s
+
+
+def retain_all(enc: Encoding, s: Sys, items: Arr, length: Int, bound: int, holes: bool) -> Branch:
+    """The retain loop of install, fork and publish."""
+    return _unrolled(enc.retain_pending, s, items, length, bound, holes)
 
 
 def release_all(enc: Encoding, s: Sys, items: Arr, length: Int, bound: int, holes: bool) -> Branch:
-    """The release loop of finish, remove, reclaim and a replacing publish, unrolled."""
-    ok: Bool = z3.BoolVal(True)
-    for i in range(bound):
-        ok_i, step = enc.release_pending(s, items[i], holes)
-        ok = z3.And(ok, z3.Or(i >= length, ok_i))
-        s = pick(i < length, step, s)
-    return ok, s
+    """The release loop of finish, remove, reclaim and a replacing publish."""
+    return _unrolled(enc.release_pending, s, items, length, bound, holes)
 
 
 def _evict(enc: Encoding, s: Sys, entry: int, capacity: int) -> Branch:
