@@ -129,28 +129,11 @@ def test_malformed_attention_inputs_are_refused(device: str, field: str, bad: An
 
 
 def test_too_wide_groups_and_heads_are_refused(device: str) -> None:
-    wide = ragged_batch(
-        np.random.default_rng(1),
-        requests=1,
-        q_heads=16,
-        kv_heads=1,
-        head_dim=8,
-        page_size=4,
-        dtype=np.float32,
-        max_context=5,
-    )
+    one: dict[str, Any] = {"requests": 1, "kv_heads": 1, "page_size": 4, "dtype": np.float32, "max_context": 5}
+    wide = ragged_batch(np.random.default_rng(1), q_heads=16, head_dim=8, **one)
     with pytest.raises(ValueError, match="at most 8 times"):
         paged_attention(*wide.attention_args(), scale=wide.scale, device=device)
-    tall = ragged_batch(
-        np.random.default_rng(1),
-        requests=1,
-        q_heads=1,
-        kv_heads=1,
-        head_dim=129,
-        page_size=4,
-        dtype=np.float32,
-        max_context=5,
-    )
+    tall = ragged_batch(np.random.default_rng(1), q_heads=1, head_dim=129, **one)
     with pytest.raises(ValueError, match=r"head_dim must be in \[1, 128\]"):
         paged_attention(*tall.attention_args(), scale=tall.scale, device=device)
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kvsched.kernels import append_kv, copy_pages, paged_attention, twins
 from kvsched.kernels.jit import njit
 from kvsched.testing.patching import patch_source
-from tests.kernels.kernel_batches import kv_rows, ragged_batch
+from tests.kernels.kernel_batches import Batch, kv_rows, ragged_batch
 
 SHAPES = st.fixed_dictionaries(
     {
@@ -31,21 +31,16 @@ SHAPES = st.fixed_dictionaries(
 )
 
 
+def drawn_batch(rng: np.random.Generator, shape: dict[str, Any], group: int, **options: Any) -> Batch:
+    """A ragged batch of a drawn shape, with `group` query heads per KV head."""
+    sizes = {name: shape[name] for name in ("requests", "kv_heads", "head_dim", "page_size", "dtype", "max_context")}
+    return ragged_batch(rng, q_heads=shape["kv_heads"] * group, **sizes, **options)
+
+
 @settings(max_examples=60, deadline=None)
 @given(shape=SHAPES, seed=st.integers(0, 2**32 - 1))
 def test_attention_twin_matches_oracle(shape: dict[str, int], seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    batch = ragged_batch(
-        rng,
-        requests=shape["requests"],
-        q_heads=shape["kv_heads"] * shape["group"],
-        kv_heads=shape["kv_heads"],
-        head_dim=shape["head_dim"],
-        page_size=shape["page_size"],
-        dtype=shape["dtype"],
-        max_context=shape["max_context"],
-        chunk=shape["chunk"],
-    )
+    batch = drawn_batch(np.random.default_rng(seed), shape, group=shape["group"], chunk=shape["chunk"])
     expected = paged_attention(*batch.attention_args(), scale=batch.scale, device="numpy")
     got = paged_attention(*batch.attention_args(), scale=batch.scale, device="cpu", table_lengths=batch.table_lengths)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=2e-6)
@@ -68,17 +63,7 @@ def test_attention_survives_scores_that_overflow_a_naive_softmax() -> None:
 @given(shape=SHAPES, seed=st.integers(0, 2**32 - 1))
 def test_append_twin_matches_oracle(shape: dict[str, int], seed: int) -> None:
     rng = np.random.default_rng(seed)
-    batch = ragged_batch(
-        rng,
-        requests=shape["requests"],
-        q_heads=shape["kv_heads"],
-        kv_heads=shape["kv_heads"],
-        head_dim=shape["head_dim"],
-        page_size=shape["page_size"],
-        dtype=shape["dtype"],
-        max_context=shape["max_context"],
-        share_prefix=False,
-    )
+    batch = drawn_batch(rng, shape, group=1, share_prefix=False)
     k, v = kv_rows(rng, batch)
     k *= 1000.0  # exercises float16 rounding, overflow to infinity and subnormals alike
     positions = batch.context_lens - 1
