@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvsched.kernels import INVALID_BLOCK
+from kvsched.kernels import INVALID_BLOCK, append_kv
 
 
 @dataclass
@@ -84,3 +84,12 @@ def kv_rows(rng: np.random.Generator, batch: Batch) -> tuple[npt.NDArray[np.floa
     """Random K and V rows `[queries, kv_heads, head_dim]` float32 to append for `batch`'s queries."""
     shape = (batch.q.shape[0], batch.k_cache.shape[2], batch.k_cache.shape[3])
     return rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+
+
+def appended(batch: Batch, k: npt.NDArray[Any], v: npt.NDArray[Any], device: str) -> tuple[bytes, bytes]:
+    """The bytes of copies of the batch's caches once `k` and `v` are appended on `device` at each
+    query's last position."""
+    k_cache, v_cache = batch.k_cache.copy(), batch.v_cache.copy()
+    positions = batch.context_lens - 1
+    append_kv(k, v, k_cache, v_cache, batch.block_table, batch.table_offsets, positions, device=device)
+    return k_cache.tobytes(), v_cache.tobytes()

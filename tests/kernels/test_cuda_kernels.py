@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvsched.kernels import append_kv, copy_pages, paged_attention
-from tests.kernels.kernel_batches import kv_rows, ragged_batch
+from tests.kernels.kernel_batches import appended, kv_rows, ragged_batch
 
 pytestmark = pytest.mark.usefixtures("cuda_mode")
 
@@ -72,14 +72,9 @@ def test_append_kernel_matches_oracle(dtype: Any) -> None:
     )
     k, v = kv_rows(rng, batch)
     k *= 1000.0
-    positions = batch.context_lens - 1
-    results = []
-    for device in ("numpy", "cuda"):
-        k_cache, v_cache = batch.k_cache.copy(), batch.v_cache.copy()
-        append_kv(k, v, k_cache, v_cache, batch.block_table, batch.table_offsets, positions, device=device)
-        results.append((k_cache.tobytes(), v_cache.tobytes()))
-    assert results[0] == results[1]
-    assert results[1][0] != batch.k_cache.tobytes()
+    got = appended(batch, k, v, "cuda")
+    assert got == appended(batch, k, v, "numpy")
+    assert got[0] != batch.k_cache.tobytes()
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])

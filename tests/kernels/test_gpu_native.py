@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvsched.kernels import append_kv, paged_attention
+from kvsched.kernels import paged_attention
 from kvsched.kernels.bench_gpu import measure_gpu
-from tests.kernels.kernel_batches import kv_rows, ragged_batch
+from tests.kernels.kernel_batches import appended, kv_rows, ragged_batch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("native_gpu")]
 
@@ -53,13 +53,7 @@ def test_append_at_serving_sizes_matches_oracle() -> None:
         share_prefix=False,
     )
     k, v = kv_rows(rng, batch)
-    positions = batch.context_lens - 1
-    results = []
-    for device in ("numpy", "cuda"):
-        k_cache, v_cache = batch.k_cache.copy(), batch.v_cache.copy()
-        append_kv(k, v, k_cache, v_cache, batch.block_table, batch.table_offsets, positions, device=device)
-        results.append(k_cache.tobytes() + v_cache.tobytes())
-    assert results[0] == results[1]
+    assert appended(batch, k, v, "cuda") == appended(batch, k, v, "numpy")
 
 
 def test_decode_bandwidth_is_measured_against_hbm_peak() -> None:
