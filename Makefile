@@ -87,6 +87,7 @@ bench: setup
 	$(BIN)/kvsched bench --json docs/bench/rounds.json --plot docs/bench/rounds.svg
 	$(BIN)/kvsched bench decode --json docs/bench/decode.json --plot docs/bench/decode.svg
 	$(BIN)/kvsched bench engine --json docs/bench/engine.json
+	$(BIN)/kvsched bench thrash --json docs/bench/thrash.json
 	$(BIN)/python -m devtools.check_defaults --json docs/bench/check-defaults.json
 	$(BIN)/python -m devtools.benchmarks_page
 

@@ -148,6 +148,32 @@ def decode(report: dict[str, Any]) -> str:
     )
 
 
+def thrash(report: dict[str, Any]) -> str:
+    rows = [
+        [
+            row["pages"],
+            f"`{row['admission']}`",
+            f"{row['computed_over_needed']:.2f}x",
+            f"{row['preemptions']:,}",
+            f"{row['steps']:,}",
+            f"{row['needed_per_step']:,.1f}",
+        ]
+        for row in report["rows"]
+    ]
+    verdict = report["verdict"]
+    return section(
+        "Recomputation under KV pressure, by admission policy",
+        "`kvsched bench thrash`: 200 requests (seeded: prompts of 1 to 3,000 tokens, 1 to 64 new tokens,"
+        " 3 priorities) submitted at once to impl's engine with the null model, page size 16, every other"
+        " setting the default; tokens computed ÷ tokens needed (each prompt token and each generated"
+        " token but the last, once), and the useful throughput, tokens needed ÷ steps.",
+        report,
+        table(["pages", "admission", "computed ÷ needed", "preemptions", "steps", "needed per step"], rows),
+        f"The default policy at {report['rows'][0]['pages']} pages: {verdict['ratio']:.2f}x (target"
+        f" ≤ {verdict['target_ratio']}x).",
+    )
+
+
 def vllm_pool(report: dict[str, Any]) -> str:
     rows = [
         [
@@ -174,6 +200,7 @@ def vllm_pool(report: dict[str, Any]) -> str:
 SECTIONS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("check-defaults.json", check_defaults),
     ("engine.json", engine),
+    ("thrash.json", thrash),
     ("rounds.json", rounds),
     ("decode.json", decode),
     ("vllm-pool.json", vllm_pool),

@@ -51,7 +51,15 @@ from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec import refusals
 from kvsched.spec.domain import require_u64
 from kvsched.spec.engine import Chunk, call_model, chunk_pages, require_prefill_tokens
-from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, fits, pages_for, salt_of
+from kvsched.spec.engine_config import (
+    EngineConfig,
+    EngineRequest,
+    StepOutput,
+    admission_pages,
+    fits,
+    pages_for,
+    salt_of,
+)
 from kvsched.spec.engine_state import EngineState, Queued, Running
 from kvsched.spec.errors import Exhausted
 from kvsched.spec.identity import PrefixIdentity
@@ -509,8 +517,9 @@ class Engine:
         cached += len(hit) * page_size
         length = min(self.config.chunk_size, length_of - cached, budget)
         pages = chunk_pages(cached, length, page_size)
-        if len(pages) > free:
-            return Shortfall(len(pages), hit)  # relieved for a later step: this one writes no freed page
+        needed = max(len(pages), self._admission_pages(length_of, cached))
+        if needed > free:
+            return Shortfall(needed, hit)  # relieved for a later step: this one writes no freed page
         request_id = request.request_id
         slot = claim_slot(self.scheduler, request_id)
         counted = length if named + len(hit) * page_size == cached else 0  # a full hit's prefix counts it
@@ -536,6 +545,17 @@ class Engine:
         self._running[request_id] = slot
         self._prefilling.add(slot)
         return Chunk(request_id, cached, length, ()), slot
+
+    def _admission_pages(self, length: int, cached: int) -> int:
+        """The spec's `_admission_pages`: the running prefills' rests from their fields."""
+        if not self._running:
+            return 0
+        if self.config.admission == "first_chunk":
+            return 0
+        prefills = self._fields[sorted(self._prefilling)]
+        page_size = self.config.page_size
+        rests = -(-prefills[:, LENGTH] // page_size) - -(-prefills[:, COMPUTED] // page_size)
+        return admission_pages(self.config, length, cached, int(rests.sum()))
 
     def _usable_prefix(
         self, identity: PrefixIdentity | None, length: int, budget: int

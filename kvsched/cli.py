@@ -5,7 +5,8 @@ kvsched verify      the model-checking campaigns and the proofs, with a summary 
 kvsched check       anyone's page manager under the safety harness: kvsched check MODULE:FACTORY
 kvsched proofs      the z3 inductive proofs and the exhaustive explorer (`verify` extra)
 kvsched contracts   the CrossHair gate over every contract and twin pair (`verify` extra)
-kvsched bench       spec vs impl bookkeeping; `bench decode` the decode kernels; `bench engine` step()
+kvsched bench       spec vs impl bookkeeping; `bench decode` the decode kernels; `bench engine` step();
+                    `bench thrash` the recomputation under KV pressure, by admission policy
 
 Exit status: 0 every check passed; 1 a counterexample or a failed check; 2 a usage, import,
 configuration or missing-extra error (one line on stderr). `--json PATH` writes one JSON
@@ -148,6 +149,7 @@ BENCH_TARGETS = {
     "bookkeeping": "kvsched.impl.bench",
     "decode": "kvsched.kernels.bench",
     "engine": "kvsched.impl.engine_bench",
+    "thrash": "kvsched.impl.thrash_bench",
 }
 DELEGATED = {"proofs": "kvsched.proofs.runner", "contracts": "kvsched.contracts.gate"}
 REQUIRES = {"contracts": ("crosshair",)}  # the gate runs CrossHair in worker processes
@@ -208,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     _check_arguments(check)
     # The delegated commands are listed for --help; main() hands their arguments on untouched.
     commands.add_parser("proofs", help="the z3 proofs and the exhaustive explorer")
-    commands.add_parser("bench", help="benchmarks: bookkeeping (default), `bench decode` or `bench engine`")
+    commands.add_parser(
+        "bench", help="benchmarks: bookkeeping (default), `bench decode`, `bench engine` or `bench thrash`"
+    )
     commands.add_parser("contracts", help="the CrossHair gate: every contract and twin pair")
     return parser
 

@@ -243,6 +243,10 @@ CACHED = EngineBounds(
     ),
 )
 
+# The default admission policy (the whole rest of a prompt must fit) on the same engines.
+WHOLE = replace(SMALL, config=replace(SMALL.config, admission="whole_prompt"))
+WHOLE_CACHED = replace(CACHED, config=replace(CACHED.config, admission="whole_prompt"))
+
 WIDER = replace(
     SMALL,
     config=replace(SMALL.config, requests=3, pages=6, chunk_size=1, max_batch_size=3, max_queue=3),
@@ -259,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--deep", action="store_true", help="also the wider configuration (tens of minutes)")
     args = parser.parse_args(argv)
-    runs = [("small", SMALL), ("cached", CACHED), *([("wider", WIDER)] if args.deep else [])]
+    runs = [("small", SMALL), ("cached", CACHED), ("whole", WHOLE), ("whole cached", WHOLE_CACHED)]
+    runs += [("wider", WIDER)] if args.deep else []
     failed = False
     for name, bounds in runs:
         start = time.perf_counter()

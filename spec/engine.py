@@ -30,8 +30,11 @@ One step, in order:
 3. Decode: copy the shared pages the round must write (`copy_pages`), run one ragged decode
    round, append each sampled token; EOS (checked first) or the length limit finishes it.
 4. Admissions, with the tokens left: from the queue front while a batch seat, the budget, a
-   state slot and free pages for the first chunk are there and the memory guard allows (free
-   pages >= `prefill_reserve_pages`, or nothing running); admission stops at the first request
+   state slot and free pages for the first chunk are there, the memory guard allows (free
+   pages >= `prefill_reserve_pages`, or nothing running) and so does the admission policy
+   (`admission`: with "whole_prompt", the default, while anything runs, the free pages must hold
+   the rest of the newcomer's whole sequence and what every running prefill still needs for its
+   own, so admitted prompts do not preempt each other's prefills); admission stops at the first request
    that cannot be admitted, keeping its place (idle prefixes are reclaimed for it, and a later
    step admits it). A published prefix is attached only when the rest of the sequence fits the
    first chunk; a full hit recomputes the last prompt token, so every request prefills at least
@@ -67,6 +70,7 @@ from kvsched.spec.engine_config import (
     EngineConfig,
     EngineRequest,
     StepOutput,
+    admission_pages,
     finish_reason,
     fits,
     pages_for,
@@ -395,8 +399,9 @@ class Engine:
         cached += len(hit) * self.config.page_size
         length = min(self.config.chunk_size, length_of - cached, budget)
         pages = chunk_pages(cached, length, self.config.page_size)
-        if len(pages) > free:
-            self._relieve(len(pages), keep=hit)  # for a later step: this one writes no freed page
+        needed = max(len(pages), self._admission_pages(length_of, cached))
+        if needed > free:
+            self._relieve(needed, keep=hit)  # for a later step: this one writes no freed page
             return None
         request_id = request.request_id
         admission = self.scheduler.admit_with_prefix(request_id, identity, self.store, self.pool)
@@ -415,6 +420,18 @@ class Engine:
         self._running = (*self._running, entry)
         self._queue = self._queue[1:]
         return Chunk(request_id, cached, length, plan_copies(plan))
+
+    def _admission_pages(self, length: int, cached: int) -> int:
+        """What the admission policy asks to be free for a newcomer besides its first chunk's
+        pages (`admission_pages`); nothing while nobody runs: an empty batch is never starved."""
+        if not self._running:
+            return 0
+        page_size = self.config.page_size
+        prefills = [entry for entry in self._running if not entry.decoding]
+        committed = sum(
+            pages_for(entry.sequence_length, page_size) - pages_for(entry.computed, page_size) for entry in prefills
+        )
+        return admission_pages(self.config, length, cached, committed)
 
     def _usable_prefix(
         self, identity: PrefixIdentity | None, length: int, budget: int

@@ -36,6 +36,10 @@ class EngineConfig:
                           so every decoding request always fits)
     chunk_size            the longest prefill chunk of one request in one step
     prefill_reserve_pages no admission while fewer pages are free, unless nothing runs
+    admission             what must be free to admit a request while others run: "whole_prompt"
+                          (the pages for the rest of its whole sequence, beyond those every running
+                          prefill still needs for its own: an admitted prompt is not preempted by
+                          another prompt's prefill) or "first_chunk" (its first chunk's pages)
     max_queue             requests the intake queue holds (preempted requests always re-enter)
     max_seq_len           prompt + max_new_tokens at most
     state_slots           recurrent-state slots, one per running request (0 = none)
@@ -60,15 +64,18 @@ class EngineConfig:
     state_slots: int = 0
     prefix_entries: int = 0
     prefix_caching: bool = False
+    admission: str = "whole_prompt"
     page_hash: str = "sha256"
     model_id: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefix_caching, bool):
             raise InvalidConfig(f"prefix_caching must be a bool, not {self.prefix_caching!r}")
-        for name in ("page_hash", "model_id"):
+        for name in ("admission", "page_hash", "model_id"):
             if not isinstance(getattr(self, name), str):
                 raise InvalidConfig(f"{name} must be a str, not {getattr(self, name)!r}")
+        if self.admission not in ADMISSIONS:
+            raise InvalidConfig(f"admission must be one of {', '.join(ADMISSIONS)}, not {self.admission!r}")
         for name, low in _LOWER_BOUNDS.items():
             value = as_int(getattr(self, name))
             if value is None or not low <= value <= U32_MAX:
@@ -89,6 +96,8 @@ class EngineConfig:
         """The most token positions one request table maps."""
         return self.logical_pages * self.page_size
 
+
+ADMISSIONS = ("whole_prompt", "first_chunk")
 
 _LOWER_BOUNDS = {
     "requests": 1,
@@ -193,6 +202,16 @@ def fits(config: EngineConfig, request: EngineRequest) -> str | None:
     if pages > config.pages:
         return f"{pages} pages exceed the pool's {config.pages}"
     return None
+
+
+def admission_pages(config: EngineConfig, length: int, cached: int, committed: int) -> int:
+    """The free pages admitting a sequence of `length` tokens, the first `cached` already in
+    pages it attaches, needs under `config.admission` while others run, besides its first chunk's:
+    "whole_prompt", pages for the whole rest of its sequence (a shared page it writes into counts:
+    it is copied) and the `committed` pages the running prefills still need; "first_chunk", none."""
+    if config.admission != "whole_prompt":
+        return 0
+    return pages_for(length, config.page_size) - cached // config.page_size + committed
 
 
 def salt_of(config: EngineConfig, request: EngineRequest) -> CacheSalt:

@@ -55,6 +55,7 @@ SHAPES = {
         max_seq_len=16,
         state_slots=2,
         prefix_entries=2,
+        admission="first_chunk",  # admissions preempted by prefills: the most pressure
     ),
     "tight": EngineConfig(
         requests=2,
@@ -68,10 +69,13 @@ SHAPES = {
         max_queue=3,
         max_seq_len=8,
         prefix_entries=1,
+        admission="first_chunk",
     ),
 }
 SHAPES["cached"] = replace(SHAPES["default"], pages=9, prefill_reserve_pages=2, prefix_caching=True)
 SHAPES["cached_tight"] = replace(SHAPES["tight"], pages=5, prefix_caching=True)
+SHAPES["whole_prompt"] = replace(SHAPES["default"], admission="whole_prompt")  # the default policy
+SHAPES["whole_prompt_cached"] = replace(SHAPES["cached"], admission="whole_prompt")
 TENANTS = 2
 
 

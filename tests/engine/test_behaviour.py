@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kvsched import impl, spec
-from kvsched.spec import EngineConfig, EngineRequest, FinishReason
+from kvsched.spec import EngineConfig, EngineRequest, FinishReason, InvalidConfig
 from kvsched.spec.engine_state import check_engine_invariants
 from kvsched.spec.model import null_next_token
 from tests.engine.support import FLAVOURS, SMALL, greedy, run_to_completion
@@ -230,3 +230,29 @@ def test_both_flavours_export_the_pinned_names() -> None:
         for name in ("Engine", "EngineConfig", "EngineRequest", "StepOutput", "NullModel", "FinishReason"):
             assert hasattr(flavour, name), (flavour.__name__, name)
     assert impl.EngineConfig is spec.EngineConfig and impl.StepOutput is spec.StepOutput
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("admission", ["whole_prompt", "first_chunk"])
+def test_whole_prompt_admission_waits_for_room_instead_of_thrashing(flavour: Any, admission: str) -> None:
+    """Two 10-token prompts in 8 pages of 2: admitted together (first chunk free), their prefills
+    preempt each other; under whole-prompt admission the second waits until the first's rest is
+    accounted for, and nothing is ever preempted."""
+    config = replace(SMALL, pages=8, page_size=2, chunk_size=2, max_batched_tokens=4, admission=admission)
+    subject = engine(flavour, config)
+    for request_id in (1, 2):
+        subject.submit(EngineRequest(request_id, tuple(range(1, 11)), 1))
+    first = subject.step()
+    assert first.tokens_run == (2 if admission == "whole_prompt" else 4)
+    preempted = len(first.preempted)
+    while subject.has_work():
+        preempted += len(subject.step().preempted)
+    assert (preempted == 0) == (admission == "whole_prompt")
+
+
+def test_an_unknown_admission_policy_is_refused() -> None:
+    with pytest.raises(InvalidConfig, match="admission must be one of whole_prompt, first_chunk"):
+        replace(SMALL, admission="greedy")
+    not_a_name: Any = 1
+    with pytest.raises(InvalidConfig, match="admission must be a str"):
+        replace(SMALL, admission=not_a_name)

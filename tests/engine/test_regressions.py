@@ -15,7 +15,7 @@ from kvsched.spec import EngineConfig, EngineRequest, KvschedError
 from kvsched.testing.engine_variants import ENGINE_VARIANTS
 from tests.engine.support import SMALL, greedy, run_to_completion
 
-CONFIG = replace(SMALL, pages=5, max_batch_size=2, prefix_entries=1)
+CONFIG = replace(SMALL, pages=5, max_batch_size=2, prefix_entries=1, admission="first_chunk")  # pressure
 Factory = Callable[[EngineConfig, Any], Any]
 
 

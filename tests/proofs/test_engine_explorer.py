@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvsched.proofs.engine_explorer import CACHED, SMALL, EngineBounds, EngineExplorer
+from kvsched.proofs.engine_explorer import CACHED, SMALL, WHOLE, WHOLE_CACHED, EngineBounds, EngineExplorer
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.engine_machine import impl_engine, spec_engine
 from kvsched.testing.engine_variants import ENGINE_VARIANTS
@@ -36,11 +36,16 @@ CAUGHT_CACHED = {
 
 @pytest.mark.parametrize(
     ("bounds", "states", "reached"),
-    [(SMALL, 5_000, ("preemptions", "refusals")), (CACHED, 3_000, ("cache_hits", "preemptions"))],
-    ids=["small", "cached"],
+    [
+        (SMALL, 5_000, ("preemptions", "refusals")),
+        (CACHED, 3_000, ("cache_hits", "preemptions")),
+        (WHOLE, 3_000, ("refusals",)),  # whole-prompt admission: no preemption is reachable here
+        (WHOLE_CACHED, 1_000, ("cache_hits", "refusals")),
+    ],
+    ids=["small", "cached", "whole", "whole-cached"],
 )
 def test_every_reachable_state_of_the_spec_engine_passes_every_check(
-    bounds: EngineBounds, states: int, reached: tuple[str, str]
+    bounds: EngineBounds, states: int, reached: tuple[str, ...]
 ) -> None:
     result = EngineExplorer(bounds, spec_engine).run()
     assert result.violation is None, (result.violation, result.path)
@@ -50,8 +55,13 @@ def test_every_reachable_state_of_the_spec_engine_passes_every_check(
 
 @pytest.mark.parametrize(
     ("bounds", "first", "states", "reached"),
-    [(SMALL, 1_500, 700, "preemptions"), (CACHED, 1_000, 450, "cache_hits")],
-    ids=["small", "cached"],
+    [
+        (SMALL, 1_500, 700, "preemptions"),
+        (CACHED, 1_000, 450, "cache_hits"),
+        (WHOLE, 1_500, 700, "refusals"),
+        (WHOLE_CACHED, 1_000, 450, "cache_hits"),
+    ],
+    ids=["small", "cached", "whole", "whole-cached"],
 )
 def test_impl_engine_in_lockstep_on_the_first_states(
     bounds: EngineBounds, first: int, states: int, reached: str
