@@ -174,6 +174,31 @@ def thrash(report: dict[str, Any]) -> str:
     )
 
 
+def thrash_vllm(report: dict[str, Any]) -> str:
+    rows = [
+        [
+            row["pages"],
+            row["engine"],
+            f"`{row['admission']}`" if row["admission"] != "vLLM" else "vLLM's",
+            f"{row['computed_over_needed']:.3f}x",
+            f"{row['preemptions']:,}",
+            f"{row['steps']:,}",
+            f"{row['needed_per_step']:,.1f}",
+        ]
+        for row in report["rows"]
+    ]
+    return section(
+        "The same trace through vLLM's scheduler",
+        "`devtools/vllm/thrash.py` (vLLM's venv, a step of `make vllm`): the thrash trace through vLLM 0.32.0's"
+        " v1 `Scheduler` (`schedule()` and `update_from_output()`, a model runner that samples a token for every"
+        " request whose prompt is computed; chunked prefill, prefix caching off, the priority policy, 32 requests"
+        " and 2,048 tokens a step as kvsched's defaults; one block more, its null block) and kvsched's engine,"
+        " in one process.",
+        report,
+        table(["pages", "engine", "admission", "computed ÷ needed", "preemptions", "steps", "needed per step"], rows),
+    )
+
+
 def vllm_pool(report: dict[str, Any]) -> str:
     rows = [
         [
@@ -201,6 +226,7 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("check-defaults.json", check_defaults),
     ("engine.json", engine),
     ("thrash.json", thrash),
+    ("thrash-vllm.json", thrash_vllm),
     ("rounds.json", rounds),
     ("decode.json", decode),
     ("vllm-pool.json", vllm_pool),

@@ -9,7 +9,8 @@
 #      own pool that CI replays, recorded again and identical (record_traces.py)
 #   5. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
 #      a broken pool must fail
-#   6. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py)
+#   6. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py); the thrash trace
+#      through vLLM's Scheduler and kvsched's engine (thrash.py)
 # Usage: run.sh VENV WORK      (results in WORK/results/)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -68,5 +69,7 @@ status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 
 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
 (cd / && "$py" "$here/bench_pool.py" --repeats 3 --json "$results/bench.json")
+step "the thrash trace through vLLM's Scheduler and kvsched's engine (docs/bench/thrash-vllm.json's source)"
+(cd / && "$py" "$here/thrash.py" --json "$results/thrash-vllm.json")
 (cd "$here/../.." && .venv/bin/python -m devtools.vllm.chart "$results/bench.json" "$results/bench.svg")  # matplotlib
 step "make vllm passed"

@@ -7,7 +7,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-venv="${1:?usage: setup.sh VENV}"
+venv="$(realpath -m "${1:?usage: setup.sh VENV}")"
 PY="${PYTHON:-python3}"
 pipv() { "$venv/bin/pip" install -q --no-cache-dir -c "$here/constraints.txt" "$@"; }
 
