@@ -17,9 +17,10 @@ from kvsched.spec.batch import U32_MAX
 from kvsched.spec.domain import as_int, require_u32, require_u64
 from kvsched.spec.errors import InvalidArgument, InvalidConfig
 from kvsched.spec.identity import PrefixIdentity
-from kvsched.spec.page_keys import CacheSalt, pack_tokens
+from kvsched.spec.page_keys import CacheSalt
 from kvsched.spec.prefix_cache import CacheStats
 from kvsched.spec.sequence import FinishReason
+from kvsched.spec.tokens import read_tokens
 
 PRIORITY_LIMIT = 2**31  # priorities are i32: -2**31 .. 2**31 - 1
 
@@ -124,7 +125,7 @@ class EngineRequest:
     shares a page across tenants or adapters."""
 
     request_id: int
-    prompt: tuple[int, ...]
+    prompt: tuple[int, ...]  # given as any form `kvsched.spec.tokens.read_tokens` reads; kept as a tuple
     max_new_tokens: int
     eos_token_id: int | None = None
     priority: int = 0
@@ -135,10 +136,9 @@ class EngineRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "request_id", require_u64("request_id", self.request_id))
-        if not isinstance(self.prompt, tuple | list) or not self.prompt:
-            raise InvalidArgument(f"prompt must be a non-empty tuple of token ids, not {self.prompt!r}")
-        object.__setattr__(self, "prompt", tuple(require_u32("prompt token", token) for token in self.prompt))
-        object.__setattr__(self, "prompt_bytes", pack_tokens(self.prompt))
+        prompt, prompt_bytes = read_tokens(self.prompt)
+        object.__setattr__(self, "prompt", prompt)
+        object.__setattr__(self, "prompt_bytes", prompt_bytes)
         tokens = as_int(self.max_new_tokens)
         if tokens is None or not 1 <= tokens <= U32_MAX:
             raise InvalidArgument(f"max_new_tokens must be an integer in 1..2**32-1, not {self.max_new_tokens!r}")
