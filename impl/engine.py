@@ -65,7 +65,8 @@ from kvsched.spec.errors import Exhausted
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, PrefillItem
 from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, page_hash
-from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet
+from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet, droppable
+from kvsched.spec.prefix_cache import get_cache_references
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.system import SystemState
 
@@ -398,7 +399,7 @@ class Engine:
             except Exhausted as error:
                 self._rollback(inner)
                 self._cancelled = []
-                if self._relieve(error.needed or 1) == 0:
+                if self._relieve(error.needed or 1) == 0 and not self._drop_for_the_last():
                     slot = self._victim()
                     if slot is None:
                         raise
@@ -690,6 +691,14 @@ class Engine:
         if pages <= 0 or not self.config.prefix_caching:
             return 0
         return self.cache.evict(self.pool, pages, keep or ())
+
+    def _drop_for_the_last(self) -> bool:
+        """The spec's `_drop_for_the_last` (a rare path: it reads the abstract states)."""
+        if len(self._running) != 1:
+            return False
+        cached = get_cache_references(self.cache.to_spec())
+        identity = droppable(self.store.to_spec(), self.pool.to_spec(), cached)
+        return identity is not None and self.store.remove(identity, self.pool)
 
     def _relieve(self, pages: int, keep: list[int] | None = None) -> int:
         """The spec's `_relieve`: evict cached pages, else reclaim idle named prefixes."""

@@ -24,7 +24,10 @@ One step, in order:
    published prefixes are reclaimed first, then the lowest-priority, latest-admitted running
    request is preempted: its pages and state slot are released and it re-enters the queue at
    the front of its priority class with its generated tokens, to be recomputed (prompt +
-   generated) when readmitted. Once everything fits, the step ends there, having run nothing:
+   generated) when readmitted. When one request is left to preempt, a published prefix that alone
+   holds a page (though it shares others with that request, so it is not idle) is removed
+   instead: preempting the last request would readmit it to the same pages, forever. Once
+   everything fits, the step ends there, having run nothing:
    a step that frees pages never writes them, so a failed step can always be undone exactly.
    A newcomer never preempts anyone.
 3. Decode: copy the shared pages the round must write (`copy_pages`), run one ragged decode
@@ -93,7 +96,7 @@ from kvsched.spec.model import EngineModel, PrefillItem
 from kvsched.spec.page_keys import page_hash, page_keys
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import BlockPool
-from kvsched.spec.prefix import MAX_SET_PAGES, PrefixKvStore, PrefixPageSet
+from kvsched.spec.prefix import MAX_SET_PAGES, PrefixKvStore, PrefixPageSet, droppable
 from kvsched.spec.prefix_cache import EMPTY_CACHE, CacheState
 from kvsched.spec.scheduler import RequestScheduler
 from kvsched.spec.sequence import FinishReason
@@ -325,7 +328,7 @@ class Engine:
                 room = self._room_for_running()
             except Exhausted as error:
                 self._restore(inner)
-                if self._relieve(error.needed or 1) == 0:
+                if self._relieve(error.needed or 1) == 0 and not self._drop_for_the_last():
                     entry = victim(self._running)
                     if entry is None:
                         raise
@@ -565,6 +568,16 @@ class Engine:
         if evicted:
             return evicted
         return self.store.reclaim(self.pool, pages, cache_ops.get_cache_references(self.cache))
+
+    def _drop_for_the_last(self) -> bool:
+        """With one request left to preempt, remove a published prefix that alone holds a page it
+        shares others with the request (`droppable`), if there is one. Preempting the last
+        request would not help it: readmitted alone, it would meet the same pages held, forever."""
+        if len(self._running) != 1:
+            return False
+        cached = cache_ops.get_cache_references(self.cache)
+        identity = droppable(self.store.state, self.pool.state, cached)
+        return identity is not None and self.store.remove(identity, self.pool)
 
     def _entry(self, request_id: int) -> Running:
         return next(entry for entry in self._running if entry.request.request_id == request_id)

@@ -166,6 +166,27 @@ def is_idle(state: StoreState, pool: PoolState, entry: StoreEntry, spare: Mappin
     return in_range and all(pool.refs[page] == get_store_references(state, page) + spare.get(page, 0) for page in pages)
 
 
+def droppable(state: StoreState, pool: PoolState, spare: Mapping[int, int] | None = None) -> PrefixIdentity | None:
+    """The least recently used entry that alone (with `spare`'s holders) holds one of its pages,
+    though a request may share the others: removing it frees that page, which reclaiming cannot
+    (the entry is not idle). None when no entry does."""
+    spare = spare or {}
+
+    def alone(page: int) -> bool:
+        return 0 <= page < len(pool.refs) and pool.refs[page] == get_store_references(state, page) + spare.get(page, 0)
+
+    found = [
+        (entry.last_used, index)
+        for index, entry in enumerate(state.entries)
+        if entry is not None and any(alone(page) for page in entry.page_set.pages)
+    ]
+    if not found:
+        return None
+    entry = state.entries[min(found)[1]]
+    assert entry is not None
+    return entry.page_set.identity
+
+
 def available_pages(pool: PoolState, spare: Mapping[int, int]) -> int:
     """Free pages, and pages only `spare`'s holders hold (as good as free: they evict them)."""
     return len(pool.free) + sum(1 for page, count in spare.items() if count and pool.refs[page] == count)

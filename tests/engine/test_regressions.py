@@ -93,3 +93,34 @@ def test_the_scenario_fails_on_an_engine_that_has_the_bug(bug: str) -> None:
     variant = next(variant for variant in ENGINE_VARIANTS if variant.name == name)
     with pytest.raises((AssertionError, KvschedError)):
         scenario(variant.factory())
+
+
+@pytest.mark.parametrize("flavour", [spec, impl], ids=["spec", "impl"])
+@pytest.mark.parametrize("fixed", [True, False], ids=["as-built", "without-the-drop"])
+def test_a_prefix_sharing_pages_with_the_last_request_is_dropped_not_the_request_forever(
+    flavour: Any, fixed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the engine machine (whole-prompt admission, cached shape): a forked child publishes
+    7 tokens whose last pages are its own copies, then is preempted. The parent, alone, cannot hold
+    its whole sequence while the idle-but-shared entry keeps two pages, and preempting it (the last
+    request) only readmits it to the same pages, forever. Removing the entry lets it finish."""
+    from kvsched.spec.identity import PrefixIdentity
+    from kvsched.testing.engine_machine import SHAPES
+    from kvsched.testing.engine_model import HarnessModel
+
+    if not fixed:
+        monkeypatch.setattr(flavour.Engine, "_drop_for_the_last", lambda self: False)
+    config = SHAPES["whole_prompt_cached"]
+    engine = flavour.Engine(config, HarnessModel(config.page_size))
+    engine.submit(EngineRequest(1, (3, 1, 4, 1, 5, 9, 2, 6, 0, 0), 6))
+    engine.step()
+    engine.step()
+    engine.fork(1, 0)
+    engine.step()
+    engine.step()
+    engine.publish(0, 7, PrefixIdentity(words=(7, 68909, 268, 665)))
+    steps = 0
+    while engine.has_work() and steps < 200:
+        engine.step()
+        steps += 1
+    assert (not engine.has_work()) == fixed
