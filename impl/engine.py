@@ -518,7 +518,7 @@ class Engine:
         cached += len(hit) * page_size
         length = min(self.config.chunk_size, length_of - cached, budget)
         pages = chunk_pages(cached, length, page_size)
-        needed = max(len(pages), self._admission_pages(length_of, cached))
+        needed = max(len(pages), self._admission_pages(length_of, cached, free))
         if needed > free:
             return Shortfall(needed, hit)  # relieved for a later step: this one writes no freed page
         request_id = request.request_id
@@ -547,16 +547,20 @@ class Engine:
         self._prefilling.add(slot)
         return Chunk(request_id, cached, length, ()), slot
 
-    def _admission_pages(self, length: int, cached: int) -> int:
-        """The spec's `_admission_pages`: the running prefills' rests from their fields."""
-        if not self._running:
+    def _admission_pages(self, length: int, cached: int, free: int) -> int:
+        """The spec's `_admission_pages`, the running prefills' rests from their fields; 0 when
+        even the most they could need leaves `free` enough (the same admission, sooner known)."""
+        if not self._running or self.config.admission == "first_chunk":
             return 0
-        if self.config.admission == "first_chunk":
+        most = admission_pages(self.config, length, cached, len(self._prefilling) * self.config.logical_pages)
+        if most <= free:
             return 0
-        prefills = self._fields[sorted(self._prefilling)]
-        page_size = self.config.page_size
-        rests = -(-prefills[:, LENGTH] // page_size) - -(-prefills[:, COMPUTED] // page_size)
-        return admission_pages(self.config, length, cached, int(rests.sum()))
+        page_size, fields = self.config.page_size, self._fields
+        committed = 0
+        for slot in self._prefilling:  # a few slots: a loop costs less than numpy's calls here
+            sequence, computed = fields[slot, LENGTH].item(), fields[slot, COMPUTED].item()
+            committed += pages_for(sequence, page_size) - pages_for(computed, page_size)
+        return admission_pages(self.config, length, cached, committed)
 
     def _usable_prefix(
         self, identity: PrefixIdentity | None, length: int, budget: int
