@@ -14,6 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvsched.impl.thrash_bench import HEADER as THRASH_HEADER
+from kvsched.impl.thrash_bench import cells as thrash_cells
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "docs" / "bench"
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -149,17 +152,6 @@ def decode(report: dict[str, Any]) -> str:
 
 
 def thrash(report: dict[str, Any]) -> str:
-    rows = [
-        [
-            row["pages"],
-            f"`{row['admission']}`",
-            f"{row['computed_over_needed']:.2f}x",
-            f"{row['preemptions']:,}",
-            f"{row['steps']:,}",
-            f"{row['needed_per_step']:,.1f}",
-        ]
-        for row in report["rows"]
-    ]
     verdict = report["verdict"]
     return section(
         "Recomputation under KV pressure, by admission policy",
@@ -168,25 +160,13 @@ def thrash(report: dict[str, Any]) -> str:
         " setting the default; tokens computed ÷ tokens needed (each prompt token and each generated"
         " token but the last, once), and the useful throughput, tokens needed ÷ steps.",
         report,
-        table(["pages", "admission", "computed ÷ needed", "preemptions", "steps", "needed per step"], rows),
-        f"The default policy at {report['rows'][0]['pages']} pages: {verdict['ratio']:.2f}x (target"
+        table(THRASH_HEADER, [thrash_cells(row) for row in report["rows"]]),
+        f"The default policy at {report['rows'][0]['pages']} pages: {verdict['ratio']:.3f}x (target"
         f" ≤ {verdict['target_ratio']}x).",
     )
 
 
 def thrash_vllm(report: dict[str, Any]) -> str:
-    rows = [
-        [
-            row["pages"],
-            row["engine"],
-            f"`{row['admission']}`" if row["admission"] != "vLLM" else "vLLM's",
-            f"{row['computed_over_needed']:.3f}x",
-            f"{row['preemptions']:,}",
-            f"{row['steps']:,}",
-            f"{row['needed_per_step']:,.1f}",
-        ]
-        for row in report["rows"]
-    ]
     return section(
         "The same trace through vLLM's scheduler",
         "`devtools/vllm/thrash.py` (vLLM's venv, a step of `make vllm`): the thrash trace through vLLM 0.32.0's"
@@ -195,7 +175,7 @@ def thrash_vllm(report: dict[str, Any]) -> str:
         " and 2,048 tokens a step as kvsched's defaults; one block more, its null block) and kvsched's engine,"
         " in one process.",
         report,
-        table(["pages", "engine", "admission", "computed ÷ needed", "preemptions", "steps", "needed per step"], rows),
+        table(["engine", *THRASH_HEADER], [[row["engine"], *thrash_cells(row)] for row in report["rows"]]),
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsched import impl
-from kvsched.report import measurement, write_json
+from kvsched.report import measurement, print_table, write_json
 from kvsched.spec.engine_config import ADMISSIONS, EngineConfig, EngineRequest
 from kvsched.spec.sequence import FinishReason
 
@@ -90,15 +90,20 @@ def run(pages: int, admission: str, requests: list[EngineRequest]) -> Run:
     return Run(pages, admission, computed, needed, preemptions, steps, seconds)
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    header = f"{'pages':>6}  {'admission':<13}{'computed/needed':>16}{'preemptions':>13}{'steps':>8}{'needed/step':>13}"
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        lines.append(
-            f"{row['pages']:>6}  {row['admission']:<13}{row['computed_over_needed']:>15.2f}x"
-            f"{row['preemptions']:>13,}{row['steps']:>8,}{row['needed_per_step']:>13,.1f}"
-        )
-    return "\n".join(lines)
+HEADER = ("pages", "admission", "computed/needed", "preemptions", "steps", "needed/step")
+
+
+def cells(row: dict[str, Any]) -> list[object]:
+    """One row's table cells."""
+    ratio, steps, per_step = row["computed_over_needed"], row["steps"], row["needed_per_step"]
+    return [
+        row["pages"],
+        row["admission"],
+        f"{ratio:.3f}x",
+        f"{row['preemptions']:,}",
+        f"{steps:,}",
+        f"{per_step:,.1f}",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_json(args.json, {"measured": measured, "page_size": PAGE_SIZE, "rows": rows, "verdict": verdict})
     if args.json != "-":
-        print(table(rows))
+        print_table([cells(row) for row in rows], HEADER)
     return 1 if args.strict and not verdict["met"] else 0
 
 

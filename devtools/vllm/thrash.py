@@ -21,8 +21,8 @@ import sys
 import tempfile
 from typing import Any
 
-from kvsched.impl.thrash_bench import POOLS, run, trace
-from kvsched.report import measurement
+from kvsched.impl.thrash_bench import HEADER, POOLS, cells, run, trace
+from kvsched.report import measurement, print_table
 from kvsched.spec.engine_config import ADMISSIONS, EngineRequest
 
 BLOCK = 16
@@ -150,11 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         for admission in ADMISSIONS:
             print(f"[thrash] {pages} pages: kvsched {admission} ...", file=sys.stderr, flush=True)
             rows.append({"engine": "kvsched.impl Engine", **run(pages, admission, requests).row()})
-    for row in rows:
-        print(
-            f"{row['pages']:>5} {row['engine']:<22} {row['admission']:<13} {row['computed_over_needed']:>7.2f}x"
-            f" {row['preemptions']:>6,} preemptions {row['steps']:>6,} steps {row['needed_per_step']:>7.1f} needed/step"
-        )
+    print_table([[row["engine"], *cells(row)] for row in rows], ["engine", *HEADER])
     if args.json:
         with open(args.json, "w", encoding="utf-8") as file:
             json.dump({"measured": measured, "page_size": BLOCK, "rows": rows}, file, indent=1)
