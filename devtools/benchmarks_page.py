@@ -104,7 +104,19 @@ def engine(report: dict[str, Any]) -> str:
         table(["workload", "R", "spec µs", "impl µs", "impl speedup", "hit tokens"], rows),
         f"Impl's steady-decode step at R = 256: {us(verdict['impl_step_us_at_256'])} µs"
         f" (target {us(verdict['step_target_us'])} µs).",
+        *([scale_table(report["scale"])] if "scale" in report else []),
     )
+
+
+def scale_table(rows: list[dict[str, Any]]) -> str:
+    """Scale: impl's steady step with 128-token prompts and prefix caching over a pool that just
+    fits R requests and over an H200-sized one, and the memory the engine holds."""
+    cells = [[row["requests"], f"{row['pages']:,}", us(row["impl_us"]), f"{row['memory_mib']:,.1f}"] for row in rows]
+    intro = (
+        "Scale (impl; 128-token prompts decoding, prefix caching on): the step over a pool that just fits"
+        " R requests and over 131,072 pages, and the memory the engine holds (tracemalloc)."
+    )
+    return intro + "\n\n" + table(["R", "pages", "impl µs per step", "engine MiB"], cells)
 
 
 def rounds(report: dict[str, Any]) -> str:

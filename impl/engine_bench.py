@@ -12,6 +12,10 @@ Workloads (page size 16, 512-token prompts; W3 of the peer benchmarks):
   hashing included. Three ways: the automatic prefix cache with SHA-256 keys, with xxh3-128
   keys, and the named prefix (the first request publishes it, the others name it).
 
+- scale (impl alone): R = 256 and 1,024 requests decoding over a pool sized to fit them and over
+  131,072 pages (an H200-sized pool), prefix caching on: µs per steady step, and the memory the
+  engine holds (traced by tracemalloc, in a second, untimed build).
+
 The spec is slow, so it times fewer steps; figures are microseconds per step. After each
 workload the two engines' abstract states are compared: the bench fails loudly if they differ.
 Progress goes to stderr; the table and the JSON to stdout.
@@ -23,11 +27,12 @@ import argparse
 import gc
 import sys
 import time
+import tracemalloc
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kvsched import impl, spec
-from kvsched.report import measurement, write_json
+from kvsched.report import measurement, print_table, write_json
 from kvsched.spec.engine_config import EngineConfig, EngineRequest
 
 PAGE_SIZE = 16
@@ -214,6 +219,50 @@ def bench_w2(plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
+SCALE_POOL = 131_072  # pages: an H200-sized pool
+SCALE_REQUESTS = (256, 1024)
+SCALE_PROMPT, SCALE_LOGICAL = 128, 64
+
+
+def scale_engine(requests: int, pages: int) -> Any:
+    """impl's engine with `requests` requests of a 128-token prompt decoding, prefix caching on."""
+    config = EngineConfig(
+        requests=requests,
+        pages=pages,
+        page_size=PAGE_SIZE,
+        logical_pages=SCALE_LOGICAL,
+        max_batch_size=requests,
+        max_batched_tokens=max(requests, 8192),
+        chunk_size=512,
+        prefill_reserve_pages=0,
+        max_queue=requests,
+        max_seq_len=SCALE_LOGICAL * PAGE_SIZE,
+        prefix_caching=True,
+    )
+    engine = impl.Engine(config, impl.NullModel())
+    for request_id in range(1, requests + 1):
+        engine.submit(EngineRequest(request_id, prompt(request_id, SCALE_PROMPT), config.max_seq_len - SCALE_PROMPT))
+    while any(not entry.decoding for entry in engine.to_spec().running) or engine.to_spec().queue:
+        engine.step()
+    return engine
+
+
+def bench_scale(steps: int) -> list[dict[str, Any]]:
+    """Scale rows: each R over a pool that just fits it and over `SCALE_POOL` pages."""
+    rows = []
+    for requests in SCALE_REQUESTS:
+        for pages in (requests * SCALE_LOGICAL, SCALE_POOL):
+            _log(f"scale R={requests} over {pages:,} pages")
+            step_us = min(time_steps(scale_engine(requests, pages), steps, False, 0) for _ in range(2))
+            tracemalloc.start()
+            engine = scale_engine(requests, pages)
+            held, _ = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            del engine
+            rows.append({"requests": requests, "pages": pages, "impl_us": step_us, "memory_mib": held / 2**20})
+    return rows
+
+
 def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
     steady = [row for row in rows if row["workload"] == "steady decode"]
     at_256 = [row["impl_us"] for row in steady if row["requests"] == 256]
@@ -264,12 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = [bench(requests, plan, mixed=False) for requests in plan.requests]
     rows.append(bench(plan.requests[-1], plan, mixed=True))
     rows += bench_w2(plan)
+    scale = bench_scale(plan.impl_steps // 4 if args.quick else plan.impl_steps)
     result = verdict(rows)
     report = {"measured": measured, "plan": asdict(plan), "page_size": PAGE_SIZE, "rows": rows, "verdict": result}
+    report["scale"] = scale
     if args.json:
         write_json(args.json, report)
     if args.json != "-":
         print(table(rows))
+        print_table(
+            [
+                [row["requests"], f"{row['pages']:,}", f"{row['impl_us']:,.1f} us", f"{row['memory_mib']:,.1f} MiB"]
+                for row in scale
+            ],
+            ["scale: R", "pages", "impl step", "engine memory"],
+        )
     missed = result["step_met"] is False or not result["speedup_met"]
     return 1 if args.strict and missed else 0
 
