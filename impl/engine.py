@@ -469,7 +469,7 @@ class Engine:
         newcomers: list[Newcomer] = []
         claimed = 0  # the free pages the newcomers' chunks take
         while budget:
-            admitted = self._admit(budget, self.pool.free_count() - claimed, newcomers)
+            admitted = self._admit(budget, self.pool.free_count() - claimed, newcomers, chunks)
             if admitted is None:
                 break
             if isinstance(admitted, Shortfall):  # relieve the pressure for a later step, after seating
@@ -493,7 +493,9 @@ class Engine:
         assert request is not None
         return (-request.priority, int(self._fields[slot, ADMITTED]))
 
-    def _admit(self, budget: int, free: int, newcomers: list[Newcomer]) -> tuple[Chunk, int] | Shortfall | None:
+    def _admit(
+        self, budget: int, free: int, newcomers: list[Newcomer], chunks: list[tuple[Chunk, int]]
+    ) -> tuple[Chunk, int] | Shortfall | None:
         """Admit the front of the queue into `newcomers` (its pages not yet seated), with `free`
         pages left: its chunk and slot; a `Shortfall` when its pages are not free; else None."""
         front = self._front()
@@ -518,7 +520,7 @@ class Engine:
         cached += len(hit) * page_size
         length = min(self.config.chunk_size, length_of - cached, budget)
         pages = chunk_pages(cached, length, page_size)
-        needed = max(len(pages), self._admission_pages(length_of, cached, free))
+        needed = max(len(pages), self._admission_pages(length_of, cached, free, chunks))
         if needed > free:
             return Shortfall(needed, hit)  # relieved for a later step: this one writes no freed page
         request_id = request.request_id
@@ -547,7 +549,7 @@ class Engine:
         self._prefilling.add(slot)
         return Chunk(request_id, cached, length, ()), slot
 
-    def _admission_pages(self, length: int, cached: int, free: int) -> int:
+    def _admission_pages(self, length: int, cached: int, free: int, chunks: list[tuple[Chunk, int]]) -> int:
         """The spec's `_admission_pages`, the running prefills' rests from their fields; 0 when
         even the most they could need leaves `free` enough (the same admission, sooner known)."""
         if not self._running or self.config.admission == "first_chunk":
@@ -556,10 +558,13 @@ class Engine:
         if most <= free:
             return 0
         page_size, fields = self.config.page_size, self._fields
+        recorded = {slot: chunk.start + chunk.length for chunk, slot in chunks}
         committed = 0
         for slot in self._prefilling:  # a few slots: a loop costs less than numpy's calls here
-            sequence, computed = fields[slot, LENGTH].item(), fields[slot, COMPUTED].item()
-            committed += pages_for(sequence, page_size) - pages_for(computed, page_size)
+            computed = recorded.get(slot)
+            if computed is None:
+                computed = fields[slot, COMPUTED].item()
+            committed += pages_for(fields[slot, LENGTH].item(), page_size) - pages_for(computed, page_size)
         return admission_pages(self.config, length, cached, committed)
 
     def _usable_prefix(

@@ -36,8 +36,9 @@ One step, in order:
    state slot and free pages for the first chunk are there, the memory guard allows (free
    pages >= `prefill_reserve_pages`, or nothing running) and so does the admission policy
    (`admission`: with "whole_prompt", the default, while anything runs, the free pages must hold
-   the rest of the newcomer's whole sequence and what every running prefill still needs for its
-   own, so admitted prompts do not preempt each other's prefills); admission stops at the first request
+   the rest of the newcomer's whole sequence and the pages every running prefill still needs past
+   this step's chunks, so admitted prompts do not preempt each other's prefills); admission stops
+   at the first request
    that cannot be admitted, keeping its place (idle prefixes are reclaimed for it, and a later
    step admits it). A published prefix is attached only when the rest of the sequence fits the
    first chunk; a full hit recomputes the last prompt token, so every request prefills at least
@@ -374,7 +375,7 @@ class Engine:
     def _prefill(self, chunks: list[Chunk], record: StepRecord) -> None:
         budget = self.config.max_batched_tokens - record.tokens_run - sum(chunk.length for chunk in chunks)
         while budget:
-            chunk = self._admit(budget)
+            chunk = self._admit(budget, chunks)
             if chunk is None:
                 break
             chunks.append(chunk)
@@ -382,7 +383,7 @@ class Engine:
         if chunks:
             self._run_chunks(chunks, record)
 
-    def _admit(self, budget: int) -> Chunk | None:
+    def _admit(self, budget: int, chunks: list[Chunk]) -> Chunk | None:
         """Admit the queue's front request with its first chunk, if everything it needs is
         free now; None when not (nobody is preempted for a newcomer; idle prefixes are reclaimed
         for it, and it is admitted by a later step)."""
@@ -402,7 +403,7 @@ class Engine:
         cached += len(hit) * self.config.page_size
         length = min(self.config.chunk_size, length_of - cached, budget)
         pages = chunk_pages(cached, length, self.config.page_size)
-        needed = max(len(pages), self._admission_pages(length_of, cached))
+        needed = max(len(pages), self._admission_pages(length_of, cached, chunks))
         if needed > free:
             self._relieve(needed, keep=hit)  # for a later step: this one writes no freed page
             return None
@@ -424,15 +425,20 @@ class Engine:
         self._queue = self._queue[1:]
         return Chunk(request_id, cached, length, plan_copies(plan))
 
-    def _admission_pages(self, length: int, cached: int) -> int:
+    def _admission_pages(self, length: int, cached: int, chunks: list[Chunk]) -> int:
         """What the admission policy asks to be free for a newcomer besides its first chunk's
-        pages (`admission_pages`); nothing while nobody runs: an empty batch is never starved."""
+        pages (`admission_pages`): the running prefills still need pages for their tokens past
+        this step's `chunks` (whose pages are taken). Nothing while nobody runs: an empty batch
+        is never starved."""
         if not self._running:
             return 0
         page_size = self.config.page_size
-        prefills = [entry for entry in self._running if not entry.decoding]
+        recorded = {chunk.request_id: chunk.start + chunk.length for chunk in chunks}
         committed = sum(
-            pages_for(entry.sequence_length, page_size) - pages_for(entry.computed, page_size) for entry in prefills
+            pages_for(entry.sequence_length, page_size)
+            - pages_for(recorded.get(entry.request.request_id, entry.computed), page_size)
+            for entry in self._running
+            if not entry.decoding
         )
         return admission_pages(self.config, length, cached, committed)
 

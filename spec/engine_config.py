@@ -39,8 +39,8 @@ class EngineConfig:
     prefill_reserve_pages no admission while fewer pages are free, unless nothing runs
     admission             what must be free to admit a request while others run: "whole_prompt"
                           (the pages for the rest of its whole sequence, beyond those every running
-                          prefill still needs for its own: an admitted prompt is not preempted by
-                          another prompt's prefill) or "first_chunk" (its first chunk's pages)
+                          prefill still needs past this step's chunks: an admitted prompt is not
+                          preempted by another prompt's prefill) or "first_chunk" (its first chunk's pages)
     max_queue             requests the intake queue holds (preempted requests always re-enter)
     max_seq_len           prompt + max_new_tokens at most
     state_slots           recurrent-state slots, one per running request (0 = none)
