@@ -552,7 +552,7 @@ class Engine:
     def _admission_pages(self, length: int, cached: int, free: int, chunks: list[tuple[Chunk, int]]) -> int:
         """The spec's `_admission_pages`, the running prefills' rests from their fields; 0 when
         even the most they could need leaves `free` enough (the same admission, sooner known)."""
-        if not self._running or self.config.admission == "first_chunk":
+        if not self._running:
             return 0
         most = admission_pages(self.config, length, cached, len(self._prefilling) * self.config.logical_pages)
         if most <= free:

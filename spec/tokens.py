@@ -29,8 +29,8 @@ def read_tokens(prompt: object) -> tuple[tuple[int, ...], bytes]:
         packed = _from_bytes(bytes(prompt))
     elif isinstance(prompt, tuple | list):
         packed = _from_ints(prompt)
-    elif isinstance(prompt, array | memoryview) or _has_buffer(prompt):
-        packed = _from_buffer(prompt)
+    elif (view := _buffer(prompt)) is not None:
+        packed = _from_buffer(view)
     else:
         raise InvalidArgument(
             "prompt must be a non-empty tuple, list, integer array or buffer, or little-endian u32 bytes,"
@@ -61,26 +61,26 @@ def _from_ints(tokens: Sequence[object]) -> array[int]:
     return array(_U32, [require_u32("prompt token", token) for token in tokens])
 
 
-def _from_buffer(prompt: object) -> array[int]:
-    view = memoryview(prompt)  # type: ignore[arg-type]  # checked by _has_buffer or the isinstance
-    if view.ndim != 1 or view.format.lstrip("@") not in _INTEGER_FORMATS:
+def _from_buffer(view: memoryview) -> array[int]:
+    item = view.format.lstrip("@")
+    if view.ndim != 1 or item not in _INTEGER_FORMATS:
         raise InvalidArgument(
             f"a prompt buffer must be one-dimensional integers in native byte order, not {view.ndim}-D"
             f" of format {view.format!r}"
         )
-    if view.itemsize == 4 and view.format.lstrip("@") in "IL" and view.c_contiguous:
+    if view.itemsize == 4 and item in ("I", "L") and view.c_contiguous:
         packed: array[int] = array(_U32)
         packed.frombytes(view.cast("B"))  # unsigned 32-bit already: every value is a token id
         return packed
     return _from_ints(view.tolist())
 
 
-def _has_buffer(value: object) -> bool:
+def _buffer(value: object) -> memoryview | None:
+    """A view of `value` when it has the buffer protocol (an array, a numpy array), else None."""
     try:
-        memoryview(value)  # type: ignore[arg-type]  # probing the buffer protocol
+        return memoryview(value)  # type: ignore[arg-type]  # probing the buffer protocol
     except TypeError:
-        return False
-    return True
+        return None
 
 
 def _swapped(packed: array[int]) -> bytes:
