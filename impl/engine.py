@@ -2,20 +2,20 @@
 
 Same operations, outputs, errors and order as `kvsched.spec.engine` (read it for the step), over
 `kvsched.impl`'s pool, store and scheduler. What differs is storage. Each running request lives
-in its scheduler slot's row of fixed arrays allocated at construction:
+in its scheduler slot's row of fixed arrays allocated at construction (`kvsched.impl.engine_rows`:
+its tokens and its fields), so a decode step appends every token and finds every finished
+request in one kernel call, and its `StepOutput.tokens` is a lazy mapping over the round's output
+arrays. `running` maps request id -> slot in admission order; the queue is one deque per priority.
 
-    tokens  uint32[requests, width]   prompt + generated (width = min(max_seq_len, table tokens))
-    fields  int64[requests, FIELDS]   LENGTH, LIMIT (prompt + max_new_tokens), EOS (-1: none),
-                                      COMPUTED, DECODING, ADMITTED, STATE_SLOT (-1: none)
-
-so a decode step appends every token and finds every finished request in a few numpy calls,
-and its `StepOutput.tokens` is a lazy mapping over the round's output arrays. `running` maps
-request id -> slot in admission order; the queue is one deque per priority.
-
-Atomicity: every step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified
-parts; `fields` and the indexes here) and restores it on any error. Token rows need no copy: a
-step admits only into slots that were empty when it began (finished requests leave at its end,
-and a step that preempts admits nobody), so it overwrites no live row.
+Atomicity, two ways:
+- A step that only decodes (nothing to cancel, prefill or admit) plans, runs the model, then
+  commits: its only change before the model calls is the decode round's write plan, which
+  `undo_decode_round` takes back exactly if a call fails. Every later change follows the last
+  model call. It copies nothing, so its cost does not grow with the pool.
+- Any other step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified parts;
+  `fields` and the indexes here) and restores it on any error.
+Token rows need no copy: a step admits only into slots that were empty when it began (finished
+requests leave at its end, and a step that preempts admits nobody), so it overwrites no live row.
 `to_spec()` is the abstraction function to the spec's `EngineState`.
 """
 
@@ -32,6 +32,19 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsched.impl import checkpoint
+from kvsched.impl.engine_rows import (
+    ADMITTED,
+    COMPUTED,
+    DECODING,
+    EOS,
+    FIELDS,
+    LENGTH,
+    LIMIT,
+    NO_TOKEN,
+    STATE_SLOT,
+    TOKEN,
+    commit_round,
+)
 from kvsched.impl.page_hash import PageHasher
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
@@ -45,6 +58,7 @@ from kvsched.impl.scheduler import (
     get_slots,
     round_outputs,
     seat_newcomers,
+    undo_decode_round,
 )
 from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
@@ -66,15 +80,11 @@ from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, PrefillItem
 from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, page_hash
 from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet, droppable
-from kvsched.spec.prefix_cache import get_cache_references
+from kvsched.spec.prefix_cache import CacheStats, get_cache_references
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.system import SystemState
 
 T = TypeVar("T")
-
-LENGTH, LIMIT, EOS, COMPUTED, DECODING, ADMITTED, STATE_SLOT = range(7)
-FIELDS = 7
-NO_TOKEN = -1
 
 
 class StepTokens(Mapping[int, tuple[int, ...]]):
@@ -163,7 +173,7 @@ class Engine:
             config.requests, config.logical_pages, pool=self.pool, prefixes=self.store, page_size=config.page_size
         )
         width = min(config.max_seq_len, config.table_tokens)
-        self._tokens = np.zeros((config.requests, width), dtype=np.uint32)
+        self._tokens = np.zeros((config.requests, width), dtype=TOKEN)
         self._fields = np.zeros((config.requests, FIELDS), dtype=np.int64)
         self._requests: list[EngineRequest | None] = [None] * config.requests
         self._running: dict[int, int] = {}  # request id -> slot, admission order
@@ -179,6 +189,8 @@ class Engine:
         self.hasher = PageHasher(config.page_size, page_hash(config.page_hash))
         self._page_keys: list[list[Key]] = [[] for _ in range(config.requests)]  # each slot's full pages' keys
         self._salts: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> its salt, once built
+        self._filled = np.zeros(config.requests, dtype=np.intp)  # a round's slots that filled a page
+        self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
         self._saved: Saved | None = None  # the running step's checkpoint
         self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
 
@@ -326,25 +338,61 @@ class Engine:
     def step(self) -> StepOutput:
         """One iteration, as the spec's; on any error the engine is exactly as before."""
         self.cache.settle()
+        stats = self.cache.stats
+        if self._decodes_only():
+            record = self._decode_step()
+            if record is not None:
+                return self._output(record, stats)
         saved = self._saved = self._step_state = self._save(self._step_state)
         try:
-            stats = self.cache.stats
             record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
             self._cancelled = []
             room = self._make_room(record)
             if room is not None:
                 plan, chunks = room
-                self._decode(plan, record)
+                self._commit_round(self._run_round(plan), record)
                 self._prefill(chunks, record)
-                self._publish_written(record)
-                if record.finishing:
-                    self._release(record.finishing)
+                self._finish_step(record)
             self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
         except BaseException:
             self._rollback(saved)
             raise
         finally:
             self._saved = None
+        return self._output(record, stats)
+
+    def _decodes_only(self) -> bool:
+        """This step can only decode: nothing to cancel or prefill, and nobody it could admit
+        (the queue is empty or the batch full)."""
+        if self._cancelled or self._prefilling:
+            return False
+        return not self._queued or len(self._running) >= self.config.max_batch_size
+
+    def _decode_step(self) -> Record | None:
+        """A step that only decodes: plan the round, run it, commit. None, with nothing changed,
+        when the round does not fit (the general step makes room)."""
+        try:
+            plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
+        except Exhausted:
+            return None  # all or nothing: the plan took no page
+        record = Record()
+        try:
+            count = self._run_round(plan)
+        except BaseException:
+            undo_decode_round(self.scheduler, plan, self.pool)
+            raise
+        self._commit_round(count, record)
+        self._finish_step(record)
+        self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
+        return record
+
+    def _finish_step(self, record: Record) -> None:
+        """After the step's model calls: cache the pages it completed, release what finished."""
+        self._publish_written(record)
+        if record.finishing:
+            self._release(record.finishing)
+
+    def _output(self, record: Record, stats: CacheStats) -> StepOutput:
         return StepOutput(
             tokens=StepTokens(record.ids, record.tokens, record.prefilled),
             finished=record.finished,
@@ -428,30 +476,38 @@ class Engine:
             budget -= length
         return plan, chunks
 
-    def _decode(self, plan: ArrayWritePlan, record: Record) -> None:
+    def _run_round(self, plan: ArrayWritePlan) -> int:
+        """The decode round's model calls (its copies, then the round): how many requests it ran.
+        A call that fails leaves the slots as the plan left them."""
         count = get_indexes(self.scheduler)[2]
         if count == 0:
-            return
+            return 0
         if plan.copy_sources.shape[0]:
             pairs = _pairs(plan)
             call_model(lambda: self.model.copy_pages(pairs))
         self.scheduler.execute_decode_round(self.model)
+        return count
+
+    def _commit_round(self, count: int, record: Record) -> None:
+        """Append the round's `count` sampled tokens to their rows and record them; note the
+        pages the round filled and the requests it finished."""
+        if count == 0:
+            return
         outputs = round_outputs(self.scheduler, count)
-        slots = outputs["slot"].astype(np.intp)
-        tokens = outputs["next_token_id"].astype(np.int64)
-        fields = self._fields
-        lengths = fields[slots, LENGTH]
-        self._tokens[slots, lengths] = tokens
-        fields[slots, LENGTH] = lengths + 1
-        fields[slots, COMPUTED] = lengths
-        record.ids, record.tokens = outputs["request_id"].copy(), tokens
+        slots, sampled = outputs["slot"], outputs["next_token_id"]
+        filled, done = self._filled[:count], self._done[:count]
+        at, filled_count, done_count = commit_round(
+            slots, sampled, self._fields, self._tokens, self.config.page_size, filled, done
+        )
+        assert at < 0, "the round's outputs name their slots, ascending, each with room for a token"
+        record.ids, record.tokens = outputs["request_id"].copy(), sampled.copy()
         record.tokens_run += count
         if self.config.prefix_caching:
-            record.decoded = slots[lengths % self.config.page_size == 0]
-        done = (tokens == fields[slots, EOS]) | (lengths + 1 >= fields[slots, LIMIT])
-        for index in np.flatnonzero(done).tolist():
-            slot = int(slots[index])
-            reason = FinishReason.EOS if tokens[index] == fields[slot, EOS] else FinishReason.MAX_LENGTH
+            record.decoded = filled[:filled_count].copy()
+        fields = self._fields
+        for index in done[:done_count].tolist():
+            slot, token = int(slots[index]), int(sampled[index])
+            reason = FinishReason.EOS if token == fields[slot, EOS] else FinishReason.MAX_LENGTH
             self._finishing(slot, reason, record)
 
     def _finishing(self, slot: int, reason: FinishReason, record: Record) -> None:
@@ -659,34 +715,36 @@ class Engine:
 
     def _publish_written(self, record: Record) -> None:
         """The spec's `_publish_written`: cache the full pages each request completed this step,
-        in admission order."""
+        in admission order (the round's filled pages, one a slot, and the chunks' pages)."""
         if not self.config.prefix_caching:
             return
-        page_size = self.config.page_size
-        written = {
-            int(slot): (int(self._fields[slot, LENGTH]) - 2, int(self._fields[slot, LENGTH]) - 1)
-            for slot in record.decoded.tolist()
-        }
+        page_size, fields = self.config.page_size, self._fields
+        written: list[tuple[int, int, int, int]] = []  # (admitted, slot, first page, end page)
+        decoded = record.decoded
+        if decoded.shape[0]:
+            ends = (fields[decoded, COMPUTED] // page_size).tolist()
+            admitted = fields[decoded, ADMITTED].tolist()
+            slots = decoded.tolist()
+            written = [(order, slot, end - 1, end) for order, slot, end in zip(admitted, slots, ends, strict=True)]
         for slot, start, stop in record.chunks:
-            written[slot] = (start, stop)
-        tables = get_slots(self.scheduler).tables
+            if start // page_size != stop // page_size:
+                written.append((int(fields[slot, ADMITTED]), slot, start // page_size, stop // page_size))
+        if not written:
+            return
+        written.sort()
         keys: list[Key] = []
-        pages: list[int] = []
+        rows: list[int] = []
         depths: list[int] = []
-        for slot in sorted(written, key=lambda slot: int(self._fields[slot, ADMITTED])):
-            start, stop = written[slot]
-            first, end = start // page_size, stop // page_size
-            if first == end:
-                continue
+        for _, slot, first, end in written:
             slot_keys = self._page_keys[slot]
             if len(slot_keys) < end:
                 request = self._requests[slot]
                 assert request is not None
-                data = self._tokens[slot, : end * page_size].astype("<u4").tobytes()
-                self.hasher.extend(slot_keys, data, end, self._salt(request))
+                self.hasher.extend(slot_keys, memoryview(self._tokens[slot]).cast("B"), end, self._salt(request))
             keys += slot_keys[first:end]
-            pages += tables[slot, first:end].tolist()
+            rows += [slot] * (end - first)
             depths += range(first, end)
+        pages = get_slots(self.scheduler).tables[rows, depths].tolist()
         self.cache.insert(self.pool, keys, pages, depths)
 
     def _salt(self, request: EngineRequest) -> CacheSalt:

@@ -70,8 +70,9 @@ class PageHasher:
                 high = middle - 1
         return keys[:low]
 
-    def extend(self, keys: list[Key], data: bytes, pages: int, salt: CacheSalt) -> None:
-        """Append to `keys` (the first pages' keys) until it holds `pages` keys."""
+    def extend(self, keys: list[Key], data: bytes | memoryview, pages: int, salt: CacheSalt) -> None:
+        """Append to `keys` (the first pages' keys) until it holds `pages` keys; `data` is the
+        sequence's little-endian u32 bytes (a byte view of a token row does: nothing is copied)."""
         digest, step = self.digest, self.page_size * 4
         parent = keys[-1] if keys else self.root(salt)
         for start in range(len(keys) * step, pages * step, step):

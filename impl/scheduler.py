@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from kvsched.abi import ArrayDecodeBackend, empty_items, empty_outputs
 from kvsched.impl.lowering import execute_round, require_disjoint, require_scratch
+from kvsched.impl.page_kernels import undo_rows
 from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_array
 from kvsched.impl.prefix import PrefixKvStore, attach_row
 from kvsched.impl.slots import (
@@ -513,6 +514,15 @@ def seat_newcomers(
     buffers.slots[:count] = step_slots
     buffers.logical_pages[:count] = step_pages
     return run_steps(slots, pool, buffers, count, step_pages, None)
+
+
+def undo_decode_round(scheduler: RequestScheduler, plan: ArrayWritePlan, pool: BlockPool) -> None:
+    """Take back `plan`, the scheduler's latest `prepare_decode_round` over `pool`, when nothing
+    has changed since: each page it took goes back to its place on the free stack, each table
+    entry to what it was, each copy's source regains its reference (`undo_rows`, newest first)."""
+    refs, _, top, _ = get_arrays(pool)
+    tables = scheduler._slots.tables
+    undo_rows(tables, plan.slots, plan.logical_pages, len(plan), refs, top, plan.kinds, plan.pages, plan.sources)
 
 
 def finish_slots(scheduler: RequestScheduler, slots: list[int], pool: BlockPool) -> None:

@@ -13,10 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 from kvsched.contracts.support import ORDERS, PAGES, identity, in_range, mask_pages, observe, play
+from kvsched.impl.engine import Engine
+from kvsched.impl.null_model import NullModel
 from kvsched.spec import events as ev
+from kvsched.spec.engine import Engine as SpecEngine
+from kvsched.spec.engine_config import EngineConfig, EngineRequest
 from kvsched.spec.events import Event
+from kvsched.spec.model import NULL_VOCAB
+from kvsched.spec.model import NullModel as SpecNullModel
 from kvsched.testing.backends import FAULTS, HarnessBackend
 from kvsched.testing.impl_system import impl_system
+from kvsched.testing.outcome import capture
 from kvsched.testing.system import SystemConfig, SystemUnderTest, spec_system
 
 CONFIG = SystemConfig(
@@ -247,6 +254,83 @@ def impl_round_buffers(
     return round_program(impl_system(CONFIG), (hit0, hit1), (seed0, seed1), (token0, token1), 0, short)
 
 
+ENGINE = EngineConfig(
+    requests=2,
+    pages=4,
+    page_size=2,
+    logical_pages=3,
+    max_batch_size=2,
+    max_batched_tokens=4,
+    chunk_size=4,
+    prefill_reserve_pages=0,
+    max_queue=2,
+    max_seq_len=6,
+    prefix_caching=True,
+)
+
+
+class FailingModel:
+    """A model whose `fail_at`-th call raises (1-based; 0: none does)."""
+
+    def __init__(self, inner: Any, fail_at: int) -> None:
+        self.inner, self.fail_at, self.calls = inner, fail_at, 0
+
+    def _call(self, name: str, *arguments: Any) -> Any:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("the model failed")
+        return getattr(self.inner, name)(*arguments)
+
+    def execute_ragged(self, items: Any, block_tables: Any, out: Any) -> Any:
+        return self._call("execute_ragged", items, block_tables, out)
+
+    def execute_prefill(self, items: Any) -> Any:
+        return self._call("execute_prefill", items)
+
+    def copy_pages(self, pairs: Any) -> Any:
+        return self._call("copy_pages", pairs)
+
+
+def _engine_domain(t0: int, t1: int, t2: int, new0: int, new1: int, eos: int, fail_at: int) -> bool:
+    tokens = in_range(t0, t1, t2, high=3) & in_range(eos, high=NULL_VOCAB - 1)
+    return tokens & in_range(new0, new1, low=1, high=3) & in_range(fail_at, high=4)
+
+
+def engine_program(engine: Any, prompts: tuple[tuple[int, ...], ...], news: tuple[int, int], eos: int) -> Outcome:
+    """Requests 1 and 2 (request 1 stops at token `eos` too) are submitted, then the engine steps
+    until it has no work (at most 12 steps): each step's output or error, then the state."""
+    engine.submit(EngineRequest(1, prompts[0], news[0], eos_token_id=eos))
+    engine.submit(EngineRequest(2, prompts[1], news[1]))
+    steps: list[Any] = []
+    for _ in range(12):
+        if not engine.has_work():
+            break
+        outcome = capture(engine.step)
+        output = outcome.value
+        if output is not None:
+            output = (dict(output.tokens), output.finished, output.preempted, output.tokens_run, output.cache)
+        steps += [(output, outcome.error, outcome.message), engine.state]
+    return tuple(steps)
+
+
+def spec_engine_step(t0: int, t1: int, t2: int, new0: int, new1: int, eos: int, fail_at: int) -> Outcome:
+    """`engine_program` on the spec's engine, its `fail_at`-th model call failing (0: none; the
+    first is the prefill, the next are decode-only steps): prompts (t0, t1) and (t0, t2), one
+    page each, are the same page when t1 == t2 (a cache hit for the second request)."""
+    if not _engine_domain(t0, t1, t2, new0, new1, eos, fail_at):
+        return None
+    model = FailingModel(SpecNullModel(), fail_at)
+    return engine_program(SpecEngine(ENGINE, model), ((t0, t1), (t0, t2)), (new0, new1), eos)
+
+
+def impl_engine_step(t0: int, t1: int, t2: int, new0: int, new1: int, eos: int, fail_at: int) -> Outcome:
+    """`engine_program` on impl's engine (its decode-only steps plan, run and commit)."""
+    if not _engine_domain(t0, t1, t2, new0, new1, eos, fail_at):
+        return None
+    model = FailingModel(NullModel(), fail_at)
+    return engine_program(Engine(ENGINE, model), ((t0, t1), (t0, t2)), (new0, new1), eos)
+
+
 # Concrete inputs inside each pair's domain: the gate runs them before CrossHair (both pairs
 # must return a non-None, equal outcome; running them also compiles every kernel the programs
 # reach before CrossHair's side-effect wall goes up), so no pair can pass vacuously.
@@ -278,4 +362,13 @@ SAMPLES: dict[str, tuple[tuple[int, ...], ...]] = {
     "round_buffers": ((0, 1, 1, 0, 5, 6, 1), (0, 0, 1, 1, 1, 2, 3), (1, 1, 1, 1, 3, 4, 2), (1, 0, 0, 1, 0, 0, 3)),
     # a hit of both pages, a repeated page, after a half page, past the table, a free page
     "attach": ((0, 2, 0, 1), (0, 2, 1, 1), (1, 1, 0, 0), (2, 2, 0, 1), (0, 1, 2, 0)),
+    # the prefill fails; the first and the second decode-only step fail (the round's new page
+    # taken back); request 1 stops at EOS after its prefill, and after one decode
+    "engine_step": (
+        (1, 2, 0, 3, 2, 0, 1),
+        (1, 2, 0, 3, 2, 0, 2),
+        (0, 1, 1, 3, 3, 0, 3),
+        (1, 2, 2, 3, 2, 70, 0),
+        (1, 2, 0, 3, 3, 2185, 0),
+    ),
 }

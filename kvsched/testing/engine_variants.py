@@ -105,7 +105,7 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "decode_copies_skipped",
         "the decode round's copy-on-write copies are never handed to the model",
-        "_decode",
+        "_run_round",
         (("call_model(lambda: self.model.copy_pages(pairs))", "pass"),),
         FailureKind.LOCKSTEP,
         FailureKind.DETERMINISM,
@@ -115,6 +115,14 @@ ENGINE_VARIANTS = (
         "a model failure leaves the step's allocations and tokens behind",
         "step",
         (("self._rollback(saved)", "pass"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.ATOMICITY,
+    ),
+    EngineVariant(
+        "failed_round_kept",
+        "a model failure in a step that only decodes leaves the round's new pages mapped",
+        "_decode_step",
+        (("undo_decode_round(self.scheduler, plan, self.pool)", "pass"),),
         FailureKind.LOCKSTEP,
         FailureKind.ATOMICITY,
     ),

@@ -360,6 +360,11 @@ CATALOGUE: tuple[Bug, ...] = (
         "A model failure inside a step leaves the step's allocations and tokens behind.",
         engine="failed_step_kept",
     ),
+    Bug(
+        "failed-round-kept",
+        "A model failure in a step that only decodes leaves the round's new pages mapped.",
+        engine="failed_round_kept",
+    ),
     # -- the automatic prefix cache ------------------------------------------------------------
     Bug(
         "cache-before-write",

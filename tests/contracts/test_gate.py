@@ -115,6 +115,7 @@ def test_the_gate_covers_every_contract_and_pair() -> None:
         "round_buffers",
         "install",
         "batch",
+        "engine_step",
     }
 
 
