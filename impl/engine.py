@@ -174,6 +174,7 @@ class Engine:
         )
         width = min(config.max_seq_len, config.table_tokens)
         self._tokens = np.zeros((config.requests, width), dtype=TOKEN)
+        self._token_bytes = self._tokens.data.cast("B")  # the rows' bytes, row after row
         self._fields = np.zeros((config.requests, FIELDS), dtype=np.int64)
         self._requests: list[EngineRequest | None] = [None] * config.requests
         self._running: dict[int, int] = {}  # request id -> slot, admission order
@@ -735,17 +736,22 @@ class Engine:
         keys: list[Key] = []
         rows: list[int] = []
         depths: list[int] = []
+        row_bytes = self._tokens.shape[1] * 4
         for _, slot, first, end in written:
             slot_keys = self._page_keys[slot]
             if len(slot_keys) < end:
-                request = self._requests[slot]
-                assert request is not None
-                self.hasher.extend(slot_keys, memoryview(self._tokens[slot]).cast("B"), end, self._salt(request))
+                salt = None if slot_keys else self._salt(self._request(slot))
+                self.hasher.extend(slot_keys, self._token_bytes, end, salt, slot * row_bytes)
             keys += slot_keys[first:end]
             rows += [slot] * (end - first)
             depths += range(first, end)
         pages = get_slots(self.scheduler).tables[rows, depths].tolist()
         self.cache.insert(self.pool, keys, pages, depths)
+
+    def _request(self, slot: int) -> EngineRequest:
+        request = self._requests[slot]
+        assert request is not None, "a running request's slot"
+        return request
 
     def _salt(self, request: EngineRequest) -> CacheSalt:
         """The request's salt (`salt_of`), built once per tenant and adapter."""

@@ -70,11 +70,18 @@ class PageHasher:
                 high = middle - 1
         return keys[:low]
 
-    def extend(self, keys: list[Key], data: bytes | memoryview, pages: int, salt: CacheSalt) -> None:
-        """Append to `keys` (the first pages' keys) until it holds `pages` keys; `data` is the
-        sequence's little-endian u32 bytes (a byte view of a token row does: nothing is copied)."""
+    def extend(
+        self, keys: list[Key], data: bytes | memoryview, pages: int, salt: CacheSalt | None, offset: int = 0
+    ) -> None:
+        """Append to `keys` (the first pages' keys) until it holds `pages` keys. `data[offset:]`
+        is the sequence's little-endian u32 bytes (a byte view of token rows does: nothing is
+        copied); `salt` roots the first key, so it may be None when `keys` is not empty."""
         digest, step = self.digest, self.page_size * 4
-        parent = keys[-1] if keys else self.root(salt)
-        for start in range(len(keys) * step, pages * step, step):
+        if keys:
+            parent = keys[-1]
+        else:
+            assert salt is not None, "the first key needs the salt"
+            parent = self.root(salt)
+        for start in range(offset + len(keys) * step, offset + pages * step, step):
             parent = digest(parent + data[start : start + step])
             keys.append(parent)
