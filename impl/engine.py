@@ -142,6 +142,9 @@ class Shortfall:
     keep: list[int]
 
 
+Queue = tuple[dict[int, deque[Queued]], list[int], set[int], dict[int, tuple[Queued, list[Key]]]]
+
+
 @dataclass(slots=True)
 class Saved:
     """The engine's own state at the start of a step (the certified parts are in `parts`)."""
@@ -156,7 +159,7 @@ class Saved:
     state_free: list[int]
     cancelled: list[int]
     admissions: int
-    queue: tuple[dict[int, deque[Queued]], list[int], set[int]] | None = None  # saved when first touched
+    queue: Queue | None = None  # saved when first touched
 
 
 class Engine:
@@ -190,6 +193,7 @@ class Engine:
         self.hasher = PageHasher(config.page_size, page_hash(config.page_hash))
         self._page_keys: list[list[Key]] = [[] for _ in range(config.requests)]  # each slot's full pages' keys
         self._salts: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> its salt, once built
+        self._parked: dict[int, tuple[Queued, list[Key]]] = {}  # a preempted request's entry and page keys
         self._filled = np.zeros(config.requests, dtype=np.intp)  # a round's slots that filled a page
         self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
         self._saved: Saved | None = None  # the running step's checkpoint
@@ -250,6 +254,7 @@ class Engine:
                     self._queue[priority] = kept
                     break
             self._dequeued(request_id)
+            self._parked.pop(request_id, None)
         else:
             raise refusals.unknown_request(request_id)
         self._cancelled.append(request_id)
@@ -332,7 +337,7 @@ class Engine:
         saved = self._saved
         if saved is not None and saved.queue is None:
             copy = {priority: deque(entries) for priority, entries in self._queue.items()}
-            saved.queue = (copy, list(self._priorities), set(self._queued))
+            saved.queue = (copy, list(self._priorities), set(self._queued), dict(self._parked))
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -432,9 +437,9 @@ class Engine:
         self._state_owners, self._state_free = list(saved.state_owners), list(saved.state_free)
         self._cancelled, self._admissions = list(saved.cancelled), saved.admissions
         if saved.queue is not None:
-            queue, priorities, queued = saved.queue
+            queue, priorities, queued, parked = saved.queue
             self._queue = {priority: deque(entries) for priority, entries in queue.items()}
-            self._priorities, self._queued = list(priorities), set(queued)
+            self._priorities, self._queued, self._parked = list(priorities), set(queued), dict(parked)
 
     def _make_room(self, record: Record) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
         """The spec's `_make_room`: room for the running requests, or relieve the pressure and
@@ -569,9 +574,7 @@ class Engine:
         keys: list[Key] = []
         hit: list[int] = []
         if self.config.prefix_caching:
-            salt = self._salt(request)
-            data = request.prompt_bytes + pack_tokens(front.generated) if front.generated else request.prompt_bytes
-            keys = self.hasher.keys_of(data, length_of // page_size, salt)
+            keys = self._keys_of(front, length_of // page_size)
             if cached % page_size == 0:
                 hit = self.cache.lookup(keys[cached // page_size : (length_of - 1) // page_size])
         cached += len(hit) * page_size
@@ -591,6 +594,7 @@ class Engine:
         entries = self._queue[self._priorities[-1]]
         entries.popleft()
         self._dequeued(request_id)
+        self._parked.pop(request_id, None)
         self._tokens[slot, : len(request.prompt)] = np.frombuffer(request.prompt_bytes, dtype="<u4")
         if front.generated:
             self._tokens[slot, len(request.prompt) : length_of] = front.generated
@@ -605,6 +609,20 @@ class Engine:
         self._running[request_id] = slot
         self._prefilling.add(slot)
         return Chunk(request_id, cached, length, ()), slot
+
+    def _keys_of(self, entry: Queued, pages: int) -> list[Key]:
+        """The keys of the queued `entry`'s first `pages` full pages: those it had when it was
+        preempted (the same tokens: its entry is the one parked), extended; else hashed now."""
+        request = entry.request
+        parked = self._parked.get(request.request_id)
+        keys = parked[1][:pages] if parked is not None and parked[0] is entry else None
+        if keys is not None and len(keys) == pages:
+            return keys
+        data = request.prompt_bytes + pack_tokens(entry.generated) if entry.generated else request.prompt_bytes
+        if keys is None:
+            return self.hasher.keys_of(data, pages, self._salt(request))
+        self.hasher.extend(keys, data, pages, self._salt(request))
+        return keys
 
     def _admission_pages(self, length: int, cached: int, free: int, chunks: list[tuple[Chunk, int]]) -> int:
         """The spec's `_admission_pages`, the running prefills' rests from their fields; 0 when
@@ -709,7 +727,10 @@ class Engine:
         generated = tuple(self._tokens[slot, len(request.prompt) : int(self._fields[slot, LENGTH])].tolist())
         self._release([slot])
         self._touch_queue()
-        self._enqueue(Queued(request, generated), front=True)
+        entry = Queued(request, generated)
+        self._enqueue(entry, front=True)
+        if self.config.prefix_caching:  # its keys name the same tokens when it is admitted again
+            self._parked[request.request_id] = (entry, self._page_keys[slot])
         record.preempted.append(request.request_id)
 
     # -- the automatic prefix cache ----------------------------------------------------------
