@@ -194,6 +194,7 @@ class Engine:
         self._page_keys: list[list[Key]] = [[] for _ in range(config.requests)]  # each slot's full pages' keys
         self._salts: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> its salt, once built
         self._parked: dict[int, tuple[Queued, list[Key]]] = {}  # a preempted request's entry and page keys
+        self._committed: int | None = None  # this step's running prefills' pages past their chunks
         self._filled = np.zeros(config.requests, dtype=np.intp)  # a round's slots that filled a page
         self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
         self._saved: Saved | None = None  # the running step's checkpoint
@@ -528,6 +529,7 @@ class Engine:
         pages attached and allocated in one call once all are chosen: `seat_newcomers`)."""
         budget = self.config.max_batched_tokens - record.tokens_run - sum(chunk.length for chunk, _ in chunks)
         copies = [pair for chunk, _ in chunks for pair in chunk.copies]
+        self._committed = None
         newcomers: list[Newcomer] = []
         claimed = 0  # the free pages the newcomers' chunks take
         while budget:
@@ -604,6 +606,8 @@ class Engine:
         eos = NO_TOKEN if request.eos_token_id is None else request.eos_token_id
         limit = len(request.prompt) + request.max_new_tokens
         self._fields[slot] = (length_of, limit, eos, cached, 0, self._admissions, state_slot)
+        if self._committed is not None:  # the pages its prefill takes after this step's chunk
+            self._committed += pages_for(length_of, page_size) - pages_for(cached + length, page_size)
         self._admissions += 1
         self._requests[slot] = request
         self._running[request_id] = slot
@@ -632,14 +636,17 @@ class Engine:
         most = admission_pages(self.config, length, cached, len(self._prefilling) * self.config.logical_pages)
         if most <= free:
             return 0
-        page_size, fields = self.config.page_size, self._fields
-        recorded = {slot: chunk.start + chunk.length for chunk, slot in chunks}
-        committed = 0
-        for slot in self._prefilling:  # a few slots: a loop costs less than numpy's calls here
-            computed = recorded.get(slot)
-            if computed is None:
-                computed = fields[slot, COMPUTED].item()
-            committed += pages_for(fields[slot, LENGTH].item(), page_size) - pages_for(computed, page_size)
+        committed = self._committed
+        if committed is None:  # summed once a step, then kept up to date by each admission
+            page_size, fields = self.config.page_size, self._fields
+            recorded = {slot: chunk.start + chunk.length for chunk, slot in chunks}
+            committed = 0
+            for slot in self._prefilling:  # a few slots: a loop costs less than numpy's calls here
+                computed = recorded.get(slot)
+                if computed is None:
+                    computed = fields[slot, COMPUTED].item()
+                committed += pages_for(fields[slot, LENGTH].item(), page_size) - pages_for(computed, page_size)
+            self._committed = committed
         return admission_pages(self.config, length, cached, committed)
 
     def _usable_prefix(

@@ -25,10 +25,12 @@ _LITTLE = sys.byteorder == "little"
 def read_tokens(prompt: object) -> tuple[tuple[int, ...], bytes]:
     """The prompt's token ids, and the same as little-endian u32 bytes; `InvalidArgument` for an
     empty prompt, a form it is not, or a token outside 0..2**32-1."""
+    plain = False  # a tuple of plain ints, which is kept as it is
     if isinstance(prompt, bytes | bytearray):
         packed = _from_bytes(bytes(prompt))
     elif isinstance(prompt, tuple | list):
-        packed = _from_ints(prompt)
+        packed, plain = _from_ints(prompt)
+        plain = plain and type(prompt) is tuple
     elif (view := _buffer(prompt)) is not None:
         packed = _from_buffer(view)
     else:
@@ -39,7 +41,7 @@ def read_tokens(prompt: object) -> tuple[tuple[int, ...], bytes]:
     if not packed:
         raise InvalidArgument("prompt must hold at least one token")
     data = packed.tobytes() if _LITTLE else _swapped(packed)
-    return tuple(packed), data
+    return (prompt if plain else tuple(packed)), data  # type: ignore[return-value]  # plain: a tuple of ints
 
 
 def _from_bytes(data: bytes) -> array[int]:
@@ -52,13 +54,14 @@ def _from_bytes(data: bytes) -> array[int]:
     return packed
 
 
-def _from_ints(tokens: Sequence[object]) -> array[int]:
+def _from_ints(tokens: Sequence[object]) -> tuple[array[int], bool]:
+    """The tokens packed, and whether each was a plain int (not a bool, not a numpy scalar)."""
     if set(map(type, tokens)) <= {int}:  # plain ints: array checks each one's range in C
         try:
-            return array(_U32, tokens)  # type: ignore[arg-type]  # plain ints, checked just above
+            return array(_U32, tokens), True  # type: ignore[arg-type]  # plain ints, checked just above
         except OverflowError:
             pass  # the loop below names the first token out of range
-    return array(_U32, [require_u32("prompt token", token) for token in tokens])
+    return array(_U32, [require_u32("prompt token", token) for token in tokens]), False
 
 
 def _from_buffer(view: memoryview) -> array[int]:
@@ -72,7 +75,7 @@ def _from_buffer(view: memoryview) -> array[int]:
         packed: array[int] = array(_U32)
         packed.frombytes(view.cast("B"))  # unsigned 32-bit already: every value is a token id
         return packed
-    return _from_ints(view.tolist())
+    return _from_ints(view.tolist())[0]
 
 
 def _buffer(value: object) -> memoryview | None:

@@ -35,6 +35,13 @@ def test_every_form_reads_as_the_same_tokens(prompt: Any) -> None:
     assert read_tokens(prompt) == (TOKENS, PACKED)
     request = EngineRequest(1, prompt, 1)
     assert request.prompt == TOKENS and request.prompt_bytes == PACKED
+    assert all(type(token) is int for token in request.prompt)
+
+
+def test_a_tuple_of_plain_ints_is_kept_as_it_is() -> None:
+    assert read_tokens(TOKENS)[0] is TOKENS  # no second tuple built
+    scalars = tuple(np.uint32(token) for token in TOKENS)
+    assert read_tokens(scalars)[0] is not scalars  # numpy scalars become plain ints
 
 
 @pytest.mark.parametrize(
