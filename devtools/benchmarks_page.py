@@ -96,7 +96,7 @@ def engine(report: dict[str, Any]) -> str:
     ]
     return section(
         "The engine step",
-        "`Engine.step()` with the null model, spec and impl in one run (page size"
+        "`Engine.step()` with the null model, spec and impl in one run, µs of the bench thread's CPU time (page size"
         f" {report['page_size']}, {report['plan']['prompt_tokens']}-token prompts): steady decode of R"
         " running requests; mixed (R - 1 decoding and one 512-token admission per step); W2, 256"
         " requests sharing a 1,024-token prefix, µs per admitted request.",
@@ -105,6 +105,57 @@ def engine(report: dict[str, Any]) -> str:
         f"Impl's steady-decode step at R = 256: {us(verdict['impl_step_us_at_256'])} µs"
         f" (target {us(verdict['step_target_us'])} µs).",
         *([scale_table(report["scale"])] if "scale" in report else []),
+    )
+
+
+def ratio(peer: float | None, mine: float) -> str:
+    return "-" if peer is None else f"{peer / mine:.1f}x"
+
+
+def peers(report: dict[str, Any]) -> str:
+    measured = report["measured"]
+    versions = measured["versions"]
+    w3 = [
+        [
+            row["R"],
+            us(row["vllm_us"]),
+            us(row["nano_us"]),
+            f"{us(row['kvsched_us'])} ({us(row['kvsched_excl_model_us'])})",
+            f"{ratio(row['vllm_us'], row['kvsched_us'])} ({ratio(row['vllm_us'], row['kvsched_excl_model_us'])})",
+            f"{ratio(row['nano_us'], row['kvsched_us'])} ({ratio(row['nano_us'], row['kvsched_excl_model_us'])})",
+        ]
+        for row in report["w3"]
+    ]
+    w2e = [
+        [
+            row["hash"],
+            us(row["kvsched_admission_us"]),
+            us(row["kvsched_construct_us"]),
+            us(row["kvsched_extra_hash_us"]),
+            us(row["kvsched_total_us"]),
+            f"{us(row['vllm_total_us'])} ({ratio(row['vllm_total_us'], row['kvsched_total_us'])})",
+            f"{us(row['nano_total_us'])} ({ratio(row['nano_total_us'], row['kvsched_total_us'])})",
+        ]
+        for row in report["w2e"]
+    ]
+    return section(
+        "The engine step beside vLLM's and nano-vllm's schedulers",
+        "The peer drivers (`../shared/peers/`, one interleaved run, every driver timed by its thread's CPU"
+        f" time; vLLM {versions['vllm']}, nano-vllm {versions['nano-vllm']}, kvsched {versions['kvsched']})"
+        " turned into `docs/bench/peers.json` by `python -m devtools.peers_report`. W3: one steady decode"
+        " step of R requests (prompts of 512 tokens, 128 new, prefix caching on), µs; kvsched's step"
+        " includes its null model's calls, the figure in brackets is without them. W2e: 256 requests sharing"
+        " a 1,024-token prefix plus 128 tokens of their own, µs per request: admission through the engine"
+        " loop, the request's construction from a tuple, and hashing every one of its 72 pages (kvsched's"
+        " engine reuses the shared pages' keys, so their hashing is added here); vLLM's is its scheduler's"
+        " admission plus its `Request` (which hashes), nano-vllm's its `BlockManager` admission plus its"
+        " `Sequence` (it has no engine-loop line).",
+        report,
+        table(["R", "vLLM µs", "nano-vllm µs", "kvsched µs", "vLLM ÷ kvsched", "nano ÷ kvsched"], w3),
+        table(
+            ["hash", "admission", "construction", "hashing the rest", "kvsched total", "vLLM", "nano-vllm"],
+            w2e,
+        ),
     )
 
 
@@ -217,6 +268,7 @@ def vllm_pool(report: dict[str, Any]) -> str:
 SECTIONS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("check-defaults.json", check_defaults),
     ("engine.json", engine),
+    ("peers.json", peers),
     ("thrash.json", thrash),
     ("thrash-vllm.json", thrash_vllm),
     ("rounds.json", rounds),
