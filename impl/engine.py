@@ -38,6 +38,7 @@ from kvsched.impl.engine_rows import (
     DECODING,
     EOS,
     FIELDS,
+    FILLED,
     LENGTH,
     LIMIT,
     NO_TOKEN,
@@ -130,7 +131,7 @@ class Record:
     finishing: list[int] = field(default_factory=list)  # slots finished this step: released at its end
     tokens_run: int = 0
     chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (slot, start, stop) each chunk wrote
-    decoded: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, np.intp))  # slots whose round filled a page
+    filled: list[list[int]] = field(default_factory=list)  # the round's filled pages: (admitted, slot, depth, page)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +196,7 @@ class Engine:
         self._salts: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> its salt, once built
         self._parked: dict[int, tuple[Queued, list[Key]]] = {}  # a preempted request's entry and page keys
         self._committed: int | None = None  # this step's running prefills' pages past their chunks
-        self._filled = np.zeros(config.requests, dtype=np.intp)  # a round's slots that filled a page
+        self._filled = np.zeros((config.requests, FILLED), dtype=np.int64)  # a round's filled pages
         self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
         self._saved: Saved | None = None  # the running step's checkpoint
         self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
@@ -503,14 +504,15 @@ class Engine:
         outputs = round_outputs(self.scheduler, count)
         slots, sampled = outputs["slot"], outputs["next_token_id"]
         filled, done = self._filled[:count], self._done[:count]
+        tables = get_slots(self.scheduler).tables
         at, filled_count, done_count = commit_round(
-            slots, sampled, self._fields, self._tokens, self.config.page_size, filled, done
+            slots, sampled, self._fields, self._tokens, tables, self.config.page_size, filled, done
         )
         assert at < 0, "the round's outputs name their slots, ascending, each with room for a token"
         record.ids, record.tokens = outputs["request_id"].copy(), sampled.copy()
         record.tokens_run += count
         if self.config.prefix_caching:
-            record.decoded = filled[:filled_count].copy()
+            record.filled = filled[:filled_count].tolist()
         fields = self._fields
         for index in done[:done_count].tolist():
             slot, token = int(slots[index]), int(sampled[index])
@@ -747,34 +749,50 @@ class Engine:
         in admission order (the round's filled pages, one a slot, and the chunks' pages)."""
         if not self.config.prefix_caching:
             return
+        if not record.chunks:
+            if record.filled:
+                self._publish_round(record.filled)
+            return
         page_size, fields = self.config.page_size, self._fields
-        written: list[tuple[int, int, int, int]] = []  # (admitted, slot, first page, end page)
-        decoded = record.decoded
-        if decoded.shape[0]:
-            ends = (fields[decoded, COMPUTED] // page_size).tolist()
-            admitted = fields[decoded, ADMITTED].tolist()
-            slots = decoded.tolist()
-            written = [(order, slot, end - 1, end) for order, slot, end in zip(admitted, slots, ends, strict=True)]
-        for slot, start, stop in record.chunks:
+        written = [(admitted, slot, depth, depth + 1) for admitted, slot, depth, _ in record.filled]
+        for slot, start, stop in record.chunks:  # (admitted, slot, first page, end page)
             if start // page_size != stop // page_size:
                 written.append((int(fields[slot, ADMITTED]), slot, start // page_size, stop // page_size))
-        if not written:
-            return
         written.sort()
         keys: list[Key] = []
         rows: list[int] = []
         depths: list[int] = []
-        row_bytes = self._tokens.shape[1] * 4
         for _, slot, first, end in written:
-            slot_keys = self._page_keys[slot]
-            if len(slot_keys) < end:
-                salt = None if slot_keys else self._salt(self._request(slot))
-                self.hasher.extend(slot_keys, self._token_bytes, end, salt, slot * row_bytes)
+            slot_keys = self._key_pages(slot, end)
             keys += slot_keys[first:end]
             rows += [slot] * (end - first)
             depths += range(first, end)
         pages = get_slots(self.scheduler).tables[rows, depths].tolist()
         self.cache.insert(self.pool, keys, pages, depths)
+
+    def _publish_round(self, filled: list[list[int]]) -> None:
+        """`_publish_written` of a step without chunks: the page each request's round filled.
+        Those whose keys reach the page before it are keyed in one batch; any other (its keys
+        shorter: none had a full page yet) is keyed from its row."""
+        filled.sort()  # by admission
+        page_keys = self._page_keys
+        next_slots = [slot for _, slot, depth, _ in filled if 0 < depth == len(page_keys[slot])]
+        if next_slots:
+            row_bytes, page_bytes = self._tokens.shape[1] * 4, self.config.page_size * 4
+            starts = [slot * row_bytes + len(page_keys[slot]) * page_bytes for slot in next_slots]
+            parents = [page_keys[slot][-1] for slot in next_slots]
+            for slot, key in zip(next_slots, self.hasher.next_keys(parents, self._token_bytes, starts), strict=True):
+                page_keys[slot].append(key)
+        keys = [self._key_pages(slot, depth + 1)[depth] for _, slot, depth, _ in filled]
+        self.cache.insert(self.pool, keys, [row[3] for row in filled], [row[2] for row in filled])
+
+    def _key_pages(self, slot: int, pages: int) -> list[Key]:
+        """The keys of `slot`'s first `pages` full pages (and any it already had)."""
+        slot_keys = self._page_keys[slot]
+        if len(slot_keys) < pages:
+            salt = None if slot_keys else self._salt(self._request(slot))
+            self.hasher.extend(slot_keys, self._token_bytes, pages, salt, slot * self._tokens.shape[1] * 4)
+        return slot_keys
 
     def _request(self, slot: int) -> EngineRequest:
         request = self._requests[slot]

@@ -85,3 +85,9 @@ class PageHasher:
         for start in range(offset + len(keys) * step, offset + pages * step, step):
             parent = digest(parent + data[start : start + step])
             keys.append(parent)
+
+    def next_keys(self, parents: list[Key], data: bytes | memoryview, starts: list[int]) -> list[Key]:
+        """The key of each page whose bytes begin at `data[starts[i]]` and whose parent page's
+        key is `parents[i]` (many sequences' next pages, one hash call each)."""
+        digest, step = self.digest, self.page_size * 4
+        return [digest(parent + data[start : start + step]) for parent, start in zip(parents, starts, strict=True)]
