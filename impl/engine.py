@@ -26,7 +26,7 @@ from bisect import insort
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -143,28 +143,66 @@ class Shortfall:
     keep: list[int]
 
 
-Queue = tuple[dict[int, deque[Queued]], list[int], set[int], dict[int, tuple[Queued, list[Key]]]]
-
-
 @dataclass(slots=True)
 class Saved:
-    """The engine's own state at the start of a step (the certified parts are in `parts`)."""
+    """The engine at the start of a step: the certified parts (`parts`), the cache's journal mark,
+    copies of `Engine.STEP_STATE` and, once the step first changes the queue, of `QUEUE_STATE`."""
 
     parts: checkpoint.Checkpoint
     cache: Mark
-    fields: npt.NDArray[np.int64]
-    requests: list[EngineRequest | None]
-    running: dict[int, int]
-    prefilling: set[int]
-    state_owners: list[int | None]
-    state_free: list[int]
-    cancelled: list[int]
-    admissions: int
-    queue: Queue | None = None  # saved when first touched
+    state: dict[str, Any]
+    queue: dict[str, Any] | None = None
+
+
+def _copy(value: T) -> T:
+    """A copy deep enough that changing the engine's value leaves it as it is: arrays, lists,
+    sets, deques and dicts (the queue's deques) are copied; ints, tuples and None are kept."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}  # type: ignore[return-value]  # a dict again
+    if isinstance(value, list | set | deque):
+        return type(value)(value)
+    return value
 
 
 class Engine:
     """The continuous-batching engine over impl's parts; see `kvsched.spec.engine`."""
+
+    # What a failed step puts back, beside the certified parts (`kvsched.impl.checkpoint`) and
+    # the cache (its journal): saved at the start of every step that is not decode-only ...
+    STEP_STATE: ClassVar[tuple[str, ...]] = (
+        "_fields",
+        "_requests",
+        "_running",
+        "_prefilling",
+        "_state_owners",
+        "_state_free",
+        "_cancelled",
+        "_admissions",
+    )
+    # ... and the queue, saved when such a step first changes it (most never do).
+    QUEUE_STATE: ClassVar[tuple[str, ...]] = ("_queue", "_priorities", "_queued", "_parked")
+    # Everything else the engine holds, and why a failed step needs none of it back (a test
+    # requires every attribute to be in one of the three).
+    NOT_RESTORED: ClassVar[Mapping[str, str]] = {
+        "config": "never changes",
+        "model": "never changes",
+        "pool": "a certified part: the checkpoint",
+        "store": "a certified part: the checkpoint",
+        "scheduler": "a certified part: the checkpoint",
+        "cache": "its journal: mark and undo",
+        "hasher": "remembers keys by their bytes: never wrong",
+        "_tokens": "a step writes only the rows of slots that were empty when it began",
+        "_token_bytes": "a view of _tokens",
+        "_page_keys": "a slot's keys name its tokens; a failed admission's are replaced by the slot's next",
+        "_salts": "remembers salts by tenant and adapter: never wrong",
+        "_committed": "one step's running sum, set before it is read",
+        "_filled": "one round's output buffer",
+        "_done": "one round's output buffer",
+        "_saved": "the running step's checkpoint",
+        "_step_state": "the last checkpoint, whose buffers the next reuses",
+    }
 
     def __init__(self, config: EngineConfig, model: EngineModel) -> None:
         if not isinstance(config, EngineConfig):
@@ -338,8 +376,7 @@ class Engine:
         """Save the queue (once per step) before the step changes it."""
         saved = self._saved
         if saved is not None and saved.queue is None:
-            copy = {priority: deque(entries) for priority, entries in self._queue.items()}
-            saved.queue = (copy, list(self._priorities), set(self._queued), dict(self._parked))
+            saved.queue = {name: _copy(getattr(self, name)) for name in self.QUEUE_STATE}
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -411,37 +448,28 @@ class Engine:
         )
 
     def _save(self, reuse: Saved | None = None) -> Saved:
-        """The engine's state; `reuse`, an earlier one, lends its buffers."""
+        """The engine's state; `reuse`, an earlier one, lends its buffers (its arrays)."""
         parts = checkpoint.save(self.pool, self.store, self.scheduler, None if reuse is None else reuse.parts)
-        fields = self._fields.copy() if reuse is None else reuse.fields
-        if reuse is not None:
-            np.copyto(fields, self._fields)
-        return Saved(
-            parts,
-            self.cache.mark(),
-            fields,
-            list(self._requests),
-            dict(self._running),
-            set(self._prefilling),
-            list(self._state_owners),
-            list(self._state_free),
-            list(self._cancelled),
-            self._admissions,
-        )
+        state: dict[str, Any] = {}
+        for name in self.STEP_STATE:
+            value = getattr(self, name)
+            if reuse is not None and isinstance(value, np.ndarray):
+                np.copyto(reuse.state[name], value)
+                state[name] = reuse.state[name]
+            else:
+                state[name] = _copy(value)
+        return Saved(parts, self.cache.mark(), state)
 
     def _rollback(self, saved: Saved) -> None:
         """Restore `saved` (which stays intact: it may be restored again)."""
         checkpoint.restore(saved.parts, self.pool, self.store, self.scheduler)
         self.cache.undo(saved.cache)
-        np.copyto(self._fields, saved.fields)
-        self._requests, self._running = list(saved.requests), dict(saved.running)
-        self._prefilling = set(saved.prefilling)
-        self._state_owners, self._state_free = list(saved.state_owners), list(saved.state_free)
-        self._cancelled, self._admissions = list(saved.cancelled), saved.admissions
-        if saved.queue is not None:
-            queue, priorities, queued, parked = saved.queue
-            self._queue = {priority: deque(entries) for priority, entries in queue.items()}
-            self._priorities, self._queued, self._parked = list(priorities), set(queued), dict(parked)
+        for name, value in (saved.state | (saved.queue or {})).items():
+            current = getattr(self, name)
+            if isinstance(current, np.ndarray):
+                np.copyto(current, value)  # in place: views of it stay views
+            else:
+                setattr(self, name, _copy(value))
 
     def _make_room(self, record: Record) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
         """The spec's `_make_room`: room for the running requests, or relieve the pressure and
