@@ -81,7 +81,7 @@ from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, PrefillItem
 from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, page_hash
 from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet, droppable
-from kvsched.spec.prefix_cache import CacheStats, get_cache_references
+from kvsched.spec.prefix_cache import get_cache_references
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.system import SystemState
 
@@ -119,12 +119,16 @@ class StepTokens(Mapping[int, tuple[int, ...]]):
         return repr(self._dict())
 
 
+NOTHING = np.zeros(0, dtype=np.uint64)  # no round ran: no ids, no tokens
+NOTHING.flags.writeable = False
+
+
 @dataclass(slots=True)
 class Record:
     """What a step has done so far."""
 
-    ids: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, np.uint64))
-    tokens: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, np.int64))
+    ids: npt.NDArray[Any] = field(default_factory=lambda: NOTHING)  # the round's request ids (an array it owns)
+    tokens: npt.NDArray[Any] = field(default_factory=lambda: NOTHING)  # and sampled tokens
     prefilled: dict[int, tuple[int, ...]] = field(default_factory=dict)
     finished: dict[int, FinishReason] = field(default_factory=dict)
     preempted: list[int] = field(default_factory=list)
@@ -383,11 +387,11 @@ class Engine:
     def step(self) -> StepOutput:
         """One iteration, as the spec's; on any error the engine is exactly as before."""
         self.cache.settle()
-        stats = self.cache.stats
+        counters = self.cache.counters()
         if self._decodes_only():
             record = self._decode_step()
             if record is not None:
-                return self._output(record, stats)
+                return self._output(record, counters)
         saved = self._saved = self._step_state = self._save(self._step_state)
         try:
             record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
@@ -404,7 +408,7 @@ class Engine:
             raise
         finally:
             self._saved = None
-        return self._output(record, stats)
+        return self._output(record, counters)
 
     def _decodes_only(self) -> bool:
         """This step can only decode: nothing to cancel or prefill, and nobody it could admit
@@ -437,14 +441,14 @@ class Engine:
         if record.finishing:
             self._release(record.finishing)
 
-    def _output(self, record: Record, stats: CacheStats) -> StepOutput:
+    def _output(self, record: Record, counters: tuple[int, ...]) -> StepOutput:
         return StepOutput(
             tokens=StepTokens(record.ids, record.tokens, record.prefilled),
             finished=record.finished,
             preempted=tuple(record.preempted),
             tokens_run=record.tokens_run,
             pages_in_use=self.config.pages - self.pool.free_count(),
-            cache=self.cache.stats - stats,
+            cache=self.cache.since(counters),
         )
 
     def _save(self, reuse: Saved | None = None) -> Saved:

@@ -64,6 +64,14 @@ class PrefixCache:
         """The counters."""
         return CacheStats(*self._stats)
 
+    def counters(self) -> tuple[int, ...]:
+        """The counters as they are now, for `since`."""
+        return tuple(self._stats)
+
+    def since(self, counters: tuple[int, ...]) -> CacheStats:
+        """What the counters counted after `counters` were read."""
+        return CacheStats(*[now - then for now, then in zip(self._stats, counters, strict=True)])
+
     def cached_mask(self) -> npt.NDArray[np.bool_]:
         """Which pages are cached (the cache's one reference on each)."""
         return self._cached

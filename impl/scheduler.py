@@ -400,7 +400,7 @@ class RequestScheduler:
             else require_scratch("output_scratch", output_scratch, self._outputs.dtype)
         )
         given = (item_scratch, block_table_scratch, output_scratch)
-        if any(buffer is not None for buffer in given):
+        if item_scratch is not None or block_table_scratch is not None or output_scratch is not None:
             buffers = {"item_scratch": items, "block_table_scratch": tables, "output_scratch": outputs}
             supplied = tuple(name for name, buffer in zip(buffers, given, strict=True) if buffer is not None)
             self._require_disjoint(buffers, supplied)
