@@ -160,11 +160,14 @@ class Saved:
 
 def _copy(value: T) -> T:
     """A copy deep enough that changing the engine's value leaves it as it is: arrays, lists,
-    sets, deques and dicts (the queue's deques) are copied; ints, tuples and None are kept."""
+    sets, deques and dicts are copied, and a dict of deques (the queue: the engine's dicts hold
+    one kind of value each) with its deques; ints, tuples and None are kept."""
     if isinstance(value, np.ndarray):
         return value.copy()
     if isinstance(value, dict):
-        return {key: _copy(item) for key, item in value.items()}  # type: ignore[return-value]  # a dict again
+        if value and isinstance(next(iter(value.values())), deque):
+            return {key: deque(item) for key, item in value.items()}  # type: ignore[return-value]  # a dict again
+        return dict(value)  # type: ignore[return-value]  # a dict again
     if isinstance(value, list | set | deque):
         return type(value)(value)
     return value
