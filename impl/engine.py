@@ -201,7 +201,6 @@ class Engine:
         "cache": "its journal: mark and undo",
         "hasher": "remembers keys by their bytes: never wrong",
         "_tokens": "a step writes only the rows of slots that were empty when it began",
-        "_token_bytes": "a view of _tokens",
         "_page_keys": "a slot's keys name its tokens; a failed admission's are replaced by the slot's next",
         "_salts": "remembers salts by tenant and adapter: never wrong",
         "_committed": "one step's running sum, set before it is read",
@@ -223,7 +222,6 @@ class Engine:
         )
         width = min(config.max_seq_len, config.table_tokens)
         self._tokens = np.zeros((config.requests, width), dtype=TOKEN)
-        self._token_bytes = self._tokens.data.cast("B")  # the rows' bytes, row after row
         self._fields = np.zeros((config.requests, FIELDS), dtype=np.int64)
         self._requests: list[EngineRequest | None] = [None] * config.requests
         self._running: dict[int, int] = {}  # request id -> slot, admission order
@@ -827,17 +825,22 @@ class Engine:
                 starts.append(slot * row_bytes + depth * page_bytes)
             else:
                 keys.append(self._key_pages(slot, depth + 1)[depth])
-        for position, key in zip(batched, self.hasher.next_keys(parents, self._token_bytes, starts), strict=True):
+        hashed = self.hasher.next_keys(parents, self._token_bytes(), starts) if batched else []
+        for position, key in zip(batched, hashed, strict=True):
             keys[position] = key
             page_keys[filled[position][1]].append(key)
         self.cache.insert(self.pool, keys, [row[3] for row in filled], [row[2] for row in filled])
+
+    def _token_bytes(self) -> memoryview:
+        """The token rows' bytes, row after row (a view: nothing is copied)."""
+        return self._tokens.data.cast("B")
 
     def _key_pages(self, slot: int, pages: int) -> list[Key]:
         """The keys of `slot`'s first `pages` full pages (and any it already had)."""
         slot_keys = self._page_keys[slot]
         if len(slot_keys) < pages:
             salt = None if slot_keys else self._salt(self._request(slot))
-            self.hasher.extend(slot_keys, self._token_bytes, pages, salt, slot * self._tokens.shape[1] * 4)
+            self.hasher.extend(slot_keys, self._token_bytes(), pages, salt, slot * self._tokens.shape[1] * 4)
         return slot_keys
 
     def _request(self, slot: int) -> EngineRequest:
