@@ -37,6 +37,7 @@ from kvsched.impl.writes import run_steps
 from kvsched.spec import lifecycle as scheduler_ops
 from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix as prefix_ops
+from kvsched.testing.engine_variants import ENGINE_VARIANTS
 from kvsched.testing.impl_system import ImplAdapter
 from kvsched.testing.patching import patch_source, patch_statements, swap
 from kvsched.testing.system import SystemConfig, SystemUnderTest
@@ -265,6 +266,9 @@ impl_round = rebind(pair_systems.impl_round, impl_system=system_with(scheduler_c
 impl_round_buffers = rebind(
     pair_systems.impl_round_buffers, impl_system=system_with(scheduler_class=MisnamedShortItemsScheduler)
 )
+# impl's engine whose decode-only step keeps the round's pages when the model fails
+_ROUND_KEPT = next(variant for variant in ENGINE_VARIANTS if variant.name == "failed_round_kept")
+impl_engine_step = rebind(pair_systems.impl_engine_step, Engine=_ROUND_KEPT.factory())
 
 CHECK_TARGETS = (
     "pool_release",
@@ -287,6 +291,7 @@ DIFF_TARGETS = (
     ("kvsched.contracts.pair_systems.spec_round_buffers", "impl_round_buffers"),
     ("kvsched.contracts.pair_tables.spec_install", "impl_install"),
     ("kvsched.contracts.pair_tables.spec_batch", "impl_batch"),
+    ("kvsched.contracts.pair_systems.spec_engine_step", "impl_engine_step"),
 )
 
 # A counterexample CrossHair reported for each target: arguments of the contract function, or of
@@ -310,6 +315,7 @@ COUNTEREXAMPLES: dict[str, tuple[object, ...]] = {
     "impl_round_buffers": (False, False, False, False, 0, 0, 1),
     "impl_install": (0, 0, 1, 5, 5, 0, 2),
     "impl_batch": (2, 0, 1, 0, 4, 0, 0, 0, False),
+    "impl_engine_step": (1, 2, 0, 3, 2, 0, 2),
 }
 
 # Each broken target's search bound, in CrossHair iterations per condition (per diff pair, split
@@ -334,4 +340,5 @@ ITERATIONS: dict[str, int] = {
     "impl_round_buffers": 50,
     "impl_install": 400,
     "impl_batch": 100,
+    "impl_engine_step": 50,
 }

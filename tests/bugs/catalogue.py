@@ -364,6 +364,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "failed-round-kept",
         "A model failure in a step that only decodes leaves the round's new pages mapped.",
         engine="failed_round_kept",
+        contracts=("impl_engine_step",),
     ),
     # -- the automatic prefix cache ------------------------------------------------------------
     Bug(
