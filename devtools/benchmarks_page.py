@@ -152,6 +152,7 @@ def peers(report: dict[str, Any]) -> str:
         " `Sequence` (it has no engine-loop line).",
         report,
         table(["R", "vLLM µs", "nano-vllm µs", "kvsched µs", "vLLM ÷ kvsched", "nano ÷ kvsched"], w3),
+        "![µs per steady decode step: vLLM, nano-vllm, kvsched](bench/peers.svg)",
         table(
             ["hash", "admission", "construction", "hashing the rest", "kvsched total", "vLLM", "nano-vllm"],
             w2e,

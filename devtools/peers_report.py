@@ -2,7 +2,7 @@
 step (W3) and admission (W2e) of vLLM's scheduler, nano-vllm's scheduler and kvsched's engine, side
 by side, with the run's date, command, machine and load.
 
-    python -m devtools.peers_report RESULTS.jsonl [--run RUN_ID] [--command TEXT]
+    python -m devtools.peers_report RESULTS.jsonl [--run RUN_ID] [--command TEXT] [--plot PATH]
 
 RESULTS.jsonl is what `run_all.sh` appended (`OUT=`); the run is its newest unless `--run` names
 one. Each figure is the driver's median of its repetitions, in the clock the run used.
@@ -16,10 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kvsched.charts import BarChart
 from kvsched.report import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "peers.json"
+PLOT = ROOT / "docs" / "bench" / "peers.svg"
 COMMAND = "PEERS_SCRATCH=... KVSCHED_PY=.venv/bin/python REPS=1 CLOCK=cpu bash ../shared/peers/run_all.sh"
 PEERS = ("vllm", "nano-vllm", "kvsched.impl")
 
@@ -128,15 +130,35 @@ def report(lines: list[dict[str, Any]], run: str | None, command: str) -> dict[s
     }
 
 
+def chart(report: dict[str, Any]) -> BarChart:
+    """µs per steady decode step of each peer at each R, on a logarithmic axis."""
+    rows = report["w3"]
+    return BarChart(
+        title="W3: one steady decode step (prefix caching on), CPU time",
+        unit="µs per step (log scale)",
+        groups=[f"R = {row['R']}" for row in rows],
+        series={
+            "vLLM's scheduler": [row["vllm_us"] for row in rows],
+            "nano-vllm's scheduler": [row["nano_us"] for row in rows],
+            "kvsched's engine": [row["kvsched_us"] for row in rows],
+            "kvsched's engine, null model's calls out": [row["kvsched_excl_model_us"] for row in rows],
+        },
+        log_scale=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.peers_report", description=__doc__.split("\n\n")[0])
     parser.add_argument("results", help="the JSONL run_all.sh appended to")
     parser.add_argument("--run", help="the run id (default: the newest in the file)")
     parser.add_argument("--command", default=COMMAND, help="the command the run was made with")
     parser.add_argument("--json", default=str(OUT), help=f"where to write (default {OUT.relative_to(ROOT)})")
+    parser.add_argument("--plot", default=str(PLOT), help=f"the W3 chart (default {PLOT.relative_to(ROOT)})")
     args = parser.parse_args(argv)
     lines = [json.loads(text) for text in Path(args.results).read_text(encoding="utf-8").splitlines() if text.strip()]
-    write_json(args.json, report(lines, args.run, args.command))
+    result = report(lines, args.run, args.command)
+    write_json(args.json, result)
+    chart(result).write(args.plot)
     return 0
 
 
