@@ -31,6 +31,7 @@ from kvsched.spec.prefix_cache import CachedPage, CacheState, CacheStats
 
 QUERIES, QUERY_TOKENS, HITS, HIT_TOKENS, EVICTIONS = range(5)
 Mark = tuple[int, int, tuple[int, ...]]
+NOTHING_COUNTED = CacheStats()  # frozen: one instance serves every step that counts nothing
 
 
 class PrefixCache:
@@ -70,6 +71,8 @@ class PrefixCache:
 
     def since(self, counters: tuple[int, ...]) -> CacheStats:
         """What the counters counted after `counters` were read."""
+        if tuple(self._stats) == counters:
+            return NOTHING_COUNTED  # most steps: no query, no eviction
         return CacheStats(*[now - then for now, then in zip(self._stats, counters, strict=True)])
 
     def cached_mask(self) -> npt.NDArray[np.bool_]:
