@@ -26,7 +26,7 @@ from bisect import insort
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -84,8 +84,6 @@ from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet, droppable
 from kvsched.spec.prefix_cache import get_cache_references
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.system import SystemState
-
-T = TypeVar("T")
 
 
 class StepTokens(Mapping[int, tuple[int, ...]]):
@@ -158,7 +156,7 @@ class Saved:
     queue: dict[str, Any] | None = None
 
 
-def _copy(value: T) -> T:
+def _copy(value: Any) -> Any:
     """A copy deep enough that changing the engine's value leaves it as it is: arrays, lists,
     sets, deques and dicts are copied, and a dict of deques (the queue: the engine's dicts hold
     one kind of value each) with its deques; ints, tuples and None are kept."""
@@ -166,8 +164,8 @@ def _copy(value: T) -> T:
         return value.copy()
     if isinstance(value, dict):
         if value and isinstance(next(iter(value.values())), deque):
-            return {key: deque(item) for key, item in value.items()}  # type: ignore[return-value]  # a dict again
-        return dict(value)  # type: ignore[return-value]  # a dict again
+            return {key: deque(item) for key, item in value.items()}
+        return dict(value)
     if isinstance(value, list | set | deque):
         return type(value)(value)
     return value

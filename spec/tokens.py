@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Sequence
+from typing import cast
 
 from kvsched.spec.domain import require_u32
 from kvsched.spec.errors import InvalidArgument
@@ -41,7 +42,7 @@ def read_tokens(prompt: object) -> tuple[tuple[int, ...], bytes]:
     if not packed:
         raise InvalidArgument("prompt must hold at least one token")
     data = packed.tobytes() if _LITTLE else _swapped(packed)
-    return (prompt if plain else tuple(packed)), data  # type: ignore[return-value]  # plain: a tuple of ints
+    return (cast(tuple[int, ...], prompt) if plain else tuple(packed)), data  # plain: a tuple of ints, read
 
 
 def _from_bytes(data: bytes) -> array[int]:
