@@ -803,30 +803,22 @@ class Engine:
 
     def _publish_round(self, filled: list[list[int]]) -> None:
         """`_publish_written` of a step without chunks: the page each request's round filled.
-        A page whose request has the keys of every page before it is keyed in one batch with
-        the others like it; any other (no full page keyed yet) is keyed from its row alone."""
+        The pages that follow their request's keyed ones are keyed in one batch; any other (no
+        full page keyed yet) is keyed from its row alone."""
         filled.sort()  # by admission
         page_keys = self._page_keys
-        row_bytes, page_bytes = self._tokens.shape[1] * 4, self.config.page_size * 4
-        keys: list[Key] = []
-        parents: list[Key] = []
-        starts: list[int] = []
-        batched: list[int] = []  # the positions in `keys` the batch fills
-        for _, slot, depth, _ in filled:
-            slot_keys = page_keys[slot]
-            if len(slot_keys) > depth:  # keyed already (a fork's parent's, say)
-                keys.append(slot_keys[depth])
-            elif 0 < depth == len(slot_keys):
-                batched.append(len(keys))
-                keys.append(slot_keys[-1])  # a placeholder until the batch is hashed
-                parents.append(slot_keys[-1])
-                starts.append(slot * row_bytes + depth * page_bytes)
-            else:
-                keys.append(self._key_pages(slot, depth + 1)[depth])
-        hashed = self.hasher.next_keys(parents, self._token_bytes(), starts) if batched else []
-        for position, key in zip(batched, hashed, strict=True):
-            keys[position] = key
-            page_keys[filled[position][1]].append(key)
+        following = [(slot, depth) for _, slot, depth, _ in filled if 0 < depth == len(page_keys[slot])]
+        if following:
+            row_bytes, page_bytes = self._tokens.shape[1] * 4, self.config.page_size * 4
+            parents = [page_keys[slot][-1] for slot, _ in following]
+            starts = [slot * row_bytes + depth * page_bytes for slot, depth in following]
+            hashed = self.hasher.next_keys(parents, self._token_bytes(), starts)
+            for (slot, _), key in zip(following, hashed, strict=True):
+                page_keys[slot].append(key)
+        keys = [
+            page_keys[slot][depth] if depth < len(page_keys[slot]) else self._key_pages(slot, depth + 1)[depth]
+            for _, slot, depth, _ in filled
+        ]
         self.cache.insert(self.pool, keys, [row[3] for row in filled], [row[2] for row in filled])
 
     def _token_bytes(self) -> memoryview:

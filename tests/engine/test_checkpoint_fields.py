@@ -5,32 +5,22 @@ of the restored fields fails atomicity."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
 from kvsched import impl
 from kvsched.spec import EngineRequest, KvschedError
+from kvsched.testing.engine_model import HarnessModel
 from tests.engine.support import SMALL
 
 CONFIG = replace(SMALL, prefix_caching=True)
 
 
-class FailingModel(impl.NullModel):
-    """The null model, whose prefill raises while `failing` is set (so a failing step has run
-    its decode round and admitted before it fails)."""
-
-    failing = False
-
-    def execute_prefill(self, items: Any) -> Any:
-        if self.failing:
-            raise RuntimeError("the model failed")
-        return super().execute_prefill(items)
-
-
-def busy_engine(engine_type: type[impl.Engine]) -> tuple[impl.Engine, FailingModel]:
-    """An engine with requests running and queued and a cancellation to report."""
-    model = FailingModel()
+def busy_engine(engine_type: type[impl.Engine]) -> tuple[impl.Engine, HarnessModel]:
+    """An engine with requests running and queued and a cancellation to report, over the
+    harness's model (whose prefill raises when armed: a failing step has then run its decode
+    round and admitted before it fails)."""
+    model = HarnessModel(CONFIG.page_size)
     engine = engine_type(CONFIG, model)
     for request_id in range(1, 4):
         engine.submit(EngineRequest(request_id, (request_id, 2, 3), 5))
@@ -43,7 +33,7 @@ def busy_engine(engine_type: type[impl.Engine]) -> tuple[impl.Engine, FailingMod
 def failed_step_keeps_the_state(engine_type: type[impl.Engine]) -> bool:
     engine, model = busy_engine(engine_type)
     before = engine.to_spec()
-    model.failing = True
+    model.prefill_fails = True
     with pytest.raises(KvschedError):
         engine.step()
     try:
