@@ -65,7 +65,7 @@ from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec import refusals
 from kvsched.spec.domain import require_u64
-from kvsched.spec.engine import Chunk, call_model, chunk_pages, require_prefill_tokens
+from kvsched.spec.engine_calls import Chunk, call_model, chunk_pages, require_prefill_tokens
 from kvsched.spec.engine_config import (
     EngineConfig,
     EngineRequest,
@@ -187,7 +187,7 @@ class Engine:
         "_admissions",
     )
     # ... and the queue, saved when such a step first changes it (most never do).
-    QUEUE_STATE: ClassVar[tuple[str, ...]] = ("_queue", "_priorities", "_queued", "_parked")
+    QUEUE_STATE: ClassVar[tuple[str, ...]] = ("_queue", "_priorities", "_queued", "_queued_keys")
     # Everything else the engine holds, and why a failed step needs none of it back (a test
     # requires every attribute to be in one of the three).
     NOT_RESTORED: ClassVar[Mapping[str, str]] = {
@@ -235,7 +235,8 @@ class Engine:
         self.hasher = PageHasher(config.page_size, page_hash(config.page_hash))
         self._page_keys: list[list[Key]] = [[] for _ in range(config.requests)]  # each slot's full pages' keys
         self._salts: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> its salt, once built
-        self._parked: dict[int, tuple[Queued, list[Key]]] = {}  # a preempted request's entry and page keys
+        # a queued request's entry and its full pages' keys: hashed at submit, kept through preemption
+        self._queued_keys: dict[int, tuple[Queued, list[Key]]] = {}
         self._committed: int | None = None  # this step's running prefills' pages past their chunks
         self._filled = np.zeros((config.requests, FILLED), dtype=np.int64)  # a round's filled pages
         self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
@@ -282,7 +283,12 @@ class Engine:
         why = fits(self.config, request)
         if why is not None:
             raise refusals.request_too_large(request.request_id, why)
-        self._enqueue(Queued(request), front=False)
+        entry = Queued(request)
+        if self.config.prefix_caching:  # its prompt's full pages are hashed here, once
+            pages = len(request.prompt) // self.config.page_size
+            keys = self.hasher.keys_of(request.prompt_bytes, pages, self._salt(request))
+            self._queued_keys[request.request_id] = (entry, keys)
+        self._enqueue(entry, front=False)
 
     def cancel(self, request_id: int) -> None:
         """Stop a queued or running request now; the next step reports it as CANCELLED."""
@@ -297,7 +303,7 @@ class Engine:
                     self._queue[priority] = kept
                     break
             self._dequeued(request_id)
-            self._parked.pop(request_id, None)
+            self._queued_keys.pop(request_id, None)
         else:
             raise refusals.unknown_request(request_id)
         self._cancelled.append(request_id)
@@ -629,7 +635,7 @@ class Engine:
         entries = self._queue[self._priorities[-1]]
         entries.popleft()
         self._dequeued(request_id)
-        self._parked.pop(request_id, None)
+        self._queued_keys.pop(request_id, None)
         self._tokens[slot, : len(request.prompt)] = np.frombuffer(request.prompt_bytes, dtype="<u4")
         if front.generated:
             self._tokens[slot, len(request.prompt) : length_of] = front.generated
@@ -648,11 +654,12 @@ class Engine:
         return Chunk(request_id, cached, length, ()), slot
 
     def _keys_of(self, entry: Queued, pages: int) -> list[Key]:
-        """The keys of the queued `entry`'s first `pages` full pages: those it had when it was
-        preempted (the same tokens: its entry is the one parked), extended; else hashed now."""
+        """The keys of the queued `entry`'s first `pages` full pages: those hashed at submit or
+        kept at its preemption (the same tokens: its entry is the one they were kept with),
+        extended; else hashed now."""
         request = entry.request
-        parked = self._parked.get(request.request_id)
-        keys = parked[1][:pages] if parked is not None and parked[0] is entry else None
+        kept = self._queued_keys.get(request.request_id)
+        keys = kept[1][:pages] if kept is not None and kept[0] is entry else None
         if keys is not None and len(keys) == pages:
             return keys
         data = request.prompt_bytes + pack_tokens(entry.generated) if entry.generated else request.prompt_bytes
@@ -770,7 +777,7 @@ class Engine:
         entry = Queued(request, generated)
         self._enqueue(entry, front=True)
         if self.config.prefix_caching:  # its keys name the same tokens when it is admitted again
-            self._parked[request.request_id] = (entry, self._page_keys[slot])
+            self._queued_keys[request.request_id] = (entry, self._page_keys[slot])
         record.preempted.append(request.request_id)
 
     # -- the automatic prefix cache ----------------------------------------------------------

@@ -14,12 +14,16 @@ parts) and runs the loop an inference engine runs every iteration:
     has_work()       something is queued, running or not yet reported
     reset_cache()    drop every page of the automatic prefix cache (`CacheInUse` while held)
 
-One step, in order:
+One step is a function on values, `run_step(state, config, model) -> (state, output)`, in three
+parts: `plan_step` decides everything the step does before the model runs (1-3), `run_model`
+makes the model calls that plan names (4, `kvsched.spec.engine_calls`), `commit_step` applies
+their answers (5-7). The engine holds the state `run_step` returns, and only then.
 1. Room: make room for every decoding request's next token (`prepare_decode_round`) and for
    each running prefill's next chunk (strict priority, then admission order; one
    `record_chunk` per chunk, which makes room for it and counts it, at most `chunk_size` tokens,
    within the budget the decode tokens leave). Decode goes first and is never starved:
-   `max_batched_tokens >= max_batch_size`, so every decoding request fits.
+   `max_batched_tokens >= max_batch_size`, so every decoding request fits. The decode round is
+   lowered (its items and tables) on the state this leaves.
 2. Pressure (preemption by recompute, seed B's Phase 2): when that room cannot be had, idle
    published prefixes are reclaimed first, then the lowest-priority, latest-admitted running
    request is preempted: its pages and state slot are released and it re-enters the queue at
@@ -30,46 +34,55 @@ One step, in order:
    everything fits, the step ends there, having run nothing:
    a step that frees pages never writes them, so a failed step can always be undone exactly.
    A newcomer never preempts anyone.
-3. Decode: copy the shared pages the round must write (`copy_pages`), run one ragged decode
-   round, append each sampled token; EOS (checked first) or the length limit finishes it.
-4. Admissions, with the tokens left: from the queue front while a batch seat, the budget, a
-   state slot and free pages for the first chunk are there, the memory guard allows (free
-   pages >= `prefill_reserve_pages`, or nothing running) and so does the admission policy
-   (`admission`: with "whole_prompt", the default, while anything runs, the free pages must hold
-   the rest of the newcomer's whole sequence and the pages every running prefill still needs past
-   this step's chunks, so admitted prompts do not preempt each other's prefills); admission stops
-   at the first request
-   that cannot be admitted, keeping its place (idle prefixes are reclaimed for it, and a later
-   step admits it). A published prefix is attached only when the rest of the sequence fits the
-   first chunk; a full hit recomputes the last prompt token, so every request prefills at least
-   one token and samples from its own logits.
-5. Prefill: one `copy_pages` and one `execute_prefill` for every chunk (each already made room
-   for and counted by one `record_chunk`); a chunk that completes its sequence samples the next
-   token (and may finish it).
+3. Admissions, with the tokens the decode round and the running chunks leave: from the queue
+   front while a batch seat, the budget, a state slot and free pages for the first chunk are
+   there, the memory guard allows (free pages >= `prefill_reserve_pages`, or nothing running)
+   and so does the admission policy (`admission`: with "whole_prompt", the default, while
+   anything runs, the free pages must hold the rest of the newcomer's whole sequence and the
+   pages every running prefill still needs past this step's chunks, so admitted prompts do not
+   preempt each other's prefills); admission stops at the first request that cannot be
+   admitted, keeping its place (idle prefixes are reclaimed for it, and a later step admits
+   it). A published prefix is attached only when the rest of the sequence fits the first
+   chunk; a full hit recomputes the last prompt token, so every request prefills at least one
+   token and samples from its own logits. Each chunk (a running prefill's or an admission's,
+   already made room for and counted by one `record_chunk`) becomes one prefill item.
+4. The model: copy the shared pages the round must write (`copy_pages`), run the one ragged
+   decode round; one `copy_pages` and one `execute_prefill` for every chunk.
+5. Decode: each decoding request appends its sampled token; EOS (checked first) or the length
+   limit finishes it. Prefill: each chunk's tokens are computed; a chunk that completes its
+   sequence samples the next token (and may finish it).
 6. Requests that finished this step release their pages and state slots at its end.
 7. With the automatic prefix cache (`prefix_caching`; `kvsched.spec.prefix_cache`): the pages
    this step completed were cached before those releases (after the model calls succeeded, so
-   a cached page's KV is written), admissions (4) attached the longest cached run of their
+   a cached page's KV is written), admissions (3) attached the longest cached run of their
    pages, and the step ends by evicting cached pages until `prefill_reserve_pages` are free, for
    the next step (a step never writes a page it freed, evicted ones included). Under pressure
    (2) eviction comes before reclaiming named prefixes and before preemption.
 
 Atomicity: `submit` and `cancel` change nothing on error; a model failure inside `step` (typed
 `BackendFailed`, or the round's identity errors) leaves the engine exactly as before the step,
-so it can be retried. Determinism: a request's tokens depend only on its own tokens (greedy),
-whether it ran alone, batched, chunked, or was preempted and recomputed.
+so it can be retried: the plan and the commit are values and the engine never held them.
+Determinism: a request's tokens depend only on its own tokens (greedy), whether it ran alone,
+batched, chunked, or was preempted and recomputed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 from kvsched.spec import prefix_cache as cache_ops
 from kvsched.spec import refusals
-from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput
-from kvsched.spec.domain import as_int, require_u64
+from kvsched.spec.batch import RaggedBatchOutput
+from kvsched.spec.domain import require_u64
+from kvsched.spec.engine_calls import (
+    NO_ANSWERS,
+    Chunk,
+    ModelAnswers,
+    ModelCalls,
+    chunk_pages,
+    plan_copies,
+    run_model,
+)
 from kvsched.spec.engine_config import (
     EngineConfig,
     EngineRequest,
@@ -93,18 +106,17 @@ from kvsched.spec.engine_state import (
 )
 from kvsched.spec.errors import Exhausted, KvschedError
 from kvsched.spec.identity import PrefixIdentity
-from kvsched.spec.model import EngineModel, PrefillItem
+from kvsched.spec.model import EngineModel, NullModel, PrefillItem
 from kvsched.spec.page_keys import page_hash, page_keys
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import BlockPool
 from kvsched.spec.prefix import MAX_SET_PAGES, PrefixKvStore, PrefixPageSet, droppable
-from kvsched.spec.prefix_cache import EMPTY_CACHE, CacheState
+from kvsched.spec.prefix_cache import EMPTY_CACHE, CacheState, CacheStats
+from kvsched.spec.round import commit_round, lower_round
 from kvsched.spec.scheduler import RequestScheduler
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.slots import RequestState
 from kvsched.spec.system import SystemState
-
-T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -121,47 +133,18 @@ class StepRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class Chunk:
-    """A prefill chunk planned this step: `length` tokens of the request's sequence from `start`."""
+class StepPlan:
+    """A step decided before the model runs: the engine after making room, preempting and
+    admitting (no model call has changed it), the calls to make (None: the step only relieved
+    pressure and runs nothing), its prefill chunks in call order, the cancellations and
+    preemptions it reports, and the cache's counts before it."""
 
-    request_id: int
-    start: int
-    length: int
-    copies: tuple[tuple[int, int], ...]
-
-
-def chunk_pages(start: int, length: int, page_size: int) -> range:
-    """The logical pages positions `start .. start + length - 1` land on."""
-    return range(start // page_size, (start + length - 1) // page_size + 1)
-
-
-def plan_copies(plan: WritePlan) -> tuple[tuple[int, int], ...]:
-    """The (source, destination) pages a plan's copies need."""
-    return tuple((copy.source, copy.destination) for copy in plan.copies())
-
-
-def call_model(call: Callable[[], T]) -> T:
-    """A model call; whatever it raises becomes `BackendFailed`."""
-    try:
-        return call()
-    except Exception as error:
-        raise refusals.backend_raised(error) from error
-
-
-def require_prefill_tokens(answer: object, count: int) -> list[int]:
-    """The prefill backend's answer as `count` u32 tokens, else `OutputIdentityMismatch`. Any
-    iterable of integers will do (a list, a tuple, a 1-D integer numpy array), by the integer
-    rule of `kvsched.spec.domain`; a string, bytes or a mapping will not."""
-    if isinstance(answer, str | bytes | Mapping) or not isinstance(answer, Iterable):
-        raise refusals.prefill_not_tokens(answer)
-    answered = list(answer)
-    if len(answered) != count:
-        raise refusals.prefill_answer(len(answered), count)
-    tokens = [as_int(token) for token in answered]
-    for chunk, (token, given) in enumerate(zip(tokens, answered, strict=True)):
-        if token is None or not 0 <= token <= U32_MAX:
-            raise refusals.prefill_bad_token(chunk, given)
-    return [token for token in tokens if token is not None]
+    state: EngineState
+    calls: ModelCalls | None
+    chunks: tuple[Chunk, ...]
+    cancelled: tuple[int, ...]
+    preempted: tuple[int, ...]
+    stats: CacheStats
 
 
 class Engine:
@@ -290,34 +273,78 @@ class Engine:
     # -- the step -----------------------------------------------------------------------------
 
     def step(self) -> StepOutput:
-        """One iteration (see the module docstring); on any error the engine is as before."""
-        saved = self.state
-        try:
-            stats = self.cache.stats
-            record = StepRecord(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
-            self._cancelled = ()
-            room = self._make_room(record)
-            if room is not None:
-                plan, chunks = room
-                self._decode(plan, record)
-                self._prefill(chunks, record)
-                self._publish_written(record)
-                for request_id in record.finishing:
-                    self._release(self._entry(request_id))
-            self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
-        except BaseException:
-            self._restore(saved)
-            raise
+        """One iteration (see the module docstring): `run_step` on the engine's state, which
+        the engine then holds. On any error the engine is as before: it has not been touched."""
+        state, output = run_step(self.state, self.config, self.model)
+        self._restore(state)
+        return output
+
+    @classmethod
+    def _working(cls, state: EngineState, config: EngineConfig) -> Engine:
+        """Fresh spec objects holding `state`: where a step is planned and committed. Their
+        model is never called (`run_model` makes a step's calls)."""
+        work = cls(config, NullModel())
+        work._restore(state)
+        return work
+
+    def _plan(self) -> StepPlan:
+        """Plan the step on this (working) engine: room for the running requests (under
+        pressure: relieve it, preempt, and plan nothing more), the decode round lowered, the
+        admissions and every chunk's prefill item."""
+        stats, cancelled = self.cache.stats, self._cancelled
+        self._cancelled = ()
+        preempted: list[int] = []
+        room = self._make_room(preempted)
+        if room is None:
+            return StepPlan(self.state, None, (), cancelled, tuple(preempted), stats)
+        plan, chunks = room
+        items, tables = lower_round(self.scheduler.state, self.pool.state, self.config.page_size)
+        budget = self.config.max_batched_tokens - len(items) - sum(chunk.length for chunk in chunks)
+        while budget:
+            chunk = self._admit(budget, chunks)
+            if chunk is None:
+                break
+            chunks.append(chunk)
+            budget -= chunk.length
+        calls = ModelCalls(
+            plan_copies(plan) if items else (),
+            items,
+            tables,
+            tuple(pair for chunk in chunks for pair in chunk.copies),
+            tuple(self._prefill_item(chunk) for chunk in chunks),
+        )
+        return StepPlan(self.state, calls, tuple(chunks), cancelled, tuple(preempted), stats)
+
+    def _prefill_item(self, chunk: Chunk) -> PrefillItem:
+        entry = self._entry(chunk.request_id)
+        tokens = sequence_of(entry.request, entry.generated)[chunk.start : chunk.start + chunk.length]
+        table = self.scheduler.page_table(chunk.request_id)
+        return PrefillItem(chunk.request_id, self._slot_of(chunk.request_id), tokens, chunk.start, table)
+
+    def _commit(self, plan: StepPlan, answers: ModelAnswers) -> StepOutput:
+        """Commit a planned step's answers on this (working) engine: the round's tokens, the
+        chunks' computed tokens and samples, the cache's new pages, the finished requests'
+        release, and the end-of-step eviction."""
+        record = StepRecord(
+            finished=dict.fromkeys(plan.cancelled, FinishReason.CANCELLED), preempted=list(plan.preempted)
+        )
+        if plan.calls is not None:
+            self._take_round(answers.outputs, record)
+            self._take_prefills(plan.chunks, answers.sampled, record)
+            self._publish_written(record)
+            for request_id in record.finishing:
+                self._release(self._entry(request_id))
+        self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
         return StepOutput(
             tokens={request_id: tuple(tokens) for request_id, tokens in record.tokens.items()},
             finished=record.finished,
             preempted=tuple(record.preempted),
             tokens_run=record.tokens_run,
             pages_in_use=self.config.pages - self.pool.free_count(),
-            cache=self.cache.stats - stats,
+            cache=self.cache.stats - plan.stats,
         )
 
-    def _make_room(self, record: StepRecord) -> tuple[WritePlan, list[Chunk]] | None:
+    def _make_room(self, preempted: list[int]) -> tuple[WritePlan, list[Chunk]] | None:
         """Room for every running request's work this step: the decode plan and the running
         prefills' chunks. Under pressure, reclaim idle prefixes, then preempt victims, until it
         all fits, and then do nothing more this step (None): the step that freed pages never
@@ -333,7 +360,7 @@ class Engine:
                     entry = victim(self._running)
                     if entry is None:
                         raise
-                    self._preempt(entry, record)
+                    self._preempt(entry, preempted)
                 relieved = True
                 continue
             if relieved:
@@ -355,33 +382,16 @@ class Engine:
             budget -= length
         return plan, chunks
 
-    def _decode(self, plan: WritePlan, record: StepRecord) -> None:
-        count = sum(1 for entry in self._running if entry.decoding)
-        if count == 0:
+    def _take_round(self, outputs: tuple[RaggedBatchOutput, ...], record: StepRecord) -> None:
+        """The decode round's checked outputs: each request consumes its token and samples one."""
+        if not outputs:
             return
-        copies = plan_copies(plan)
-        if copies:
-            call_model(lambda: self.model.copy_pages(copies))
-        outputs = [RaggedBatchOutput()] * count
-        items = [RaggedBatchItem()] * count
-        self.scheduler.execute_decode_round(self.model, items, [0] * (count * self.config.logical_pages), outputs)
-        record.tokens_run += count
-        by_id = {entry.request.request_id: entry for entry in self._running}
+        self.scheduler.commit(commit_round(self.scheduler.state, list(outputs)))
+        record.tokens_run += len(outputs)
         for output in outputs:
-            entry = by_id[output.request_id]
+            entry = self._entry(output.request_id)
             record.written[output.request_id] = (entry.computed, entry.computed + 1)
             self._emit(entry, output.next_token_id, record)
-
-    def _prefill(self, chunks: list[Chunk], record: StepRecord) -> None:
-        budget = self.config.max_batched_tokens - record.tokens_run - sum(chunk.length for chunk in chunks)
-        while budget:
-            chunk = self._admit(budget, chunks)
-            if chunk is None:
-                break
-            chunks.append(chunk)
-            budget -= chunk.length
-        if chunks:
-            self._run_chunks(chunks, record)
 
     def _admit(self, budget: int, chunks: list[Chunk]) -> Chunk | None:
         """Admit the queue's front request with its first chunk, if everything it needs is
@@ -466,21 +476,10 @@ class Engine:
         keys = page_keys(sequence, page_size, salt_of(self.config, request), self.digest, pages)
         return cache_ops.lookup(self.cache, keys[start // page_size :])
 
-    def _run_chunks(self, chunks: list[Chunk], record: StepRecord) -> None:
-        copies = tuple(pair for chunk in chunks for pair in chunk.copies)
-        if copies:
-            call_model(lambda: self.model.copy_pages(copies))
-        by_id = {entry.request.request_id: entry for entry in self._running}
-        items = []
-        for chunk in chunks:
-            entry = by_id[chunk.request_id]
-            tokens = sequence_of(entry.request, entry.generated)[chunk.start : chunk.start + chunk.length]
-            table = self.scheduler.page_table(chunk.request_id)
-            items.append(PrefillItem(chunk.request_id, self._slot_of(chunk.request_id), tokens, chunk.start, table))
-        answer = call_model(lambda: self.model.execute_prefill(items))
-        sampled = require_prefill_tokens(answer, len(items))
+    def _take_prefills(self, chunks: tuple[Chunk, ...], sampled: tuple[int, ...], record: StepRecord) -> None:
+        """Each chunk's tokens are computed; one that completes its sequence samples."""
         for chunk, token in zip(chunks, sampled, strict=True):
-            entry = by_id[chunk.request_id]
+            entry = self._entry(chunk.request_id)
             record.written[chunk.request_id] = (chunk.start, chunk.start + chunk.length)
             computed = chunk.start + chunk.length
             record.tokens_run += chunk.length
@@ -529,11 +528,11 @@ class Engine:
             self._state_slots = _with_owner(self._state_slots, entry.state_slot, None)
         self._running = tuple(other for other in self._running if other is not entry)
 
-    def _preempt(self, entry: Running, record: StepRecord) -> None:
+    def _preempt(self, entry: Running, preempted: list[int]) -> None:
         """Release `entry` and requeue it at the front of its class, its tokens kept."""
         self._release(entry)
         self._queue = enqueue(self._queue, Queued(entry.request, entry.generated), front=True)
-        record.preempted.append(entry.request.request_id)
+        preempted.append(entry.request.request_id)
 
     # -- the automatic prefix cache ----------------------------------------------------------
 
@@ -587,6 +586,27 @@ class Engine:
 
     def _entry(self, request_id: int) -> Running:
         return next(entry for entry in self._running if entry.request.request_id == request_id)
+
+
+def plan_step(state: EngineState, config: EngineConfig) -> StepPlan:
+    """The step `state` takes, decided before any model call (see the module docstring)."""
+    return Engine._working(state, config)._plan()
+
+
+def commit_step(plan: StepPlan, answers: ModelAnswers, config: EngineConfig) -> tuple[EngineState, StepOutput]:
+    """The engine after a planned step whose model calls answered `answers`, and its output."""
+    work = Engine._working(plan.state, config)
+    output = work._commit(plan, answers)
+    return work.state, output
+
+
+def run_step(state: EngineState, config: EngineConfig, model: EngineModel) -> tuple[EngineState, StepOutput]:
+    """One step as a function on values: plan it, make its model calls, commit their answers.
+    Whatever it raises, `state` is a value and so unchanged: a failed step is undone by
+    keeping the state the caller already has."""
+    plan = plan_step(state, config)
+    answers = NO_ANSWERS if plan.calls is None else run_model(plan.calls, model)
+    return commit_step(plan, answers, config)
 
 
 def _with_owner(slots: tuple[int | None, ...], index: int, owner: int | None) -> tuple[int | None, ...]:

@@ -10,7 +10,7 @@ Each step the engine makes at most these calls, in this order:
 A copy is made before anything writes its destination. `execute_prefill` computes each item's
 tokens at positions `start, start + 1, ...` into the pages its table maps and answers, per item
 in order, the greedy next token after its last one (the engine uses it when the chunk completes
-the sequence). A model reports failure by raising; the engine then restores itself exactly.
+the sequence). A model reports failure by raising; the engine then keeps the state it had.
 
 `NullModel` has no KV: the next token is a fixed function of the token and its position
 (`null_next_token`), so every request's tokens are known in advance, whatever the batching.

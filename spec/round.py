@@ -1,6 +1,7 @@
 """The ragged decode round as pure steps: check and lower the batch, check the answer, commit.
 
     lower_round(state, pool, page_size)  -> (items, tables)   or raises; nothing changes
+    call_round(backend, items, tables, outputs) -> receipt   the one backend call, its answer checked
     check_outputs(items, receipt, outputs)                   the backend answered exactly these
     commit_round(state, outputs)         -> the state after the round
 
@@ -22,7 +23,7 @@ from dataclasses import replace
 
 from kvsched.spec import refusals
 from kvsched.spec import table as table_ops
-from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
+from kvsched.spec.batch import U32_MAX, RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt, RaggedDecodeBackend
 from kvsched.spec.errors import InvalidArgument, OutputIdentityMismatch
 from kvsched.spec.pool import PoolState, get_ref_count
 from kvsched.spec.slots import SchedulerState, get_decoding_slots, with_slot
@@ -103,6 +104,24 @@ def check_outputs(
         if not 0 <= output.next_token_id <= U32_MAX:
             raise OutputIdentityMismatch(f"output {position} token {output.next_token_id} is not a u32")
     return receipt
+
+
+def call_round(
+    backend: RaggedDecodeBackend,
+    items: tuple[RaggedBatchItem, ...],
+    tables: tuple[int, ...],
+    outputs: list[RaggedBatchOutput],
+) -> RaggedBatchReceipt:
+    """The round's one backend call on lowered `items` and `tables`; the backend writes
+    `outputs` (one `UNANSWERED` per item when called). Whatever it raises becomes
+    `BackendFailed`; the receipt, once the outputs answer exactly these items (`check_outputs`)."""
+    try:
+        receipt = backend.execute_ragged(items, tables, outputs)
+    except Exception as error:
+        raise refusals.backend_raised(error) from error
+    if len(outputs) != len(items):
+        raise refusals.outputs_resized(len(outputs), len(items))
+    return check_outputs(items, receipt, outputs)
 
 
 def require_round_buffers(*buffers: object) -> None:

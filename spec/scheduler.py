@@ -34,7 +34,7 @@ from kvsched.spec.lifecycle import (
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import BlockPool, CopyOnWrite
 from kvsched.spec.prefix import PrefixKvStore
-from kvsched.spec.round import check_outputs, commit_round, lower_round, require_round_buffers
+from kvsched.spec.round import call_round, commit_round, lower_round, require_round_buffers
 from kvsched.spec.slots import (
     Admission,
     RequestView,
@@ -234,15 +234,10 @@ class RequestScheduler:
         items = tuple(item_scratch[:count])
         outputs = [UNANSWERED] * count
         try:
-            receipt = backend.execute_ragged(items, tuple(block_table_scratch[: count * width]), outputs)
-        except Exception as error:
-            raise refusals.backend_raised(error) from error
+            receipt = call_round(backend, items, tuple(block_table_scratch[: count * width]), outputs)
         finally:
             for position in range(min(count, len(outputs))):
                 output_scratch[position] = outputs[position]
-        if len(outputs) != count:
-            raise refusals.outputs_resized(len(outputs), count)
-        receipt = check_outputs(items, receipt, outputs)
         self._state = commit_round(self._state, outputs)
         return receipt
 

@@ -1,5 +1,6 @@
-"""impl's engine hashes each full page of a request once: a preempted request keeps its page keys
-for when it is admitted again, and still gets exactly the spec's cache and tokens."""
+"""impl's engine hashes each full page of a request once: a prompt's pages when it is submitted,
+and a preempted request keeps its page keys for when it is admitted again; it still gets exactly
+the spec's cache and tokens."""
 
 from __future__ import annotations
 
@@ -36,6 +37,34 @@ class RehashingEngine(impl.Engine):
         request = entry.request
         data = request.prompt_bytes + pack_tokens(entry.generated)
         return self.hasher.keys_of(data, pages, self._salt(request))
+
+
+class AdmissionHashingEngine(impl.Engine):
+    """impl's engine whose submit only queues a request (its intake checks aside): the prompt is
+    hashed when it is admitted."""
+
+    def submit(self, request: EngineRequest) -> None:
+        self._enqueue(Queued(request), front=False)
+
+
+def hashed_at_submit(engine: Any) -> tuple[int, list[bytes]]:
+    """One 6-token request (3 full pages): the inputs hashed by its submit, and by its first step."""
+    HASHED.clear()
+    engine.submit(EngineRequest(1, PROMPTS[1], 6))
+    at_submit = len(HASHED)
+    engine.step()
+    return at_submit, HASHED[at_submit:]
+
+
+def test_a_prompt_is_hashed_when_it_is_submitted() -> None:
+    at_submit, by_the_step = hashed_at_submit(impl.Engine(CONFIG, impl.NullModel()))
+    assert at_submit == 1 + 3  # the salt's root, then each full page
+    assert by_the_step == []  # its admission and its first chunk reuse them
+
+
+def test_the_check_fails_an_engine_that_hashes_at_admission() -> None:
+    at_submit, by_the_step = hashed_at_submit(AdmissionHashingEngine(CONFIG, impl.NullModel()))
+    assert (at_submit, len(by_the_step)) == (0, 4)
 
 
 def run(engine: Any) -> tuple[dict[int, list[int]], int, list[bytes]]:
