@@ -140,7 +140,8 @@ def peers(report: dict[str, Any]) -> str:
     ]
     return section(
         "The engine step beside vLLM's and nano-vllm's schedulers",
-        "The peer drivers (`../shared/peers/`, one interleaved run, every driver timed by its thread's CPU"
+        "The peer drivers (`../shared/peers/`, one interleaved run of three repetitions, each figure their median,"
+        " every driver timed by its thread's CPU"
         f" time; vLLM {versions['vllm']}, nano-vllm {versions['nano-vllm']}, kvsched {versions['kvsched']})"
         " turned into `docs/bench/peers.json` by `python -m devtools.peers_report`. W3: one steady decode"
         " step of R requests (prompts of 512 tokens, 128 new, prefix caching on), µs; kvsched's step"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from kvsched.report import write_json
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "bench" / "peers.json"
 PLOT = ROOT / "docs" / "bench" / "peers.svg"
-COMMAND = "PEERS_SCRATCH=... KVSCHED_PY=.venv/bin/python REPS=1 CLOCK=cpu bash ../shared/peers/run_all.sh"
+COMMAND = "PEERS_SCRATCH=... KVSCHED_PY=.venv/bin/python REPS=3 CLOCK=cpu bash ../shared/peers/run_all.sh"
 PEERS = ("vllm", "nano-vllm", "kvsched.impl")
 
 
@@ -32,7 +33,8 @@ def runs(lines: list[dict[str, Any]]) -> list[str]:
 
 
 def pick(lines: list[dict[str, Any]], peer: str, workload: str, **match: Any) -> dict[str, Any] | None:
-    """The one line of `peer` for `workload` with these fields (None: the peer has no such line)."""
+    """The line of `peer` for `workload` with these fields, each number the median over the run's
+    repetitions (None: the peer has no such line)."""
     found = [
         line
         for line in lines
@@ -40,9 +42,18 @@ def pick(lines: list[dict[str, Any]], peer: str, workload: str, **match: Any) ->
         and line.get("workload") == workload
         and all(line.get(key) == value for key, value in match.items())
     ]
-    if len(found) > 1:
-        raise SystemExit(f"{len(found)} lines for {peer} {workload} {match}: one run, one repetition each")
-    return found[0] if found else None
+    reps = [line.get("rep") for line in found]
+    if len(set(reps)) != len(reps):
+        raise SystemExit(f"{len(found)} lines for {peer} {workload} {match} in one repetition of one run")
+    if not found:
+        return None
+    combined = dict(found[0])
+    for key in found[0]:
+        values = [line.get(key) for line in found]
+        numbers = [value for value in values if isinstance(value, int | float) and not isinstance(value, bool)]
+        if len(numbers) == len(values):
+            combined[key] = statistics.median(numbers)
+    return combined
 
 
 def w3_rows(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -78,9 +89,12 @@ def w2e_rows(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     vllm = pick(lines, "vllm", "W2e")
     nano = pick(lines, "nano-vllm", "W2")
     rows = []
-    for line in lines:
-        if line.get("peer") != "kvsched.impl" or line.get("workload") != "W2e":
-            continue
+    hashes = dict.fromkeys(
+        line["hash_algo"] for line in lines if line.get("peer") == "kvsched.impl" and line.get("workload") == "W2e"
+    )
+    for page_hash in hashes:
+        line = pick(lines, "kvsched.impl", "W2e", hash_algo=page_hash)
+        assert line is not None
         admission = line["us_per_admission"]
         construct = line["us_per_request_construct"]
         hashing = line["us_hash_per_request_72_pages"] - line["us_hash_per_request_engine_memo"]
