@@ -1,9 +1,11 @@
 """Greedy generation end to end, vLLM's own pool against kvsched's, on a config-only model.
 
-Each case runs twice, each time in a fresh process: stock vLLM, then vLLM with
+Each case runs three times, each time in a fresh process: stock vLLM, vLLM with
 `scheduler_cls=KvschedScheduler` (the engine core in-process, so the script can confirm the
-pool it ran on). The outputs, each request's cached-token count and the engine's prefix-cache
-and preemption counters must be identical. `--expect-different CASE` is the same comparison over
+pool it ran on), and stock vLLM with kvsched's live checker as its KV connector
+(`kvsched.integrations.vllm.checker`, raising on any finding). The outputs, each request's
+cached-token count and the engine's prefix-cache and preemption counters must be identical, and
+the checker must have checked every step and found nothing. `--expect-different CASE` is the same comparison over
 a wrong reserve (`KVSCHED_VLLM_RESERVE`), which must differ. The model is `models/kvsched/tiny-llama` (a
 `config.json`, dummy weights), the prompts token ids (no tokenizer).
 
@@ -64,6 +66,15 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if pool == "kvsched":
         extra["scheduler_cls"] = "kvsched.integrations.vllm.scheduler.KvschedScheduler"
+    if pool == "checked":
+        from vllm.config import KVTransferConfig
+
+        extra["kv_transfer_config"] = KVTransferConfig(
+            kv_connector="KvschedChecker",
+            kv_connector_module_path="kvsched.integrations.vllm.checker",
+            kv_role="kv_both",
+            kv_connector_extra_config={"kvsched_on_finding": "raise"},
+        )
     llm = LLM(
         model=str(MODEL),
         load_format="dummy",
@@ -92,8 +103,11 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
         if metric.name
         in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions", "vllm:generation_tokens")
     }
+    connector = scheduler.connector
     return {
         "pool": pool_class,
+        "checked_steps": None if connector is None else connector.steps,
+        "findings": None if connector is None else len(connector.findings),
         "outputs": [list(out.outputs[0].token_ids) for out in outputs],
         "cached_tokens": [out.num_cached_tokens for out in outputs],
         "counters": counters,
@@ -120,7 +134,7 @@ def in_fresh_process(name: str, pool: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=sorted(CASES))
-    parser.add_argument("--pool", choices=["stock", "kvsched"])
+    parser.add_argument("--pool", choices=["stock", "kvsched", "checked"])
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--expect-different",
@@ -138,15 +152,28 @@ def main(argv: list[str] | None = None) -> int:
         same = {key: stock[key] == ours[key] for key in ("outputs", "cached_tokens", "counters")}
         right_pools = stock["pool"] == "BlockPool" and ours["pool"] == "KvschedBlockPool"
         ok = all(same.values()) and right_pools
+        checked = None
+        if not args.expect_different:
+            checked = in_fresh_process(name, "checked")
+            silent = checked["findings"] == 0 and checked["checked_steps"] > 0
+            same_checked = all(stock[key] == checked[key] for key in ("outputs", "cached_tokens", "counters"))
+            ok = ok and silent and same_checked
+            same["checked"] = silent and same_checked
         failures += not ok
         counters = ours["counters"]
         print(
             f"{'same' if ok else 'DIFFERENT'}  {name}: {len(ours['outputs'])} requests,"
             f" {sum(ours['cached_tokens'])} cached tokens, counters {counters};"
             f" pools {stock['pool']} / {ours['pool']}; {stock['seconds']} s / {ours['seconds']} s"
+            + (
+                ""
+                if checked is None
+                else f"; live checker: {checked['checked_steps']} steps checked,"
+                f" {checked['findings']} findings, {checked['seconds']} s"
+            )
             + ("" if ok else f"; differs in {[key for key, equal in same.items() if not equal]}")
         )
-        report[name] = {"same": ok, "stock": stock, "kvsched": ours}
+        report[name] = {"same": ok, "stock": stock, "kvsched": ours, "checked": checked}
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     if args.expect_different:

@@ -4,8 +4,9 @@
 #   2. those tests stock, then over kvsched's pool (the pytest plugin, every call checked):
 #      every stock pass must pass over kvsched but the written exclusions (compare_runs.py)
 #   3. test_prefix_caching.py over each wrong reserve (variants.py): each must fail it
-#   4. greedy generation stock vs kvsched, four cases, identical, and different over a wrong
-#      reserve where eviction order shows (e2e.py); the traces of vLLM's
+#   4. greedy generation stock vs kvsched vs stock under the live checker, four cases, identical,
+#      the checker silent, and different over a wrong reserve where eviction order shows (e2e.py);
+#      the live checker's teeth and cost (checker_teeth.py); the traces of vLLM's
 #      own pool that CI replays, recorded again and identical (record_traces.py)
 #   5. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
 #      a broken pool must fail
@@ -51,6 +52,9 @@ step "greedy generation, stock vs kvsched (tiny config-only Llama, dummy weights
 (cd / && "$py" "$here/e2e.py" --json "$results/e2e.json")
 step "greedy generation over the wrong reserve NewestFirst: the eviction-order case must differ"
 (cd / && PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:NewestFirst" "$py" "$here/e2e.py" --expect-different "eviction order")
+
+step "the live checker as vLLM's KV connector: silent on stock, four broken shapes caught by name, its cost at R = 256"
+(cd / && "$py" "$here/checker_teeth.py" --json "$results/checker.json")
 
 step "the traces CI replays without vLLM, recorded again from vLLM's own pool: identical"
 (cd / && "$py" "$here/record_traces.py" "$results/traces.json")

@@ -49,10 +49,17 @@ FAKE_MODEL = {
 }
 
 
-def scheduler(blocks: int) -> Any:
-    """vLLM's v1 `Scheduler` over a pool of `blocks` blocks (as its tests' `create_scheduler`)."""
+def scheduler(
+    blocks: int,
+    prefix_caching: bool = False,
+    kv_transfer: dict[str, Any] | None = None,
+    max_seqs: int = MAX_SEQS,
+    max_tokens: int = MAX_TOKENS,
+) -> Any:
+    """vLLM's v1 `Scheduler` over a pool of `blocks` blocks (as its tests' `create_scheduler`),
+    with a KV connector when `kv_transfer` configures one."""
     import torch
-    from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
@@ -62,17 +69,21 @@ def scheduler(blocks: int) -> Any:
         json.dump(FAKE_MODEL, file)
     model = ModelConfig(model=folder, dtype="float16", seed=0, skip_tokenizer_init=True, max_model_len=MODEL_LEN)
     schedule = SchedulerConfig(
-        max_num_seqs=MAX_SEQS,
-        max_num_batched_tokens=MAX_TOKENS,
+        max_num_seqs=max_seqs,
+        max_num_batched_tokens=max_tokens,
         max_model_len=MODEL_LEN,
         enable_chunked_prefill=True,
         async_scheduling=False,
         is_encoder_decoder=False,
         policy="priority",
     )
-    cache = CacheConfig(block_size=BLOCK, cache_dtype="auto", enable_prefix_caching=False)
+    cache = CacheConfig(block_size=BLOCK, cache_dtype="auto", enable_prefix_caching=prefix_caching)
     config = VllmConfig(
-        scheduler_config=schedule, model_config=model, cache_config=cache, parallel_config=ParallelConfig()
+        scheduler_config=schedule,
+        model_config=model,
+        cache_config=cache,
+        parallel_config=ParallelConfig(),
+        kv_transfer_config=None if kv_transfer is None else KVTransferConfig(**kv_transfer),
     )
     cache.num_gpu_blocks = blocks
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
@@ -86,10 +97,24 @@ def scheduler(blocks: int) -> Any:
     )
 
 
+def step(sched: Any) -> tuple[Any, Any]:
+    """One `schedule()` and `update_from_output()`, with a model runner that samples token 7 for
+    every request whose prompt is computed: the scheduler's output and results."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    output = sched.schedule()
+    ids = list(output.num_scheduled_tokens)
+    states = sched.requests
+    sampled = [[7] if states[rid].num_computed_tokens >= states[rid].num_tokens else [] for rid in ids]
+    runner = ModelRunnerOutput(
+        req_ids=ids, req_id_to_index={rid: index for index, rid in enumerate(ids)}, sampled_token_ids=sampled
+    )
+    return output, sched.update_from_output(output, runner)
+
+
 def vllm_run(pages: int, requests: list[EngineRequest]) -> dict[str, Any]:
     """The trace through vLLM's scheduler with `pages` usable blocks, to the end."""
     from vllm.sampling_params import SamplingParams
-    from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
     sched = scheduler(pages + 1)
@@ -107,14 +132,7 @@ def vllm_run(pages: int, requests: list[EngineRequest]) -> dict[str, Any]:
     computed = preemptions = steps = 0
     finished = 0
     while sched.has_requests():
-        output = sched.schedule()
-        ids = list(output.num_scheduled_tokens)
-        states = sched.requests
-        sampled = [[7] if states[rid].num_computed_tokens >= states[rid].num_tokens else [] for rid in ids]
-        runner = ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={rid: index for index, rid in enumerate(ids)}, sampled_token_ids=sampled
-        )
-        results = sched.update_from_output(output, runner)
+        output, results = step(sched)
         computed += output.total_num_scheduled_tokens
         preemptions += len(output.preempted_req_ids or ())
         finished += sum(item.finish_reason is not None for result in results.values() for item in result.outputs)

@@ -35,7 +35,7 @@ def test_importing_the_pool_under_another_release_raises_before_touching_vllm(mo
         _import_pool_with(monkeypatch, other)
 
 
-@pytest.mark.parametrize("module", ["block_pool", "scheduler"])
+@pytest.mark.parametrize("module", ["block_pool", "scheduler", "checker"])
 def test_importing_the_pool_without_vllm_says_what_to_install(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
     with pytest.raises(UnsupportedVllm, match=rf"needs vllm=={TESTED_VLLM}"):
         _import_pool_with(monkeypatch, None, module)

@@ -1,0 +1,309 @@
+"""What the live checker checks, on a value read from a running pool: no vLLM needed here.
+
+`kvsched.integrations.vllm.checker` reads vLLM's live manager and pool into a `PoolView` at every
+scheduler step (through the KV connector seam) and hands it to a `LiveChecker`, which keeps what
+the checks need across steps (each key's ghost content, the blocks it has verified, the finished
+requests) and returns every `Finding`:
+
+    refcount          a block's count is not the number of request tables holding it
+                      (vLLM's cache holds no references of its own)
+    free_in_table     a block in the free queue, or counted 0, is in a live request's table
+    free_queue        the free queue is not exactly the free blocks, each once (nor the null block)
+    free_order        the queue is not in the release's order: blocks without a hash (reused
+                      first) before cached ones (reused last)
+    cache_map         the hash map names a block that does not carry the key, or a block carries a
+                      key the map does not name for it
+    ghost_content     a request's cached block does not carry the key of the tokens it holds, or a
+                      key names other tokens (or another parent) than when it was first seen
+    salt              a key names the same tokens under another cache salt than when first seen
+    finished_leftover a finished request still holds blocks
+
+Each finding names its check, the request and the block. A deliberately broken pool fails each
+(`tests/integrations/test_live_checker.py` on views; `devtools/vllm/checker_teeth.py` on vLLM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kvsched.spec.errors import KvschedError
+
+CHECKS = (
+    "refcount",
+    "free_in_table",
+    "free_queue",
+    "free_order",
+    "cache_map",
+    "ghost_content",
+    "salt",
+    "finished_leftover",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One divergence: which check, the request and block it concerns (None where none), what."""
+
+    check: str
+    request_id: str | None
+    block_id: int | None
+    detail: str
+
+    def __str__(self) -> str:
+        where = ", ".join(
+            part
+            for part in (
+                "" if self.request_id is None else f"request {self.request_id}",
+                "" if self.block_id is None else f"block {self.block_id}",
+            )
+            if part
+        )
+        return f"[{self.check}] {where}: {self.detail}" if where else f"[{self.check}] {self.detail}"
+
+
+class LiveFinding(KvschedError):
+    """The live checker found a divergence (raised when it is told to raise)."""
+
+    def __init__(self, findings: Sequence[Finding]) -> None:
+        self.findings = tuple(findings)
+        first = self.findings[0]
+        more = f" (and {len(self.findings) - 1} more)" if len(self.findings) > 1 else ""
+        super().__init__(f"{first}{more}")
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One request's blocks in one cache group: its table, how many of its first blocks are
+    cached, the key of each of its full blocks (as the pool keys them), its tokens and salt."""
+
+    request_id: str
+    group: int
+    blocks: tuple[int, ...]
+    cached: int
+    keys: Sequence[bytes]
+    tokens: Sequence[int]
+    block_size: int
+    salt: object = None
+
+
+class HashMap(Protocol):
+    """A pool's hash map, read in place: key -> the blocks it names."""
+
+    def holds(self, key: bytes, block: int) -> bool:
+        """The map names `block` under `key`."""
+        ...
+
+    def pairs(self) -> int:
+        """How many (key, block) pairs it holds."""
+        ...
+
+    def names(self) -> Mapping[bytes, int] | None:
+        """The map as key -> its block, when every key names one block; else None."""
+        ...
+
+    def entries(self) -> Iterable[tuple[bytes, Collection[int]]]:
+        """Each key with the blocks it names."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """A pool and its manager at one step, as read: each block's count (block id = index), the
+    null block, the free queue head to tail as walked (a block twice shows twice), the count the
+    queue keeps, each block's key (None: uncached) and the further keys a few blocks carry, the
+    hash map, and every live request's blocks. The sequences and the map may be the pool's own,
+    read in place."""
+
+    ref_counts: Sequence[int]
+    null_block: int
+    free_queue: tuple[int, ...]
+    free_count: int
+    keys: Sequence[bytes | None]
+    extra_keys: Mapping[int, Collection[bytes]]
+    cache_map: HashMap
+    held: tuple[Held, ...]
+
+    def carried(self, block: int) -> tuple[bytes, ...]:
+        """Every key `block` carries."""
+        key = self.keys[block]
+        extra = tuple(self.extra_keys.get(block, ()))
+        return extra if key is None else (key, *extra)
+
+
+@dataclass(slots=True)
+class LiveChecker:
+    """The checks, run on each view in turn; see the module docstring."""
+
+    ghosts: dict[bytes, tuple[tuple[int, ...], bytes | None, object]] = field(default_factory=dict)
+    verified: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+
+    def request_finished(self, request_id: str) -> None:
+        """`request_id` finished: from the next view on, it must hold nothing."""
+        self.finished.add(request_id)
+
+    def request_added(self, request_id: str) -> None:
+        """`request_id` is (again) a live request."""
+        self.finished.discard(request_id)
+        for key in [key for key in self.verified if key[0] == request_id]:
+            del self.verified[key]
+
+    def check(self, view: PoolView) -> list[Finding]:
+        """Every finding on `view`."""
+        counts = _table_counts(view)
+        return [
+            *_refcounts(view, counts),
+            *_free_blocks(view, counts),
+            *_order(view),
+            *_cache_map(view),
+            *self._content(view),
+            *self._leftovers(view),
+        ]
+
+    def _content(self, view: PoolView) -> list[Finding]:
+        findings = []
+        for held in view.held:
+            known = self.verified.get((held.request_id, held.group), ())
+            start = min(len(known), len(held.blocks))
+            if held.blocks[: len(known)] != known:  # its table changed under the blocks verified
+                changed = (
+                    index for index, (old, new) in enumerate(zip(known, held.blocks, strict=False)) if old != new
+                )
+                start = next(changed, start)
+            for index in range(start, min(held.cached, len(held.blocks), len(held.keys))):
+                finding = self._block_content(view, held, index)
+                if finding is not None:
+                    findings.append(finding)
+                    break
+            else:
+                self.verified[held.request_id, held.group] = held.blocks[: min(held.cached, len(held.keys))]
+        return findings
+
+    def _block_content(self, view: PoolView, held: Held, index: int) -> Finding | None:
+        block, key = held.blocks[index], held.keys[index]
+        if block == view.null_block:
+            return None  # a skipped block (outside a sliding window): nothing to hold
+        if key not in view.carried(block):
+            return Finding(
+                "ghost_content", held.request_id, block, f"its cached block {index} does not carry its tokens' key"
+            )
+        size = held.block_size
+        tokens = tuple(held.tokens[index * size : (index + 1) * size])
+        parent = held.keys[index - 1] if index else None
+        ghost = self.ghosts.setdefault(key, (tokens, parent, held.salt))
+        if ghost[:2] != (tokens, parent):
+            return Finding(
+                "ghost_content", held.request_id, block, f"key of block {index} named other tokens when first seen"
+            )
+        if ghost[2] != held.salt:
+            return Finding(
+                "salt", held.request_id, block, f"key of block {index} was first seen under salt {ghost[2]!r}"
+            )
+        return None
+
+    def _leftovers(self, view: PoolView) -> list[Finding]:
+        return [
+            Finding("finished_leftover", held.request_id, held.blocks[0], f"holds {len(held.blocks)} blocks")
+            for held in view.held
+            if held.request_id in self.finished and held.blocks
+        ]
+
+
+def _table_counts(view: PoolView) -> list[int]:
+    """How many table entries hold each block (the null block: its own count, unmaintained)."""
+    counts = [0] * len(view.ref_counts)
+    for held in view.held:
+        for block in held.blocks:
+            counts[block] += 1
+    counts[view.null_block] = view.ref_counts[view.null_block]
+    return counts
+
+
+def _holder(view: PoolView, block: int) -> str | None:
+    return next((held.request_id for held in view.held if block in held.blocks), None)
+
+
+def _refcounts(view: PoolView, counts: list[int]) -> list[Finding]:
+    if counts == list(view.ref_counts):
+        return []
+    return [
+        Finding("refcount", _holder(view, block), block, f"counted {count}, held by {held} table entries")
+        for block, (count, held) in enumerate(zip(view.ref_counts, counts, strict=True))
+        if count != held
+    ]
+
+
+def _free_blocks(view: PoolView, counts: list[int]) -> list[Finding]:
+    findings = []
+    seen: set[int] = set()
+    for block in view.free_queue:
+        if block in seen:
+            findings.append(Finding("free_queue", None, block, "queued twice"))
+        seen.add(block)
+        if block == view.null_block:
+            findings.append(Finding("free_queue", None, block, "the null block is queued"))
+        elif counts[block]:
+            findings.append(Finding("free_in_table", _holder(view, block), block, "is in the free queue"))
+        elif view.ref_counts[block] != 0:
+            findings.append(Finding("free_queue", None, block, f"queued with count {view.ref_counts[block]}"))
+    if len(view.free_queue) != view.free_count:
+        findings.append(
+            Finding("free_queue", None, None, f"walks {len(view.free_queue)} blocks but counts {view.free_count}")
+        )
+    zeros = list(view.ref_counts).count(0) - (view.ref_counts[view.null_block] == 0)
+    if findings or zeros != len(seen):  # the queue is not all the free blocks: name those missing
+        findings += [
+            Finding("free_queue", None, block, "counted 0 but not queued")
+            for block, count in enumerate(view.ref_counts)
+            if count == 0 and block != view.null_block and block not in seen
+        ]
+    return findings
+
+
+def _cache_map(view: PoolView) -> list[Finding]:
+    """Every key a block carries names it in the map, and the map holds no other pair."""
+    names = view.cache_map.names()
+    if names is not None and not view.extra_keys:  # the usual map, compared whole
+        carried_by = dict(zip(view.keys, range(len(view.keys)), strict=True))
+        carried_by.pop(None, None)
+        if carried_by == names and len(carried_by) == len(view.keys) - list(view.keys).count(None):
+            return []
+    findings = []
+    holds = view.cache_map.holds
+    carried = 0
+    for block, key in enumerate(view.keys):
+        if key is not None:
+            carried += 1
+            if not holds(key, block):
+                findings.append(_unnamed(block, key))
+    for block, keys in view.extra_keys.items():
+        for key in keys:
+            carried += 1
+            if not holds(key, block):
+                findings.append(_unnamed(block, key))
+    if carried == view.cache_map.pairs() and not findings:
+        return findings
+    for key, blocks in view.cache_map.entries():  # name the pairs no block carries
+        for block in sorted(blocks):
+            if not 0 <= block < len(view.keys) or key not in view.carried(block):
+                detail = f"the map names it under a key it does not carry ({key.hex()[:16]})"
+                findings.append(Finding("cache_map", None, block, detail))
+    return findings
+
+
+def _unnamed(block: int, key: bytes) -> Finding:
+    return Finding("cache_map", None, block, f"carries a key the map does not name for it ({key.hex()[:16]})")
+
+
+def _order(view: PoolView) -> list[Finding]:
+    """The release's order (vLLM 0.32): freed blocks without a hash go to the front (reused first,
+    newest first), cached ones to the back (reused last, oldest first), and allocation takes from
+    the front, so the queue is its uncached blocks, then its cached ones."""
+    cached = [view.keys[block] is not None for block in view.free_queue]
+    first = cached.index(True) if True in cached else len(cached)
+    behind = next((position for position in range(first, len(cached)) if not cached[position]), None)
+    if behind is None:
+        return []
+    return [Finding("free_order", None, view.free_queue[behind], "an uncached block is queued behind a cached one")]

@@ -1,0 +1,190 @@
+"""The live checker's checks (`kvsched.integrations.vllm.live`) on views written by hand: silent
+on a consistent pool, and each check failing on a view broken at its edge (the last block, the
+last request, the queue's tail). vLLM's own scheduler with broken pools: `make vllm`."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kvsched.integrations.vllm import live
+from kvsched.integrations.vllm.live import Finding, Held, LiveChecker, PoolView
+
+A0, A1, A2, B1, X = b"a0", b"a1", b"a2", b"b1", b"x"
+
+
+class Map:
+    """A hash map: key -> the block ids it names."""
+
+    def __init__(self, blocks: dict[bytes, set[int]]) -> None:
+        self.blocks = blocks
+
+    def holds(self, key: bytes, block: int) -> bool:
+        return block in self.blocks.get(key, set())
+
+    def pairs(self) -> int:
+        return sum(len(blocks) for blocks in self.blocks.values())
+
+    def names(self) -> dict[bytes, int] | None:
+        if any(len(blocks) != 1 for blocks in self.blocks.values()):
+            return None
+        return {key: next(iter(blocks)) for key, blocks in self.blocks.items()}
+
+    def entries(self) -> Iterable[tuple[bytes, Collection[int]]]:
+        return self.blocks.items()
+
+
+def view(**changes: object) -> PoolView:
+    """Blocks 0 (null) to 6. Request a holds 1, 2, 3 (its first two cached); request b shares
+    block 1 (the same first tokens) and holds 4; 5 is free, 6 is free and cached under X."""
+    held = (
+        Held("a", 0, (1, 2, 3), 2, (A0, A1, A2), (1, 2, 3, 4, 5, 6), 2),
+        Held("b", 0, (1, 4), 1, (A0, B1), (1, 2, 7, 8), 2),
+    )
+    base = PoolView(
+        ref_counts=(0, 2, 1, 1, 1, 0, 0),
+        null_block=0,
+        free_queue=(5, 6),
+        free_count=2,
+        keys=(None, A0, A1, None, None, None, X),
+        extra_keys={},
+        cache_map=Map({A0: {1}, A1: {2}, X: {6}}),
+        held=held,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+Seen = set[tuple[str, str | None, int | None]]
+
+
+def found(pool: PoolView, checker: LiveChecker | None = None) -> Seen:
+    findings: list[Finding] = (checker or LiveChecker()).check(pool)
+    return {(finding.check, finding.request_id, finding.block_id) for finding in findings}
+
+
+def ghost_changed(checker: type[LiveChecker]) -> Seen:
+    """A key seen over A0's tokens, then over other tokens (in the last request)."""
+    first = checker()
+    first.check(view())
+    later = replace(view().held[1], tokens=(9, 9, 7, 8))
+    return found(view(held=(view().held[0], later)), checker(ghosts=first.ghosts))
+
+
+def finished_holds(checker: type[LiveChecker]) -> Seen:
+    """The last request finished, yet holds its blocks."""
+    done = checker()
+    done.request_finished("b")
+    return found(view(), done)
+
+
+def moved_cached_block() -> PoolView:
+    """The last request's cached block 0 is block 2, which carries A1, not its tokens' A0."""
+    held = view().held[:1] + (replace(view().held[1], blocks=(2, 4), tokens=(3, 4, 7, 8)),)
+    return view(held=held, ref_counts=(0, 1, 2, 1, 1, 0, 0))
+
+
+# Each broken view, and the finding it must give (check, request, block): broken at the edge.
+BROKEN: dict[str, tuple[Callable[[], PoolView], tuple[str, str | None, int | None]]] = {
+    "count off on the last block": (lambda: view(ref_counts=(0, 2, 1, 1, 1, 0, 1)), ("refcount", None, 6)),
+    "count off on the last request's last block": (
+        lambda: view(ref_counts=(0, 2, 1, 1, 2, 0, 0)),
+        ("refcount", "b", 4),
+    ),
+    "the last request's block queued, counted 0": (
+        lambda: view(ref_counts=(0, 2, 1, 1, 0, 0, 0), free_queue=(4, 5, 6), free_count=3),
+        ("free_in_table", "b", 4),
+    ),
+    "the last request's block queued at the tail": (
+        lambda: view(free_queue=(5, 6, 4), free_count=3),
+        ("free_in_table", "b", 4),
+    ),
+    "the tail queued twice": (lambda: view(free_queue=(5, 6, 6), free_count=3), ("free_queue", None, 6)),
+    "the walk lost the tail": (lambda: view(free_queue=(5,), free_count=2), ("free_queue", None, None)),
+    "the last block free, not queued": (lambda: view(free_queue=(5,), free_count=1), ("free_queue", None, 6)),
+    "the null block queued": (lambda: view(free_queue=(0, 5, 6), free_count=3), ("free_queue", None, 0)),
+    "uncached behind cached": (lambda: view(free_queue=(6, 5)), ("free_order", None, 5)),
+    "a stale map entry": (
+        lambda: view(cache_map=Map({A0: {1}, A1: {2}, X: {6, 5}})),
+        ("cache_map", None, 5),
+    ),
+    "the last block's key unnamed": (lambda: view(cache_map=Map({A0: {1}, A1: {2}})), ("cache_map", None, 6)),
+    "the last request's cached block without its key": (moved_cached_block, ("ghost_content", "b", 2)),
+    "the last request's key under another salt": (
+        lambda: view(held=(view().held[0], replace(view().held[1], salt="tenant-b"))),
+        ("salt", "b", 1),
+    ),
+}
+
+
+def test_a_consistent_pool_has_no_finding() -> None:
+    checker = LiveChecker()
+    assert found(view(), checker) == set()
+    assert found(view(), checker) == set()  # and again, with the keys' ghosts known
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_each_broken_view_is_found(name: str) -> None:
+    broken, expected = BROKEN[name]
+    assert expected in found(broken())
+
+
+def test_a_key_that_names_other_tokens_than_when_first_seen() -> None:
+    assert ("ghost_content", "b", 1) in ghost_changed(LiveChecker)
+
+
+def test_a_finished_request_that_still_holds_blocks() -> None:
+    assert ("finished_leftover", "b", 1) in finished_holds(LiveChecker)
+    checker = LiveChecker()
+    checker.request_finished("b")
+    checker.request_added("b")  # the id came back as a new request
+    assert found(view(), checker) == set()
+
+
+def caught_all(checker: type[LiveChecker]) -> bool:
+    """`checker` gives every expected finding above."""
+    return (
+        all(expected in found(broken(), checker()) for broken, expected in BROKEN.values())
+        and ("ghost_content", "b", 1) in ghost_changed(checker)
+        and ("finished_leftover", "b", 1) in finished_holds(checker)
+    )
+
+
+# Checkers weakened at an edge: each loop stops one short (the last request, block, queue entry).
+WEAKENED = [
+    (
+        "    for held in view.held:\n        for block in held.blocks:",
+        "    for held in view.held[:-1]:\n        for block in held.blocks:",
+    ),
+    (
+        "    for block in view.free_queue:\n        if block in seen:",
+        "    for block in view.free_queue[:-1]:\n        if block in seen:",
+    ),
+    ("    for block, key in enumerate(view.keys):", "    for block, key in enumerate(view.keys[:-1]):"),
+    ("        for held in view.held:\n            known =", "        for held in view.held[:-1]:\n            known ="),
+    ("range(first, len(cached))", "range(first, len(cached) - 1)"),
+    (
+        "            for held in view.held\n            if held.request_id",
+        "            for held in view.held[:-1]\n            if held.request_id",
+    ),
+    (
+        "            for block, count in enumerate(view.ref_counts)\n            if count == 0",
+        "            for block, count in enumerate(view.ref_counts[:-1])\n            if count == 0",
+    ),
+    ("    if counts == list(view.ref_counts):", "    if counts[:-1] == list(view.ref_counts)[:-1]:"),
+]
+
+
+@pytest.mark.parametrize("change", WEAKENED, ids=[f"weakened-{index}" for index in range(len(WEAKENED))])
+def test_a_checker_weakened_at_an_edge_misses_one(change: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    source = Path(live.__file__).read_text(encoding="utf-8")
+    assert source.count(change[0]) == 1, change[0]
+    weakened = types.ModuleType("kvsched_live_weakened")
+    monkeypatch.setitem(sys.modules, weakened.__name__, weakened)
+    exec(compile(source.replace(*change), live.__file__, "exec"), weakened.__dict__)  # our own module's text
+    assert caught_all(LiveChecker)
+    assert not caught_all(weakened.LiveChecker)
