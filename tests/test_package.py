@@ -3,6 +3,7 @@ needs, and the wheel carries no project tooling, bug corpus, report or manifest.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -104,3 +105,17 @@ def test_the_wheel_holds_the_package_and_no_tooling(tmp_path: Path) -> None:
         or "broken_contracts" in name
     ]
     assert leaked == []
+
+
+def test_the_wheel_lists_every_package() -> None:
+    """Every folder of the package with an `__init__.py` is in pyproject's package list (a missing
+    one installs without it, and only a non-editable install, such as `make vllm`'s, shows it)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(Path(folder).relative_to(ROOT).parts)
+        for folder, _, files in os.walk(ROOT / "kvsched", followlinks=True)  # spec/, impl/, ... are links
+        if "__init__.py" in files
+    }
+    assert found == listed
