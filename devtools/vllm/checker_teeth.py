@@ -49,7 +49,7 @@ BLOCK = thrash.BLOCK
 CHECKER = {
     "kv_connector": "KvschedChecker",
     "kv_connector_module_path": "kvsched.integrations.vllm.checker",
-    "kv_role": "kv_both",
+    "kv_role": "kv_producer",
 }
 
 

@@ -72,7 +72,7 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
         extra["kv_transfer_config"] = KVTransferConfig(
             kv_connector="KvschedChecker",
             kv_connector_module_path="kvsched.integrations.vllm.checker",
-            kv_role="kv_both",
+            kv_role="kv_producer",
             kv_connector_extra_config={"kvsched_on_finding": "raise"},
         )
     llm = LLM(

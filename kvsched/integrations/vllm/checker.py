@@ -3,11 +3,11 @@
     LLM(model, kv_transfer_config=KVTransferConfig(
         kv_connector="KvschedChecker",
         kv_connector_module_path="kvsched.integrations.vllm.checker",
-        kv_role="kv_both",
+        kv_role="kv_producer",
         kv_connector_extra_config={"kvsched_on_finding": "raise"},   # or "log"
     ))
     vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvschedChecker",
-        "kv_connector_module_path": "kvsched.integrations.vllm.checker", "kv_role": "kv_both"}'
+        "kv_connector_module_path": "kvsched.integrations.vllm.checker", "kv_role": "kv_producer"}'
 
 vLLM's scheduler hands a connector its live `KVCacheManager` (`bind_kv_cache_manager`), tells it
 of every new request (`on_new_request`) and every finished one (`request_finished`, before its
@@ -16,7 +16,10 @@ blocks are allocated. There the checker reads the manager and its pool into a
 `kvsched.integrations.vllm.live.PoolView` and runs `LiveChecker`'s checks (reference counts, free
 queue, its order, the hash map, ghost content by key, salts, finished requests). A finding raises
 `LiveFinding` ("raise", the default) or is logged and counted in `findings` ("log"). It loads
-nothing from outside (no KV, no matched tokens) and defers no free, so vLLM schedules as without it.
+nothing from outside (no KV, no matched tokens), defers no free and needs no hand-off delivered, so
+vLLM schedules as without it. Its role is `kv_producer`: a consumer role with overlapping batches
+(async scheduling) makes vLLM's scheduler defer block frees in a queue of its own, which a connector
+cannot see, and the checker refuses it.
 
 Importing this module without vLLM, or under a release the integration is not tested with, raises
 `UnsupportedVllm` naming what to install.
@@ -150,12 +153,21 @@ class KvschedChecker(KVConnectorBase_V1):  # type: ignore[misc]
         self.on_finding = str(extra.get("kvsched_on_finding", "raise"))
         if self.on_finding not in ON_FINDING:
             raise ValueError(f"kvsched_on_finding must be one of {ON_FINDING}, not {self.on_finding!r}")
+        if self._kv_transfer_config.is_kv_consumer and vllm_config.max_concurrent_batches > 1:
+            raise ValueError(
+                f"kv_role {self._kv_transfer_config.kv_role!r} with overlapping batches makes vLLM defer block frees"
+                " in the scheduler, where a connector cannot see them: give the checker kv_role 'kv_producer'"
+            )
         self.checker = LiveChecker()
         self.requests: dict[str, Any] = {}
         self.findings: list[Finding] = []
         self.steps = 0
 
     # -- the scheduler's side ------------------------------------------------------------------
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        return False  # it hands no KV off: a preempted request's in-flight output is kept, as without it
 
     def on_new_request(self, request: Any) -> None:
         self.requests[request.request_id] = request
