@@ -145,6 +145,20 @@ def test_a_finished_request_that_still_holds_blocks() -> None:
     assert found(view(), checker) == set()
 
 
+def test_every_check_has_a_broken_view() -> None:
+    expected = {check for _, (check, _, _) in BROKEN.values()} | {"ghost_content", "finished_leftover"}
+    assert expected == set(live.CHECKS)
+
+
+def test_the_ghosts_of_evicted_keys_are_forgotten_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live, "GHOSTS_KEPT", 2)  # pruned past 2 + twice the map's 3 pairs
+    checker = LiveChecker()
+    checker.ghosts.update({f"old-{n}".encode(): ((n,), None, None) for n in range(9)})  # past 2 + 2 * 3 pairs
+    assert found(view(), checker) == set()
+    assert set(checker.ghosts) <= {A0, A1, X}  # the map's keys only
+    assert A0 in checker.ghosts and A1 in checker.ghosts  # the cached blocks' own, seen again
+
+
 def caught_all(checker: type[LiveChecker]) -> bool:
     """`checker` gives every expected finding above."""
     return (

@@ -3,7 +3,9 @@
 `kvsched.integrations.vllm.checker` reads vLLM's live manager and pool into a `PoolView` at every
 scheduler step (through the KV connector seam) and hands it to a `LiveChecker`, which keeps what
 the checks need across steps (each key's ghost content, the blocks it has verified, the finished
-requests) and returns every `Finding`:
+requests) and returns every `Finding`. Each request's cached block is verified when it first
+appears at its place; the ghosts of keys the map no longer names are forgotten once there are
+many more of them than the map holds.
 
     refcount          a block's count is not the number of request tables holding it
                       (vLLM's cache holds no references of its own)
@@ -30,6 +32,7 @@ from typing import Protocol
 
 from kvsched.spec.errors import KvschedError
 
+GHOSTS_KEPT = 65_536  # ghosts kept beyond twice the map's size before those of evicted keys go
 CHECKS = (
     "refcount",
     "free_in_table",
@@ -152,6 +155,8 @@ class LiveChecker:
 
     def check(self, view: PoolView) -> list[Finding]:
         """Every finding on `view`."""
+        if len(self.ghosts) > GHOSTS_KEPT + 2 * view.cache_map.pairs():
+            self._forget_ghosts(view)
         counts = _table_counts(view)
         return [
             *_refcounts(view, counts),
@@ -161,6 +166,12 @@ class LiveChecker:
             *self._content(view),
             *self._leftovers(view),
         ]
+
+    def _forget_ghosts(self, view: PoolView) -> None:
+        """Keep the ghosts of the keys the map still names (a long-running server sees keys
+        without end): a key evicted and computed again is first seen again."""
+        named = {key for key, _ in view.cache_map.entries()}
+        self.ghosts = {key: ghost for key, ghost in self.ghosts.items() if key in named}
 
     def _content(self, view: PoolView) -> list[Finding]:
         findings = []
