@@ -9,6 +9,7 @@ import types
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,7 +40,7 @@ class Map:
         return self.blocks.items()
 
 
-def view(**changes: object) -> PoolView:
+def view(**changes: Any) -> PoolView:
     """Blocks 0 (null) to 6. Request a holds 1, 2, 3 (its first two cached); request b shares
     block 1 (the same first tokens) and holds 4; 5 is free, 6 is free and cached under X."""
     held = (
@@ -56,7 +57,7 @@ def view(**changes: object) -> PoolView:
         cache_map=Map({A0: {1}, A1: {2}, X: {6}}),
         held=held,
     )
-    return replace(base, **changes)  # type: ignore[arg-type]
+    return replace(base, **changes)
 
 
 Seen = set[tuple[str, str | None, int | None]]
