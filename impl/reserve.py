@@ -123,11 +123,11 @@ class Reserve:
             refs[page] = count + 1
         return tuple(revived)
 
-    def _release(self, pages: Sequence[int], park_all: bool) -> Freed:
+    def _release(self, pages: Sequence[int], park_all: bool, evict_first: bool = False) -> Freed:
         refs = self.refs
         n = self.pages
         reserved = self.reserved
-        cached = {} if park_all or not self.caching else self._by_page
+        cached = {} if park_all or evict_first or not self.caching else self._by_page
         front: list[int] = []
         back: list[int] = []
         done: list[int] = []  # pages released so far: put back if a later one is refused
@@ -166,6 +166,9 @@ class Reserve:
 
     def free(self, pages: Sequence[int]) -> Freed:
         return self._release(pages, park_all=False)
+
+    def free_evict_first(self, pages: Sequence[int]) -> Freed:
+        return self._release(pages, park_all=False, evict_first=True)
 
     def unpin(self, pages: Sequence[int]) -> Freed:
         return self._release(pages, park_all=True)

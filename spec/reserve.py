@@ -21,6 +21,10 @@ The transitions, and what they mean for a cached page:
               **parked** at the back when cached (the oldest parked page is reused first),
               and put at the front when not (LIFO reuse of uncached pages; one call's pages
               keep their order)
+    free_evict_first
+              the same, but a page reaching 0 goes to the front cached or not, keys kept:
+              its content is held elsewhere (another tier), so it is evicted before every
+              parked page (vLLM 0.34's `free_blocks(..., evict_first=True)`)
     unpin     drop a reference; a page reaching 0 goes to the back, cached or not
     register  add the key to a held page; a registration already made changes nothing
     forget    drop every key of a page; a free page stays where it is on the queue
@@ -160,6 +164,12 @@ def free(state: ReserveState, pages: Sequence[int]) -> tuple[ReserveState, Freed
     return _release(state, pages, lambda page: state.caching and is_cached(state, page))
 
 
+def free_evict_first(state: ReserveState, pages: Sequence[int]) -> tuple[ReserveState, Freed]:
+    """One reference less on each page, in order; a page reaching 0 goes to the front, cached or
+    not (its keys kept: a hit still revives it until it is taken). A reserved page stays held."""
+    return _release(state, pages, lambda page: False)
+
+
 def unpin(state: ReserveState, pages: Sequence[int]) -> tuple[ReserveState, Freed]:
     """One reference less on each page; a page reaching 0 goes to the back, cached or not."""
     return _release(state, pages, lambda page: True)
@@ -248,6 +258,10 @@ class Reserve:
 
     def free(self, pages: Sequence[int]) -> Freed:
         self.state, freed = free(self.state, pages)
+        return freed
+
+    def free_evict_first(self, pages: Sequence[int]) -> Freed:
+        self.state, freed = free_evict_first(self.state, pages)
         return freed
 
     def unpin(self, pages: Sequence[int]) -> Freed:

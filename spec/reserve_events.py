@@ -42,6 +42,17 @@ class FreePages:
 
 
 @dataclass(frozen=True, slots=True)
+class FreeEvictFirst:
+    """`reserve.free_evict_first(pages)`: one reference less on each; a page at 0 goes to the
+    front, cached or not (its content is held elsewhere: it is evicted first)."""
+
+    pages: tuple[Any, ...]
+
+    def perform(self, reserve: Any) -> Any:
+        return reserve.free_evict_first(list(self.pages))
+
+
+@dataclass(frozen=True, slots=True)
 class Unpin:
     """`reserve.unpin(pages)`: one reference less on each; a page at 0 goes to the back."""
 
@@ -90,5 +101,5 @@ class Lookup:
         return reserve.lookup(self.key)
 
 
-ReserveEvent = TakePages | Touch | FreePages | Unpin | Register | Forget | ResetReserve | Lookup
+ReserveEvent = TakePages | Touch | FreePages | FreeEvictFirst | Unpin | Register | Forget | ResetReserve | Lookup
 RESERVE_EVENTS: tuple[type[Any], ...] = ReserveEvent.__args__

@@ -33,4 +33,13 @@ class DropHashOnFree(Reserve):
         return freed
 
 
-VARIANTS = {"NewestFirst": NewestFirst, "DropHashOnFree": DropHashOnFree}
+class EvictFirstParks(Reserve):
+    """Frees to the eviction end as a plain free does: a cached page whose content another tier
+    holds is parked at the back, behind pages only this pool holds (an override that drops vLLM
+    0.34's `evict_first` keyword)."""
+
+    def free_evict_first(self, pages: Sequence[int]) -> Freed:
+        return self.free(pages)
+
+
+VARIANTS = {"NewestFirst": NewestFirst, "DropHashOnFree": DropHashOnFree, "EvictFirstParks": EvictFirstParks}

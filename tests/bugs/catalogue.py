@@ -406,6 +406,14 @@ CATALOGUE: tuple[Bug, ...] = (
         "parked-newest-first",
         "A freed cached page is parked at the front of the free queue, so the newest parked page is evicted first.",
         reserve="NewestFirst",
+        reserve_encoding="free_puts_a_named_page_first",
+    ),
+    Bug(
+        "evict-first-parked",
+        "A cached page whose content another tier holds is freed to the back of the queue, not the eviction end,"
+        " so pages only this pool holds are evicted before it (an override that drops vLLM 0.34's evict_first).",
+        reserve="EvictFirstParks",
+        reserve_encoding="evict_first_parks_at_the_back",
     ),
     Bug(
         "free-drops-keys",

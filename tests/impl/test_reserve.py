@@ -23,7 +23,7 @@ from kvsched.impl.reserve import Reserve as ImplReserve
 from kvsched.proofs import component_explorer
 from kvsched.proofs.component_explorer import ComponentExplorer
 from kvsched.spec import reserve as spec
-from kvsched.spec.errors import Exhausted, InvalidBlock
+from kvsched.spec.errors import DoubleRelease, Exhausted, InvalidBlock
 from kvsched.testing.bounded import bounded
 from kvsched.testing.checks import CheckFailed, FailureKind
 from kvsched.testing.component_machine import machine_for
@@ -57,7 +57,7 @@ def test_every_state_of_a_small_reserve_refines_the_spec(caching: bool) -> None:
     config = ReserveConfig(pages=EXPLORED.pages, keys=EXPLORED.keys, caching=caching)
     result = ComponentExplorer(RESERVE, config, impl_reserve, spec_reserve).run()
     assert result.complete and result.violation is None, result.violation
-    assert result.states == 650 and result.transitions == 24_180
+    assert result.states == 650 and result.transitions == 27_950
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
@@ -92,6 +92,27 @@ def test_the_transitions_by_hand() -> None:
         reserve.allocate(1)
     with pytest.raises(InvalidBlock):
         reserve.register("k", 0)  # the reserved page never enters the cache
+
+
+def test_freeing_to_the_eviction_end_by_hand() -> None:
+    """vLLM 0.34's `evict_first`: a cached page whose content another tier holds goes to the
+    front, keys kept (a hit still revives it), and is evicted before every parked page."""
+    reserve = spec.Reserve(5)
+    assert reserve.allocate(4) == (1, 2, 3, 4)
+    for key, page in (("a", 1), ("b", 2), ("c", 3)):
+        reserve.register(key, page)
+    reserve.free([1])  # parked
+    freed = reserve.free_evict_first([2, 4, 3])
+    assert freed == spec.Freed(front=(2, 4, 3), back=())
+    assert reserve.state.queue == (2, 4, 3, 1)
+    assert reserve.lookup("b") == 2 and reserve.lookup("c") == 3
+    assert reserve.touch([3]) == (3,)  # a hit before it is taken revives it
+    reserve.free_evict_first([3])
+    assert reserve.allocate(2) == (3, 2)  # the newest freed to the front is taken first
+    assert reserve.lookup("b") is None and reserve.lookup("c") is None and reserve.lookup("a") == 1
+    with pytest.raises(DoubleRelease):
+        reserve.free_evict_first([2, 2, 2])  # a double free, refused whole
+    assert list(reserve.state.queue) == [4, 1] and reserve.ref_count(2) == 1
 
 
 @given(st.integers(1, 40), st.integers(0, 40))

@@ -109,6 +109,15 @@ def draw_free(machine: Any) -> st.SearchStrategy[rev.FreePages]:
 
 
 @cache
+def _free_evict_first(config: ReserveConfig, pages: tuple[int, ...]) -> st.SearchStrategy[rev.FreeEvictFirst]:
+    return st.builds(rev.FreeEvictFirst, _some_pages(config, pages))
+
+
+def draw_free_evict_first(machine: Any) -> st.SearchStrategy[rev.FreeEvictFirst]:
+    return _free_evict_first(machine.config, _held(machine))
+
+
+@cache
 def _unpin(config: ReserveConfig, pages: tuple[int, ...]) -> st.SearchStrategy[rev.Unpin]:
     return st.builds(rev.Unpin, _some_pages(config, pages))
 
@@ -171,6 +180,12 @@ def explore_free(state: ReserveState, config: ReserveConfig) -> Iterator[rev.Fre
     yield from (rev.FreePages((first, second)) for first in pages for second in pages if first != second)
 
 
+def explore_free_evict_first(state: ReserveState, config: ReserveConfig) -> Iterator[rev.FreeEvictFirst]:
+    yield from (rev.FreeEvictFirst((page,)) for page in _all_pages(config))
+    pages = held(state)
+    yield from (rev.FreeEvictFirst((first, second)) for first in pages for second in pages if first != second)
+
+
 def explore_unpin(state: ReserveState, config: ReserveConfig) -> Iterator[rev.Unpin]:
     yield from (rev.Unpin((page,)) for page in _all_pages(config))
 
@@ -212,12 +227,13 @@ RESERVE = Component(
         EventSpec(rev.Touch, ids=("pages",), z3=("reserve_safety:touch",), draw=draw_touch, explore=explore_touch),
         EventSpec(rev.FreePages, ids=("pages",), z3=("reserve_safety:free",), draw=draw_free, explore=explore_free),
         EventSpec(
-            rev.Unpin,
+            rev.FreeEvictFirst,
             ids=("pages",),
-            gaps={Z: "free's parking branch, which the proof of free covers, for every page"},
-            draw=draw_unpin,
-            explore=explore_unpin,
+            z3=("reserve_safety:free_evict_first",),
+            draw=draw_free_evict_first,
+            explore=explore_free_evict_first,
         ),
+        EventSpec(rev.Unpin, ids=("pages",), z3=("reserve_safety:unpin",), draw=draw_unpin, explore=explore_unpin),
         EventSpec(
             rev.Register,
             ids=("page",),
