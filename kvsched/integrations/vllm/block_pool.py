@@ -6,7 +6,12 @@ count, the free queue's order and the cache index. vLLM's `KVCacheBlock` objects
 reads the reserve's queue (`ReserveQueue`), and the pool keeps vLLM's hash map beside the
 reserve's index, so vLLM's code and tests that walk them see what kvsched decided. vLLM's
 null block (block 0) is the reserve's reserved page; its `ref_cnt` is vLLM's own unmaintained
-counter, as in vLLM.
+counter, which 0.32 moves on `touch` and `free_blocks` and later releases leave alone.
+
+What differs between the tested releases is read from `kvsched.integrations.vllm.names.RELEASES`
+(and every vLLM name used here is checked at import against that module's table): 0.34's
+`free_blocks(..., evict_first=True)` is the reserve's `free_evict_first`, its blocks point to
+their pool weakly, and its hash map holds block ids.
 
 Everything else (events, metrics, partial-block keys, reuse watchers) is vLLM's code, reached
 through the two primitives every cache change goes through (`_insert_block_hash`,
@@ -16,6 +21,7 @@ checking the views against the reserve and the reserve's invariants against the 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -24,10 +30,15 @@ from typing import Any, TypeVar, cast
 
 from kvsched.integrations.vllm import require_tested_vllm
 
-require_tested_vllm()
+require_tested_vllm()  # without vLLM, or under another release: UnsupportedVllm naming what to install
+
+from kvsched.integrations.vllm.names import require_names  # noqa: E402
+
+RELEASE = require_names()  # every name below is where this release has it, or UnsupportedVllm
 
 import vllm.v1.core.block_pool as vllm_block_pool  # noqa: E402  (after the version check)
 import vllm.v1.core.kv_cache_coordinator as vllm_coordinator  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     FreeKVCacheBlockQueue,
     KVCacheBlock,
@@ -157,15 +168,18 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
     ) -> None:
         super().__init__(num_gpu_blocks, enable_caching, hash_block_size, *args, **kwargs)
         self.reserve = self.reserve_class(num_gpu_blocks, reserved=(0,), caching=enable_caching)
+        self.pool_ref: Any = self._weak_self if RELEASE.weak_pool else self  # what a block's `pool` holds
         # Block 0 is vLLM's null block, a plain one: its count is vLLM's own, unmaintained.
-        self.blocks: list[KVCacheBlock] = [KVCacheBlock(0, pool=self)]
+        self.blocks: list[KVCacheBlock] = [KVCacheBlock(0, pool=self.pool_ref)]
         for page in range(1, num_gpu_blocks):
-            block = ReserveBlock(page, pool=self)
+            block = ReserveBlock(page, pool=self.pool_ref)
             block.refs, block.reserve = self.reserve.refs, self.reserve
             self.blocks.append(block)
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
         self.free_block_queue = ReserveQueue(self.blocks, self.reserve)
+        if RELEASE.map_of_ids:  # the map reads blocks by id from the pool's list
+            self.cached_block_hash_to_block = vllm_block_pool.BlockHashToBlockMap(self.blocks)
         if self.debug:
             self.check()
 
@@ -198,7 +212,7 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         pages = [block.block_id for block in blocks]
         self.reserve.touch(pages)
-        if 0 in pages:
+        if RELEASE.null_block_counted and 0 in pages:
             self.null_block.ref_cnt += pages.count(0)  # vLLM's unmaintained count on its null block
         metrics = self.metrics_collector
         if metrics:
@@ -206,20 +220,31 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
                 metrics.on_block_accessed(block)
 
     @_checked
-    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock], evict_first: bool = False) -> None:
+        if evict_first and not RELEASE.evict_first:
+            raise TypeError(f"vLLM {RELEASE.version}'s free_blocks takes no evict_first")
         pages: list[int] = []
         other_pools: dict[Any, list[KVCacheBlock]] = {}
+        mine = self.pool_ref
         for block in ordered_blocks:
             pool = block.pool
-            if pool is self or pool is None:
+            if pool is mine or pool is None:
                 pages.append(block.block_id)
+            elif RELEASE.weak_pool:
+                owner = pool()
+                if owner is not None:  # a pool that is gone frees nothing
+                    other_pools.setdefault(owner, []).append(block)
             else:
                 other_pools.setdefault(pool, []).append(block)
-        self.reserve.free(pages)  # the null block is reserved: the reserve leaves it be
-        if 0 in pages:
+        # The null block is reserved: the reserve leaves it be.
+        (self.reserve.free_evict_first if evict_first else self.reserve.free)(pages)
+        if RELEASE.null_block_counted and 0 in pages:
             self.null_block.ref_cnt -= pages.count(0)  # vLLM's unmaintained count on it
         for pool, theirs in other_pools.items():
-            pool.free_blocks(theirs)
+            if RELEASE.evict_first:
+                pool.free_blocks(theirs, evict_first=evict_first)
+            else:
+                pool.free_blocks(theirs)
 
     @_checked
     def unpin_blocks(self, blocks: Iterable[KVCacheBlock], on_reuse: Callable[[KVCacheBlock], None]) -> None:
@@ -280,11 +305,14 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
             for key in reserve.keys_of(block.block_id):
                 assert self.cached_block_hash_to_block.contain(key, block.block_id), f"key of {block.block_id} lost"
         registrations = sum(len(reserve.keys_of(page)) for page in range(reserve.pages))
-        assert sum(_count(blocks) for blocks in self.cached_block_hash_to_block._cache.values()) == registrations
+        assert _registrations(self.cached_block_hash_to_block) == registrations
 
 
-def _count(blocks: object) -> int:
-    return len(blocks) if isinstance(blocks, dict) else 1
+def _registrations(hash_map: Any) -> int:
+    """How many (key, block) pairs vLLM's hash map holds."""
+    if RELEASE.map_of_ids:  # one id per key, every id of a key several blocks hold in `_dup_ids`
+        return len(hash_map._cache) + sum(len(ids) - 1 for ids in hash_map._dup_ids.values())
+    return sum(len(blocks) if isinstance(blocks, dict) else 1 for blocks in hash_map._cache.values())
 
 
 def choose_reserve() -> None:
@@ -296,9 +324,35 @@ def choose_reserve() -> None:
         KvschedBlockPool.reserve_class = getattr(importlib.import_module(module), name)
 
 
+@contextlib.contextmanager
+def substituted() -> Iterator[None]:
+    """Inside the block, vLLM's coordinator builds a `KvschedBlockPool` where it builds a pool;
+    after it, whatever it built before (no rebinding outlives the block)."""
+    choose_reserve()
+    before = vllm_coordinator.BlockPool
+    vllm_coordinator.BlockPool = KvschedBlockPool
+    try:
+        yield
+    finally:
+        vllm_coordinator.BlockPool = before
+
+
+class KvschedKVCacheManager(KVCacheManager):  # type: ignore[misc]
+    """vLLM's `KVCacheManager`, its coordinator's pool a `KvschedBlockPool` (substituted for
+    its construction alone: a pool built elsewhere, such as the CPU-offload tier's, which
+    vLLM builds through the coordinator factory outside any manager, stays vLLM's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with substituted():
+            super().__init__(*args, **kwargs)
+        if not isinstance(self.block_pool, KvschedBlockPool):
+            raise TypeError(f"the manager's block pool is {type(self.block_pool).__qualname__}, not KvschedBlockPool")
+
+
 def install() -> None:
     """Rebind vLLM's `BlockPool` where its managers and tests look it up, over the reserve
-    `KVSCHED_VLLM_RESERVE` names, if any."""
+    `KVSCHED_VLLM_RESERVE` names, if any, until `uninstall()` (process-wide: how vLLM's own
+    tests run over kvsched's pool; a scheduler substitutes it for its own construction only)."""
     choose_reserve()
     vllm_block_pool.BlockPool = KvschedBlockPool
     vllm_coordinator.BlockPool = KvschedBlockPool

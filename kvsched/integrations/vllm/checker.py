@@ -22,7 +22,11 @@ vLLM schedules as without it. Its role is `kv_producer`: a consumer role with ov
 cannot see, and the checker refuses it.
 
 Importing this module without vLLM, or under a release the integration is not tested with, raises
-`UnsupportedVllm` naming what to install.
+`UnsupportedVllm` naming what to install; under a tested release whose names differ from
+`kvsched.integrations.vllm.names`, it raises listing them. The free queue's order it checks is
+every release's own when no tier frees to the eviction end: an uncached block is never behind a
+cached one. vLLM 0.34's CPU-offload tier frees cached blocks to the front (`evict_first`); the
+checker is then one connector of several, and its order check would report those blocks.
 """
 
 from __future__ import annotations
@@ -34,7 +38,11 @@ from typing import Any, overload
 
 from kvsched.integrations.vllm import require_tested_vllm
 
-require_tested_vllm()
+require_tested_vllm()  # without vLLM, or under another release: UnsupportedVllm naming what to install
+
+from kvsched.integrations.vllm.names import require_names  # noqa: E402
+
+RELEASE = require_names()  # every name below is where this release has it, or UnsupportedVllm
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: E402  (after the version check)
     KVConnectorBase_V1,
@@ -47,9 +55,9 @@ from kvsched.integrations.vllm.live import Finding, Held, LiveChecker, LiveFindi
 
 logger = logging.getLogger(__name__)
 ON_FINDING = ("raise", "log")
-# What the checker reads of each `KVCacheBlock` (0.32.0's fields; `_block_hash` is what its
-# `block_hash` property returns).
-BLOCK_ID, REF_COUNT, KEY = attrgetter("block_id"), attrgetter("ref_cnt"), attrgetter("_block_hash")
+# What the checker reads of each `KVCacheBlock` (its key: the field behind 0.32 and 0.33's
+# `block_hash` property, 0.34's plain field).
+BLOCK_ID, REF_COUNT, KEY = attrgetter("block_id"), attrgetter("ref_cnt"), attrgetter(RELEASE.block_key)
 
 
 class GroupKeys(Sequence[bytes]):
@@ -83,8 +91,32 @@ def free_queue(queue: Any, bound: int) -> tuple[int, ...]:
     return tuple(blocks)
 
 
+class IdMapView:
+    """vLLM 0.34's hash map (key -> a block id, and every id of a key several blocks hold in
+    `_dup_ids`), read in place."""
+
+    def __init__(self, hash_map: Any) -> None:
+        self.cache: dict[Any, int] = hash_map._cache
+        self.dups: dict[Any, dict[int, None]] = hash_map._dup_ids
+
+    def holds(self, key: bytes, block: int) -> bool:
+        dups = self.dups.get(key)
+        return block in dups if dups is not None else self.cache.get(key) == block
+
+    def pairs(self) -> int:
+        return len(self.cache) + sum(len(ids) - 1 for ids in self.dups.values())
+
+    def names(self) -> dict[bytes, int] | None:
+        return None if self.dups else dict(self.cache)
+
+    def entries(self) -> Iterator[tuple[bytes, Collection[int]]]:
+        dups = self.dups
+        for key, block in self.cache.items():
+            yield key, dups.get(key, (block,))
+
+
 class MapView:
-    """vLLM's hash map (key -> a block, or a dict of blocks by id), read in place."""
+    """vLLM 0.32 and 0.33's hash map (key -> a block, or a dict of blocks by id), read in place."""
 
     def __init__(self, cache: dict[Any, Any]) -> None:
         self.cache = cache
@@ -113,6 +145,7 @@ def read_view(manager: Any, requests: dict[str, Any]) -> PoolView:
     """vLLM's manager and pool as a `PoolView`; `requests` maps the live requests' ids to them."""
     pool = manager.block_pool
     blocks = pool.blocks
+    hash_map = pool.cached_block_hash_to_block
     held = []
     for single in manager.coordinator.single_type_managers:
         group = single.kv_cache_group_id
@@ -139,7 +172,7 @@ def read_view(manager: Any, requests: dict[str, Any]) -> PoolView:
         free_count=pool.free_block_queue.num_free_blocks,
         keys=list(map(KEY, blocks)),
         extra_keys=pool.cached_block_hashes_by_block,
-        cache_map=MapView(pool.cached_block_hash_to_block._cache),
+        cache_map=IdMapView(hash_map) if RELEASE.map_of_ids else MapView(hash_map._cache),
         held=tuple(held),
     )
 

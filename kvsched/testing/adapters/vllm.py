@@ -172,22 +172,19 @@ class VllmManager:
 
     def __init__(self, pages: int, page_size: int, max_model_len: int = 4096, over_kvsched: bool = False) -> None:
         self.vllm = _vllm()
+        manager_class = self.vllm.manager.KVCacheManager
         if over_kvsched:
-            from kvsched.integrations.vllm import block_pool
+            from kvsched.integrations.vllm.block_pool import KvschedKVCacheManager
 
-            block_pool.install()
-        try:
-            self.manager = self.vllm.manager.KVCacheManager(
-                self.vllm.kv_cache_config(pages, page_size),
-                max_model_len=max_model_len,
-                scheduler_block_size=page_size,
-                hash_block_size=page_size,
-                enable_caching=True,
-                log_stats=False,
-            )
-        finally:
-            if over_kvsched:
-                block_pool.uninstall()
+            manager_class = KvschedKVCacheManager
+        self.manager = manager_class(
+            self.vllm.kv_cache_config(pages, page_size),
+            max_model_len=max_model_len,
+            scheduler_block_size=page_size,
+            hash_block_size=page_size,
+            enable_caching=True,
+            log_stats=False,
+        )
         self.page_size = page_size
         self.requests: dict[int, Any] = {}
 

@@ -1,0 +1,121 @@
+"""The W3 workload and a preempting shared-prefix one through vLLM's own `Scheduler`, over
+vLLM's pool and over kvsched's (`KvschedScheduler`): every step's output must be the same.
+
+Each step's `SchedulerOutput` is reduced to what a model runner acts on: the new requests with
+their block ids, the running requests' new block ids, the tokens scheduled per request, the
+preempted and finished ones. Over kvsched's pool the reduction must equal vLLM's at every step
+(the same blocks, in the same order, for the same requests), for W3 (R requests of 512 distinct
+tokens, 128 new each, prefix caching on: the peers' W3) and for the live checker's shared-prefix
+workload (two salts, three priorities, a pool small enough to preempt).
+
+With `--expect-different` (a wrong reserve chosen by `KVSCHED_VLLM_RESERVE`) it passes only
+when some step differs.
+
+    python same_schedule.py [--json OUT] [--expect-different]   (vLLM's venv; from outside the checkout)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+if __package__:
+    from devtools.vllm import checker_teeth, thrash
+else:  # run as a script from outside the checkout: its folder is on sys.path
+    import checker_teeth  # type: ignore[import-not-found,no-redef]
+    import thrash  # type: ignore[import-not-found,no-redef]
+
+
+def w3(requests: int) -> list[dict[str, Any]]:
+    """R requests of 512 distinct tokens, 128 new each (the peers' W3)."""
+    prompt, new = 512, 128
+    return [
+        {
+            "id": str(i),
+            "prompt": list(range(i * prompt + 1, (i + 1) * prompt + 1)),
+            "max_tokens": new,
+            "priority": 0,
+            "salt": None,
+        }
+        for i in range(requests)
+    ]
+
+
+class Differs(AssertionError):
+    """A step's output over kvsched's pool is not vLLM's."""
+
+
+def reduced(output: Any) -> dict[str, Any]:
+    """What a model runner acts on, of one step's `SchedulerOutput`."""
+    cached = output.scheduled_cached_reqs
+    return {
+        "new": [(request.req_id, request.block_ids) for request in output.scheduled_new_reqs],
+        "cached": list(zip(cached.req_ids, cached.new_block_ids, strict=True)),
+        "tokens": dict(output.num_scheduled_tokens),
+        "preempted": sorted(output.preempted_req_ids or ()),
+        "finished": sorted(output.finished_req_ids),
+    }
+
+
+def steps(sched: Any, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every step's reduced output, `requests` run to the end."""
+    outputs: list[Any] = []
+    checker_teeth.run(sched, requests, seen=outputs)
+    return [reduced(output) for output in outputs]
+
+
+def compare(name: str, blocks: int, requests: list[dict[str, Any]], max_seqs: int, max_tokens: int) -> dict[str, Any]:
+    """`requests` through vLLM's scheduler over each pool; `Differs` at the first step that does."""
+    from kvsched.integrations.vllm.block_pool import KvschedBlockPool
+    from kvsched.integrations.vllm.scheduler import KvschedScheduler
+
+    stock = steps(thrash.scheduler(blocks, True, None, max_seqs, max_tokens), requests)
+    ours_scheduler = thrash.scheduler(blocks, True, None, max_seqs, max_tokens, KvschedScheduler)
+    assert isinstance(ours_scheduler.kv_cache_manager.block_pool, KvschedBlockPool)
+    ours = steps(ours_scheduler, requests)
+    for index, (theirs, mine) in enumerate(zip(stock, ours, strict=False)):
+        if theirs != mine:
+            raise Differs(f"{name}: step {index} differs over kvsched's pool:\n vLLM's  {theirs}\n kvsched {mine}")
+    if len(stock) != len(ours):
+        raise Differs(f"{name}: {len(stock)} steps over vLLM's pool, {len(ours)} over kvsched's")
+    preempted = sum(len(step["preempted"]) for step in stock)
+    blocks_handed = sum(len(ids[0]) for step in stock for _, ids in step["new"] if ids)
+    return {"workload": name, "steps": len(stock), "preemptions": preempted, "new_request_blocks": blocks_handed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--expect-different", action="store_true", help="pass only if some step differs")
+    args = parser.parse_args(argv)
+    requests = 128
+    block_count = requests * -(-(512 + 128 + 1) // thrash.BLOCK) + 64
+    try:
+        rows = [
+            compare("W3 R=128", block_count, w3(requests), max_seqs=requests, max_tokens=8192),
+            compare(
+                "shared prefixes, preempting", 120, checker_teeth.shared_prefix_workload(), max_seqs=32, max_tokens=2048
+            ),
+        ]
+    except Differs as difference:
+        if args.expect_different:
+            print(f"different, as a wrong reserve must be: {str(difference).splitlines()[0]}", file=sys.stderr)
+            return 0
+        raise
+    if args.expect_different:
+        print("every step identical over a wrong reserve", file=sys.stderr)
+        return 1
+    for row in rows:
+        print(f"identical: {row}", file=sys.stderr)
+    if not rows[1]["preemptions"]:
+        raise AssertionError("the shared-prefix workload must preempt")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as file:
+            json.dump(rows, file, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
