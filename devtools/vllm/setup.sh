@@ -32,6 +32,10 @@ pipv numba llvmlite xxhash hypothesis
 # Running vLLM's tests/v1/core (pytest, xdist) and its engine on the tiny model (--no-deps: each
 # pulls only what the two imports need).
 pipv pytest pytest-xdist tblib httpx  # tblib: the sdist's root conftest.py; httpx: a test helper
+# vLLM's OpenAI-compatible server (`make vllm`'s serve step; model_hosting_container_standards
+# --no-deps: its server runtime is not what vLLM's router imports).
+pipv uvicorn watchfiles prometheus-fastapi-instrumentator jmespath
+pipv --no-deps model-hosting-container-standards
 pipv --no-deps compressed-tensors loguru
 pipv --no-deps --force-reinstall "$root"
 "$venv/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"

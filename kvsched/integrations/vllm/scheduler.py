@@ -14,6 +14,7 @@ asynchronous scheduler (what vLLM picks when `async_scheduling` is on).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,10 +38,22 @@ def _managers_substituted() -> Iterator[None]:
         vllm_scheduler.KVCacheManager = before
 
 
+logger = logging.getLogger("vllm.kvsched")  # under vLLM's logger: its handlers and level apply
+
+
 def _require_kvsched_pool(scheduler: Any) -> None:
     pool = scheduler.kv_cache_manager.block_pool
     if not isinstance(pool, block_pool.KvschedBlockPool):
         raise TypeError(f"the scheduler's block pool is {type(pool).__qualname__}, not KvschedBlockPool")
+    reserve = type(pool.reserve)
+    logger.info(
+        "kvsched: %s over KvschedBlockPool (%d blocks, reserve %s.%s, vLLM %s)",
+        type(scheduler).__qualname__,
+        len(pool.blocks),
+        reserve.__module__,
+        reserve.__qualname__,
+        block_pool.RELEASE.version,
+    )
 
 
 class KvschedScheduler(vllm_scheduler.Scheduler):  # type: ignore[misc]
