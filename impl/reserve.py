@@ -11,7 +11,7 @@ had lowered when a later page is refused; either way a refused call changes noth
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kvsched.spec import refusals
 from kvsched.spec.domain import require_int, require_size
@@ -38,6 +38,9 @@ class Reserve:
         self._by_key: dict[Key, dict[int, int]] = {}
         self._by_page: dict[int, dict[Key, int]] = {}
         self._registered = 0
+        # The pages each key names, first registered first (what `lookup` answers, read in place
+        # by a caller on its hot path; only the reserve changes it).
+        self.pages_by_key: Mapping[Key, Mapping[int, int]] = self._by_key
 
     def _page(self, page: object) -> int:
         if type(page) is int and 0 <= page < self.pages:

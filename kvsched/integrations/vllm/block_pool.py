@@ -254,16 +254,16 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
             self._reuse_watchers[block.block_id] = on_reuse
 
     def get_cached_block(self, block_hash: Any, kv_cache_group_ids: list[int]) -> list[KVCacheBlock] | None:
-        lookup = self.reserve.lookup
+        pages_by_key = self.reserve.pages_by_key  # the reserve's index: a key's first page is its hit
         if len(kv_cache_group_ids) == 1:  # one attention type: the common case
-            page = lookup(make_block_hash_with_group_id(block_hash, kv_cache_group_ids[0]))
-            return None if page is None else [self.blocks[page]]
+            pages = pages_by_key.get(make_block_hash_with_group_id(block_hash, kv_cache_group_ids[0]))
+            return [self.blocks[next(iter(pages))]] if pages else None
         found: list[KVCacheBlock] = []
         for group_id in kv_cache_group_ids:
-            page = lookup(make_block_hash_with_group_id(block_hash, group_id))
-            if page is None:
+            pages = pages_by_key.get(make_block_hash_with_group_id(block_hash, group_id))
+            if not pages:
                 return None
-            found.append(self.blocks[page])
+            found.append(self.blocks[next(iter(pages))])
         return found
 
     def get_num_free_blocks(self) -> int:
