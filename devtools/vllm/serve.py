@@ -108,7 +108,7 @@ def serve(mode: str, port: int, log: Path) -> dict[str, Any]:
                 temperature=0.0,
                 extra_body={"return_token_ids": True, "ignore_eos": True},
             )
-            return list(answer.choices[0].token_ids)  # type: ignore[attr-defined]
+            return list(answer.choices[0].token_ids)
 
         outputs: list[list[int]] = []
         started = time.perf_counter()
@@ -162,9 +162,13 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{run['mode']}: the server's log does not name kvsched's scheduler")
     if runs[-1]["checker_findings_logged"]:
         raise SystemExit("the live checker reported findings on stock vLLM")
-    print(f"identical over {len(runs)} servers, {len(stock['outputs'])} completions each; logs in {logs}", file=sys.stderr)
+    print(
+        f"identical over {len(runs)} servers, {len(stock['outputs'])} completions each; logs in {logs}", file=sys.stderr
+    )
     if args.json:
-        args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "outputs"} for r in runs], indent=2) + "\n")
+        args.json.write_text(
+            json.dumps([{k: v for k, v in r.items() if k != "outputs"} for r in runs], indent=2) + "\n"
+        )
     return 0
 
 
