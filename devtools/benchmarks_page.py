@@ -8,6 +8,7 @@ and load it was measured with. A test regenerates the page and requires it uncha
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -244,7 +245,12 @@ def thrash_vllm(report: dict[str, Any]) -> str:
     )
 
 
-def vllm_pool(report: dict[str, Any]) -> str:
+def vllm_pool(release: str) -> Callable[[dict[str, Any]], str]:
+    """The section for W1 and W2 through `release`'s `KVCacheManager`."""
+    return functools.partial(_vllm_pool, release)
+
+
+def _vllm_pool(release: str, report: dict[str, Any]) -> str:
     rows = [
         [
             row["case"],
@@ -257,13 +263,13 @@ def vllm_pool(report: dict[str, Any]) -> str:
         for row in report["rows"]
     ]
     return section(
-        "vLLM's KVCacheManager over vLLM's pool and over kvsched's",
-        "W1 (decode) and W2 (shared-prefix admission) through vLLM 0.32.0's own `KVCacheManager`,"
-        " the two pools interleaved in one process (`devtools/vllm/bench_pool.py`, the last step of"
-        " `make vllm`); the pool's own share timed by replaying its calls on a fresh pool.",
+        f"vLLM {release}'s KVCacheManager over vLLM's pool and over kvsched's",
+        f"W1 (decode) and W2 (shared-prefix admission) through vLLM {release}'s own `KVCacheManager`,"
+        " the two pools interleaved in one process (`devtools/vllm/bench_pool.py`, a step of"
+        f" `make vllm VLLM={release}`); the pool's own share timed by replaying its calls on a fresh pool.",
         report,
         table(["case", "unit", "vLLM's pool", "kvsched's pool", "ratio", "in the pool (vLLM / kvsched)"], rows),
-        "![vLLM's manager over both pools](bench/vllm-pool.svg)",
+        f"![vLLM {release}'s manager over both pools](bench/vllm-pool-{release}.svg)",
     )
 
 
@@ -275,7 +281,7 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("thrash-vllm.json", thrash_vllm),
     ("rounds.json", rounds),
     ("decode.json", decode),
-    ("vllm-pool.json", vllm_pool),
+    *((f"vllm-pool-{release}.json", vllm_pool(release)) for release in ("0.32.0", "0.33.0", "0.34.0")),
 ]
 
 

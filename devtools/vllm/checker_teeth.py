@@ -59,6 +59,28 @@ def scheduler(blocks: int, checker: bool, max_seqs: int = 32, max_tokens: int = 
     return thrash.scheduler(blocks, True, CHECKER if checker else None, max_seqs, max_tokens)
 
 
+W3_PROMPT, W3_NEW = 512, 128
+
+
+def w3(requests: int) -> list[dict[str, Any]]:
+    """The peers' W3: R requests of 512 distinct tokens, 128 new each."""
+    return [
+        {
+            "id": str(i),
+            "prompt": list(range(i * W3_PROMPT + 1, (i + 1) * W3_PROMPT + 1)),
+            "max_tokens": W3_NEW,
+            "priority": 0,
+            "salt": None,
+        }
+        for i in range(requests)
+    ]
+
+
+def w3_blocks(requests: int) -> int:
+    """A pool W3 runs in without preempting (every request's blocks and 64 more)."""
+    return requests * -(-(W3_PROMPT + W3_NEW + 1) // BLOCK) + 64
+
+
 def shared_prefix_workload(seed: int = 0, count: int = 48) -> list[dict[str, Any]]:
     """Requests over four shared prefixes (some 3 blocks long, some not a whole block), two cache
     salts, 8 to 40 new tokens, 3 priorities."""
@@ -232,18 +254,8 @@ def caught(name: str, blocks: int) -> dict[str, Any]:
 def cost(requests: int, repeats: int) -> dict[str, Any]:
     """CPU time per step on W3 with and without the checker, the median of `repeats` runs each,
     interleaved."""
-    prompt, new = 512, 128
-    workload = [
-        {
-            "id": str(i),
-            "prompt": list(range(i * prompt + 1, (i + 1) * prompt + 1)),
-            "max_tokens": new,
-            "priority": 0,
-            "salt": None,
-        }
-        for i in range(requests)
-    ]
-    blocks = requests * -(-(prompt + new + 1) // BLOCK) + 64
+    workload = w3(requests)
+    blocks = w3_blocks(requests)
     per_step: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(repeats):
         for checker in (False, True):

@@ -28,21 +28,6 @@ else:  # run as a script from outside the checkout: its folder is on sys.path
     import thrash  # type: ignore[import-not-found,no-redef]
 
 
-def w3(requests: int) -> list[dict[str, Any]]:
-    """R requests of 512 distinct tokens, 128 new each (the peers' W3)."""
-    prompt, new = 512, 128
-    return [
-        {
-            "id": str(i),
-            "prompt": list(range(i * prompt + 1, (i + 1) * prompt + 1)),
-            "max_tokens": new,
-            "priority": 0,
-            "salt": None,
-        }
-        for i in range(requests)
-    ]
-
-
 class Differs(AssertionError):
     """A step's output over kvsched's pool is not vLLM's."""
 
@@ -91,10 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--expect-different", action="store_true", help="pass only if some step differs")
     args = parser.parse_args(argv)
     requests = 128
-    block_count = requests * -(-(512 + 128 + 1) // thrash.BLOCK) + 64
     try:
         rows = [
-            compare("W3 R=128", block_count, w3(requests), max_seqs=requests, max_tokens=8192),
+            compare(
+                "W3 R=128",
+                checker_teeth.w3_blocks(requests),
+                checker_teeth.w3(requests),
+                max_seqs=requests,
+                max_tokens=8192,
+            ),
             compare(
                 "shared prefixes, preempting", 120, checker_teeth.shared_prefix_workload(), max_seqs=32, max_tokens=2048
             ),
