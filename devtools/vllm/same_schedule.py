@@ -6,7 +6,8 @@ their block ids, the running requests' new block ids, the tokens scheduled per r
 preempted and finished ones. Over kvsched's pool the reduction must equal vLLM's at every step
 (the same blocks, in the same order, for the same requests), for W3 (R requests of 512 distinct
 tokens, 128 new each, prefix caching on: the peers' W3) and for the live checker's shared-prefix
-workload (two salts, three priorities, a pool small enough to preempt).
+workload (two salts, three priorities, a pool small enough to preempt). Once kvsched's scheduler
+is built, every vLLM name it rebound for the construction must be vLLM's own again.
 
 With `--expect-different` (a wrong reserve chosen by `KVSCHED_VLLM_RESERVE`) it passes only
 when some step differs.
@@ -51,6 +52,19 @@ def steps(sched: Any, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [reduced(output) for output in outputs]
 
 
+def left_behind() -> None:
+    """Raise unless, its scheduler built, every vLLM name kvsched rebinds for the construction is
+    vLLM's own again (a pool built from here on, the CPU-offload tier's among them, is vLLM's)."""
+    import vllm.v1.core.kv_cache_coordinator as coordinator
+    import vllm.v1.core.sched.scheduler as scheduler
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    from kvsched.integrations.vllm.block_pool import VLLM_BLOCK_POOL
+
+    if coordinator.BlockPool is not VLLM_BLOCK_POOL or scheduler.KVCacheManager is not KVCacheManager:
+        raise AssertionError("kvsched's scheduler left a rebinding behind after its construction")
+
+
 def compare(name: str, blocks: int, requests: list[dict[str, Any]], max_seqs: int, max_tokens: int) -> dict[str, Any]:
     """`requests` through vLLM's scheduler over each pool; `Differs` at the first step that does."""
     from kvsched.integrations.vllm.block_pool import KvschedBlockPool
@@ -59,6 +73,7 @@ def compare(name: str, blocks: int, requests: list[dict[str, Any]], max_seqs: in
     stock = steps(thrash.scheduler(blocks, True, None, max_seqs, max_tokens), requests)
     ours_scheduler = thrash.scheduler(blocks, True, None, max_seqs, max_tokens, KvschedScheduler)
     assert isinstance(ours_scheduler.kv_cache_manager.block_pool, KvschedBlockPool)
+    left_behind()
     ours = steps(ours_scheduler, requests)
     for index, (theirs, mine) in enumerate(zip(stock, ours, strict=False)):
         if theirs != mine:
