@@ -46,6 +46,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
 )
 
 from kvsched.impl.reserve import Reserve  # noqa: E402
+from kvsched.integrations.vllm.hash_map import read_hash_map  # noqa: E402
 from kvsched.spec import reserve as spec_reserve  # noqa: E402
 from kvsched.spec.errors import CacheInUse, Exhausted, InvalidArgument  # noqa: E402
 
@@ -305,14 +306,7 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
             for key in reserve.keys_of(block.block_id):
                 assert self.cached_block_hash_to_block.contain(key, block.block_id), f"key of {block.block_id} lost"
         registrations = sum(len(reserve.keys_of(page)) for page in range(reserve.pages))
-        assert _registrations(self.cached_block_hash_to_block) == registrations
-
-
-def _registrations(hash_map: Any) -> int:
-    """How many (key, block) pairs vLLM's hash map holds."""
-    if RELEASE.map_of_ids:  # one id per key, every id of a key several blocks hold in `_dup_ids`
-        return len(hash_map._cache) + sum(len(ids) - 1 for ids in hash_map._dup_ids.values())
-    return sum(len(blocks) if isinstance(blocks, dict) else 1 for blocks in hash_map._cache.values())
+        assert read_hash_map(self.cached_block_hash_to_block, RELEASE.map_of_ids).pairs() == registrations
 
 
 def choose_reserve() -> None:

@@ -32,7 +32,7 @@ checker is then one connector of several, and its order check would report those
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, overload
 
@@ -51,6 +51,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: E402  (
 )
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id  # noqa: E402
 
+from kvsched.integrations.vllm.hash_map import read_hash_map  # noqa: E402
 from kvsched.integrations.vllm.live import Finding, Held, LiveChecker, LiveFinding, PoolView  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -91,61 +92,10 @@ def free_queue(queue: Any, bound: int) -> tuple[int, ...]:
     return tuple(blocks)
 
 
-class IdMapView:
-    """vLLM 0.34's hash map (key -> a block id, and every id of a key several blocks hold in
-    `_dup_ids`), read in place."""
-
-    def __init__(self, hash_map: Any) -> None:
-        self.cache: dict[Any, int] = hash_map._cache
-        self.dups: dict[Any, dict[int, None]] = hash_map._dup_ids
-
-    def holds(self, key: bytes, block: int) -> bool:
-        dups = self.dups.get(key)
-        return block in dups if dups is not None else self.cache.get(key) == block
-
-    def pairs(self) -> int:
-        return len(self.cache) + sum(len(ids) - 1 for ids in self.dups.values())
-
-    def names(self) -> dict[bytes, int] | None:
-        return None if self.dups else dict(self.cache)
-
-    def entries(self) -> Iterator[tuple[bytes, Collection[int]]]:
-        dups = self.dups
-        for key, block in self.cache.items():
-            yield key, dups.get(key, (block,))
-
-
-class MapView:
-    """vLLM 0.32 and 0.33's hash map (key -> a block, or a dict of blocks by id), read in place."""
-
-    def __init__(self, cache: dict[Any, Any]) -> None:
-        self.cache = cache
-
-    def holds(self, key: bytes, block: int) -> bool:
-        blocks = self.cache.get(key)
-        if blocks is None:
-            return False
-        return block in blocks if type(blocks) is dict else bool(blocks.block_id == block)
-
-    def pairs(self) -> int:
-        return len(self.cache) + sum(len(blocks) - 1 for blocks in self.cache.values() if type(blocks) is dict)
-
-    def names(self) -> dict[bytes, int] | None:
-        try:
-            return dict(zip(self.cache, map(BLOCK_ID, self.cache.values()), strict=True))
-        except AttributeError:  # a key names several blocks (a dict of them)
-            return None
-
-    def entries(self) -> Iterator[tuple[bytes, Collection[int]]]:
-        for key, blocks in self.cache.items():
-            yield key, (blocks.keys() if type(blocks) is dict else (blocks.block_id,))
-
-
 def read_view(manager: Any, requests: dict[str, Any]) -> PoolView:
     """vLLM's manager and pool as a `PoolView`; `requests` maps the live requests' ids to them."""
     pool = manager.block_pool
     blocks = pool.blocks
-    hash_map = pool.cached_block_hash_to_block
     held = []
     for single in manager.coordinator.single_type_managers:
         group = single.kv_cache_group_id
@@ -172,7 +122,7 @@ def read_view(manager: Any, requests: dict[str, Any]) -> PoolView:
         free_count=pool.free_block_queue.num_free_blocks,
         keys=list(map(KEY, blocks)),
         extra_keys=pool.cached_block_hashes_by_block,
-        cache_map=IdMapView(hash_map) if RELEASE.map_of_ids else MapView(hash_map._cache),
+        cache_map=read_hash_map(pool.cached_block_hash_to_block, RELEASE.map_of_ids),
         held=tuple(held),
     )
 
