@@ -1,8 +1,10 @@
 """The evictable reserve (`kvsched.spec.reserve`) in constant time per page.
 
 The free queue is an `OrderedDict` (pop from the front, park at the back, put at the front,
-remove from the middle: each O(1)); the registrations are two indexes, pages by key and keys by
-page, each in registration order and holding each registration's sequence number. A call
+remove from the middle: each O(1)). The registrations are indexed both ways, shaped for the
+common case of one page per key and one key per page: a key's first page (what `lookup`
+answers) with a list of its later pages, and a page's first key with its sequence number, with a
+list of its later keys and theirs; the sequence numbers give `to_spec` the order of all. A call
 checks its input before it changes anything, except a release, which puts back the counts it
 had lowered when a later page is refused; either way a refused call changes nothing.
 `to_spec()` is the abstraction function: the spec state this object stands for.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from itertools import islice
 
 from kvsched.spec import refusals
 from kvsched.spec.domain import require_int, require_size
@@ -31,16 +34,25 @@ class Reserve:
         self.reserved = frozenset(self._page(page) for page in reserved)
         self.caching = caching
         self.refs = [1 if page in self.reserved else 0 for page in range(pages)]
+        # The lowest page from which none is reserved, when the reserved pages are the lowest ones
+        # (vLLM's null block is page 0): one comparison then checks a batch against both.
+        prefix = set(range(len(self.reserved))) == self.reserved
+        self._ordinary_from = len(self.reserved) if prefix else pages
         self.queue: OrderedDict[int, None] = OrderedDict(
             (page, None) for page in range(pages) if page not in self.reserved
         )
-        # Each registration's sequence number, found by key then page and by page then key.
-        self._by_key: dict[Key, dict[int, int]] = {}
-        self._by_page: dict[int, dict[Key, int]] = {}
+        # By key: the first page registered under it, and those registered after it, in order.
+        self._first_page: dict[Key, int] = {}
+        self._later_pages: dict[Key, list[int]] = {}
+        # By page: the first key registered on it and that registration's sequence number, and
+        # the keys registered on it after the first, in order, each with its sequence number.
+        self._first_key: dict[int, Key] = {}
+        self._first_seq: dict[int, int] = {}
+        self._later_keys: dict[int, list[tuple[Key, int]]] = {}
         self._registered = 0
-        # The pages each key names, first registered first (what `lookup` answers, read in place
-        # by a caller on its hot path; only the reserve changes it).
-        self.pages_by_key: Mapping[Key, Mapping[int, int]] = self._by_key
+        # Each key's first page, what `lookup` answers (read in place by a caller on its hot
+        # path; only the reserve changes it).
+        self.page_by_key: Mapping[Key, int] = self._first_page
 
     def _page(self, page: object) -> int:
         if type(page) is int and 0 <= page < self.pages:
@@ -53,15 +65,22 @@ class Reserve:
     # -- queries -------------------------------------------------------------------------------
 
     def lookup(self, key: Key) -> int | None:
-        for page in self._by_key.get(key, ()):
-            return page  # the first registered
-        return None
+        return self._first_page.get(key)  # the first registered
+
+    def pages_of(self, key: Key) -> tuple[int, ...]:
+        first = self._first_page.get(key)
+        if first is None:
+            return ()
+        return (first, *self._later_pages.get(key, ()))
 
     def is_cached(self, page: int) -> bool:
-        return page in self._by_page
+        return page in self._first_key
 
     def keys_of(self, page: int) -> tuple[Key, ...]:
-        return tuple(self._by_page.get(page, ()))
+        first = self._first_key.get(page)
+        if first is None:
+            return ()
+        return (first, *[key for key, _ in self._later_keys.get(page, ())])
 
     def ref_count(self, page: int) -> int:
         return self.refs[self._page(page)]
@@ -70,22 +89,34 @@ class Reserve:
         return len(self.queue)
 
     def to_spec(self) -> ReserveState:
-        made = sorted((seq, page, key) for page, keys in self._by_page.items() for key, seq in keys.items())
+        made = [(self._first_seq[page], page, key) for page, key in self._first_key.items()]
+        made += [(seq, page, key) for page, later in self._later_keys.items() for key, seq in later]
+        made.sort(key=lambda registration: registration[0])
         entries = tuple((key, page) for _, page, key in made)
         return ReserveState(tuple(self.refs), tuple(self.queue), entries, tuple(sorted(self.reserved)), self.caching)
 
     # -- transitions ---------------------------------------------------------------------------
 
     def _drop_keys(self, page: int) -> tuple[Key, ...]:
-        keys = self._by_page.pop(page, None)
-        if not keys:
+        first = self._first_key.pop(page, None)
+        if first is None:
             return ()
+        del self._first_seq[page]
+        later = self._later_keys.pop(page, None)
+        keys = (first,) if later is None else (first, *[key for key, _ in later])
+        first_page, later_pages = self._first_page, self._later_pages
         for key in keys:
-            pages = self._by_key[key]
-            del pages[page]
+            pages = later_pages.get(key)
+            if pages is None:  # the key's only page
+                del first_page[key]
+                continue
+            if first_page[key] == page:
+                first_page[key] = pages.pop(0)  # the next registered becomes the key's hit
+            else:
+                pages.remove(page)
             if not pages:
-                del self._by_key[key]
-        return tuple(keys)
+                del later_pages[key]
+        return keys
 
     def allocate(self, n: int) -> tuple[int, ...]:
         if type(n) is not int or n < 0:
@@ -93,11 +124,17 @@ class Reserve:
         queue = self.queue
         if n > len(queue):
             raise refusals.not_enough_free(n, len(queue))
-        pop = queue.popitem
-        taken = tuple([pop(last=False)[0] for _ in range(n)])
+        if n == 1:  # decode's common case
+            page = queue.popitem(last=False)[0]
+            self.refs[page] = 1
+            if page in self._first_key:
+                self._drop_keys(page)
+            return (page,)
+        taken = tuple(islice(queue, n))  # the front of the queue
         refs = self.refs
-        cached = self._by_page
+        cached = self._first_key
         for page in taken:
+            del queue[page]
             refs[page] = 1
             if page in cached:
                 self._drop_keys(page)
@@ -111,13 +148,16 @@ class Reserve:
         return [self._page(page) for page in pages]
 
     def touch(self, pages: Sequence[int]) -> tuple[int, ...]:
-        checked = self._pages(pages)
+        if pages and set(map(type, pages)) == _INTS and min(pages) >= self._ordinary_from and max(pages) < self.pages:
+            checked = pages  # ids of this pool, none reserved: the common case, checked in C
+        else:
+            checked = self._pages(pages)
+            reserved = self.reserved
+            if not reserved.isdisjoint(checked):
+                checked = [page for page in checked if page not in reserved]
         refs = self.refs
         queue = self.queue
-        reserved = self.reserved
         revived: list[int] = []
-        if not reserved.isdisjoint(checked):
-            checked = [page for page in checked if page not in reserved]
         for page in checked:
             count = refs[page]
             if count == 0:
@@ -130,7 +170,7 @@ class Reserve:
         refs = self.refs
         n = self.pages
         reserved = self.reserved
-        cached = {} if park_all or evict_first or not self.caching else self._by_page
+        cached = {} if park_all or evict_first or not self.caching else self._first_key
         front: list[int] = []
         back: list[int] = []
         done: list[int] = []  # pages released so far: put back if a later one is refused
@@ -179,21 +219,25 @@ class Reserve:
     def register(self, key: Key, page: int) -> None:
         if type(page) is not int or not 0 <= page < self.pages:
             page = self._page(page)
-        if page in self.reserved or self.refs[page] == 0:
+        if self.refs[page] == 0 or page in self.reserved:
             raise refusals.cache_free_page(page)
         seq = self._registered
-        pages = self._by_key.get(key)
-        if pages is None:
-            self._by_key[key] = {page: seq}
-        elif page in pages:
-            return
+        first_key = self._first_key.get(page)
+        if first_key is None:  # the page's first key
+            self._first_key[page] = key
+            self._first_seq[page] = seq
+        elif first_key == key:
+            return  # registered already
         else:
-            pages[page] = seq
-        keys = self._by_page.get(page)
-        if keys is None:
-            self._by_page[page] = {key: seq}
-        else:
-            keys[key] = seq
+            later = self._later_keys.get(page)
+            if later is None:
+                self._later_keys[page] = [(key, seq)]
+            elif any(known == key for known, _ in later):
+                return  # registered already
+            else:
+                later.append((key, seq))
+        if self._first_page.setdefault(key, page) != page:  # the key names other pages first
+            self._later_pages.setdefault(key, []).append(page)
         self._registered = seq + 1
 
     def forget(self, page: int) -> tuple[Key, ...]:
@@ -203,5 +247,5 @@ class Reserve:
         held = [page for page, count in enumerate(self.refs) if count and page not in self.reserved]
         if held:
             raise refusals.cache_in_use(held)
-        self._by_key.clear()
-        self._by_page.clear()
+        for index in (self._first_page, self._later_pages, self._first_key, self._first_seq, self._later_keys):
+            index.clear()

@@ -56,6 +56,13 @@ def cache_free_page(page: int) -> InvalidBlock:
     return InvalidBlock(f"page {page} is not held: only a held page can be cached", page=page, holders=0)
 
 
+def early_publication(pages: int, page_size: int, tokens: int, lookahead: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"cannot publish {pages} pages of {page_size} tokens: their keys cover {lookahead} tokens past"
+        f" the last page, and {tokens} tokens exist (publish once {pages * page_size + lookahead} do)"
+    )
+
+
 def retain_free_page(page: int) -> InvalidBlock:
     return InvalidBlock(f"page {page} is free: only a held page can be retained", page=page, holders=0)
 

@@ -30,6 +30,14 @@ The transitions, and what they mean for a cached page:
     forget    drop every key of a page; a free page stays where it is on the queue
     reset     drop every key; refused (`CacheInUse`) while any page but the reserved is held
 
+Publication: the caller registers a sequence's full pages under keys of their content, and a key
+may cover tokens past its page's end (vLLM 0.33 and 0.34 with EAGLE: `num_hash_lookahead_tokens`
+L, because the drafter's KV at a page's last position depends on the next L tokens). A page is
+then published only once those tokens exist: the first `n` pages of a sequence of `t` known tokens
+are publishable when `n * page_size + L <= t` (`publishable`), one step later than without
+lookahead; a registration before it names content nobody has seen yet. The reserve's own
+transitions do not change with L (it never sees tokens); a pool that publishes checks the rule.
+
 Every transition is a pure function that returns the new state or raises with nothing
 changed; `Reserve` stores the current state. `RESERVE_INVARIANTS` are the predicates every
 state satisfies.
@@ -183,6 +191,12 @@ def register(state: ReserveState, key: Key, page: int) -> ReserveState:
     if (key, page) in state.entries:
         return state
     return replace(state, entries=(*state.entries, (key, page)))
+
+
+def publishable(pages: int, page_size: int, tokens: int, lookahead: int = 0) -> bool:
+    """Whether a sequence's first `pages` full pages may be registered when `tokens` of it are
+    known and each key also covers the `lookahead` tokens after its page."""
+    return pages * page_size + lookahead <= tokens
 
 
 def forget(state: ReserveState, page: int) -> tuple[ReserveState, tuple[Key, ...]]:

@@ -11,8 +11,10 @@
 #      different over a wrong reserve where eviction order shows (e2e.py); vLLM's OpenAI server
 #      the same four ways, driven by the openai client, identical and stopped cleanly (serve.py)
 #   5. the live checker's teeth and cost (checker_teeth.py); the W3 workload through vLLM's
-#      scheduler over both pools, every step's output identical (same_schedule.py); the traces of
-#      vLLM's own pool that CI replays, recorded again and identical (record_traces.py)
+#      scheduler over both pools, every step's output identical, and with the CPU-offload connector the
+#      offload tier's pool vLLM's own (same_schedule.py); the traces of
+#      vLLM's own pool that CI replays, recorded again and identical (record_traces.py); a page
+#      published only once the tokens its key covers exist (publication.py)
 #   6. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
 #      a broken pool must fail
 #   7. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py); 0.32.0: the thrash
@@ -86,6 +88,9 @@ step "the W3 workload through vLLM's Scheduler over its pool and over kvsched's:
 step "the same over the wrong reserve NewestFirst: some step must differ"
 (cd / && PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:NewestFirst" "$py" "$here/same_schedule.py" --expect-different)
 
+step "lookahead publication: kvsched's pool refuses a page its key's lookahead tokens do not yet cover, then publishes it"
+(cd / && "$py" "$here/publication.py" --json "$results/publication.json")
+
 step "the traces CI replays without vLLM, recorded again from vLLM's own pool: identical"
 (cd / && "$py" "$here/record_traces.py" "$results/traces.json")
 cmp "$results/traces.json" "$root/tests/integrations/golden/vllm_${release}_block_pool.json"
@@ -102,7 +107,7 @@ status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 
 [ "$status" -eq 1 ] || { echo "the stale pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }
 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
-(cd / && "$py" "$here/bench_pool.py" --repeats 3 --json "$results/bench.json")
+(cd / && "$py" "$here/bench_pool.py" --repeats 5 --clock cpu --json "$results/bench.json")
 (cd "$root" && .venv/bin/python -m devtools.vllm.chart "$results/bench.json" "$results/bench.svg")  # matplotlib
 if [ "$release" = 0.32.0 ]; then
   step "the thrash trace through vLLM's Scheduler and kvsched's engine (docs/bench/thrash-vllm.json's source)"

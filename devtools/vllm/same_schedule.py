@@ -7,7 +7,10 @@ preempted and finished ones. Over kvsched's pool the reduction must equal vLLM's
 (the same blocks, in the same order, for the same requests), for W3 (R requests of 512 distinct
 tokens, 128 new each, prefix caching on: the peers' W3) and for the live checker's shared-prefix
 workload (two salts, three priorities, a pool small enough to preempt). Once kvsched's scheduler
-is built, every vLLM name it rebound for the construction must be vLLM's own again.
+is built, every vLLM name it rebound for the construction must be vLLM's own again. And with
+vLLM's CPU-offload connector (`SimpleCPUOffloadConnector`) configured, kvsched's scheduler runs
+over kvsched's pool while the offload tier's pool, which vLLM builds through the same coordinator
+factory outside any manager, is vLLM's own, bound to kvsched's as its device pool.
 
 With `--expect-different` (a wrong reserve chosen by `KVSCHED_VLLM_RESERVE`) it passes only
 when some step differs.
@@ -65,6 +68,28 @@ def left_behind() -> None:
         raise AssertionError("kvsched's scheduler left a rebinding behind after its construction")
 
 
+def offload_tier() -> dict[str, Any]:
+    """Build kvsched's scheduler with vLLM's CPU-offload connector; raise unless its pool is
+    kvsched's and the offload tier's is vLLM's, bound to kvsched's as the device pool."""
+    from kvsched.integrations.vllm.block_pool import VLLM_BLOCK_POOL, KvschedBlockPool
+    from kvsched.integrations.vllm.scheduler import KvschedScheduler
+
+    offload: dict[str, Any] = {"kv_connector": "SimpleCPUOffloadConnector", "kv_role": "kv_both"}
+    offload["kv_connector_extra_config"] = {"num_cpu_blocks": 64}
+    sched = thrash.scheduler(64, True, offload, 32, 2048, KvschedScheduler)
+    device = sched.kv_cache_manager.block_pool
+    tier = sched.connector.scheduler_manager
+    if type(device) is not KvschedBlockPool:
+        raise AssertionError(f"the scheduler's pool is {type(device).__qualname__}, not KvschedBlockPool")
+    if type(tier.cpu_block_pool) is not VLLM_BLOCK_POOL:
+        kind = type(tier.cpu_block_pool).__qualname__
+        raise AssertionError(f"the offload tier's pool is {kind}, not vLLM's BlockPool")
+    if tier._gpu_block_pool is not device:
+        raise AssertionError("the offload tier is not bound to kvsched's pool as its device pool")
+    left_behind()
+    return {"device_pool": type(device).__qualname__, "offload_pool": f"vllm {type(tier.cpu_block_pool).__qualname__}"}
+
+
 def compare(name: str, blocks: int, requests: list[dict[str, Any]], max_seqs: int, max_tokens: int) -> dict[str, Any]:
     """`requests` through vLLM's scheduler over each pool; `Differs` at the first step that does."""
     from kvsched.integrations.vllm.block_pool import KvschedBlockPool
@@ -114,11 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for row in rows:
         print(f"identical: {row}", file=sys.stderr)
+    tier = offload_tier()
+    print(f"with the CPU-offload connector: {tier}", file=sys.stderr)
     if not rows[1]["preemptions"]:
         raise AssertionError("the shared-prefix workload must preempt")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as file:
-            json.dump(rows, file, indent=2)
+            json.dump({"workloads": rows, "with_cpu_offload": tier}, file, indent=2)
     return 0
 
 

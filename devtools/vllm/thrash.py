@@ -58,11 +58,12 @@ def scheduler(
     scheduler_class: Any = None,
 ) -> Any:
     """vLLM's v1 `Scheduler` (or `scheduler_class`) over a pool of `blocks` blocks (as its tests'
-    `create_scheduler`), with a KV connector when `kv_transfer` configures one."""
+    `create_scheduler`), with a KV connector when `kv_transfer` configures one (and then the KV
+    cache's one backing tensor described, which an offloading connector sizes its tier from)."""
     import torch
     from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
     from vllm.v1.structured_output import StructuredOutputManager
 
     folder = tempfile.mkdtemp(prefix="kvsched-thrash-")
@@ -88,7 +89,9 @@ def scheduler(
     )
     cache.num_gpu_blocks = blocks
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)
-    kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+    page = spec.page_size_bytes
+    tensors = [] if kv_transfer is None else [KVCacheTensor(blocks * page, ["layer"], blocks * page, page)]
+    kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=tensors, kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
     return (scheduler_class or Scheduler)(
         vllm_config=config,
         kv_cache_config=kv,

@@ -115,6 +115,37 @@ def test_freeing_to_the_eviction_end_by_hand() -> None:
     assert list(reserve.state.queue) == [4, 1] and reserve.ref_count(2) == 1
 
 
+@pytest.mark.parametrize("reserve_class", [spec.Reserve, ImplReserve])
+def test_a_key_on_several_pages_and_a_page_under_several_keys(reserve_class: Any) -> None:
+    """The index both ways: a key's hit is its first registered page, and the next registered
+    when that one goes; a page's keys come back oldest first; the spec's order of all of them is
+    the order they were made."""
+    reserve = reserve_class(6)
+    assert reserve.allocate(4) == (1, 2, 3, 4)
+    for key, page in (("k", 2), ("k", 3), ("p", 3), ("k", 1), ("q", 3), ("k", 3)):
+        reserve.register(key, page)  # the last is made already: nothing changes
+    assert reserve.lookup("k") == 2
+    assert spec.keys_of(reserve.to_spec(), 3) == ("k", "p", "q")
+    assert reserve.forget(2) == ("k",)
+    assert reserve.lookup("k") == 3  # the next registered
+    assert reserve.to_spec().entries == (("k", 3), ("p", 3), ("k", 1), ("q", 3))
+    assert reserve.forget(3) == ("k", "p", "q")
+    assert reserve.lookup("k") == 1 and reserve.lookup("p") is None
+    reserve.free([1])  # cached: parked behind the never-used page 5
+    assert reserve.allocate(2) == (5, 1)  # the parked page last: its key evicted with it
+    assert reserve.lookup("k") is None and not reserve.is_cached(1)
+
+
+def test_publication_waits_for_the_lookahead_tokens() -> None:
+    """A page is published once the tokens its key covers past it exist: at 32 tokens two pages
+    of 16 without lookahead, one with a token of lookahead, both at 33."""
+    assert spec.publishable(2, 16, 32)
+    assert not spec.publishable(2, 16, 32, lookahead=1)
+    assert spec.publishable(1, 16, 32, lookahead=1)
+    assert spec.publishable(2, 16, 33, lookahead=1)
+    assert not spec.publishable(1, 16, 15) and spec.publishable(0, 16, 0)
+
+
 @given(st.integers(1, 40), st.integers(0, 40))
 def test_allocation_never_hands_out_a_reserved_page(pages_: int, n: int) -> None:
     reserve = ImplReserve(pages_)

@@ -3,15 +3,19 @@
 The reserve (`kvsched.impl.reserve`, refining `kvsched.spec.reserve`) holds every reference
 count, the free queue's order and the cache index. vLLM's `KVCacheBlock` objects are views:
 `ref_cnt` reads the reserve's count (raising it directly is a `touch`), `free_block_queue`
-reads the reserve's queue (`ReserveQueue`), and the pool keeps vLLM's hash map beside the
-reserve's index, so vLLM's code and tests that walk them see what kvsched decided. vLLM's
-null block (block 0) is the reserve's reserved page; its `ref_cnt` is vLLM's own unmaintained
-counter, which 0.32 moves on `touch` and `free_blocks` and later releases leave alone.
+reads the reserve's queue (`ReserveQueue`) and `cached_block_hash_to_block` reads the reserve's
+index (`ReserveHashMap`: there is no second map to keep in step), so vLLM's code and tests that
+walk them see what kvsched decided. A block's own key fields (`block_hash`, and the pool's
+`cached_block_hashes_by_block` for its further keys) are vLLM's, set as the reserve registers
+and cleared as it forgets. vLLM's null block (block 0) is the reserve's reserved page; its
+`ref_cnt` is vLLM's own unmaintained counter, which 0.32 moves on `touch` and `free_blocks` and
+later releases leave alone.
 
 What differs between the tested releases is read from `kvsched.integrations.vllm.names.RELEASES`
 (and every vLLM name used here is checked at import against that module's table): 0.34's
 `free_blocks(..., evict_first=True)` is the reserve's `free_evict_first`, its blocks point to
-their pool weakly, and its hash map holds block ids.
+their pool weakly, and 0.33 and 0.34 publish a block only once the lookahead tokens its key
+covers exist (`cache_full_blocks` refuses an earlier publication: `spec.reserve.publishable`).
 
 Everything else (events, metrics, partial-block keys, reuse watchers) is vLLM's code, reached
 through the two primitives every cache change goes through (`_insert_block_hash`,
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, cast
@@ -47,6 +52,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
 
 from kvsched.impl.reserve import Reserve  # noqa: E402
 from kvsched.integrations.vllm.hash_map import read_hash_map  # noqa: E402
+from kvsched.spec import refusals  # noqa: E402
 from kvsched.spec import reserve as spec_reserve  # noqa: E402
 from kvsched.spec.errors import CacheInUse, Exhausted, InvalidArgument  # noqa: E402
 
@@ -55,6 +61,9 @@ logger = vllm_block_pool.logger  # vLLM's own pool logger: its logging settings 
 VLLM_BLOCK_POOL: type[Any] = vllm_block_pool.BlockPool  # vLLM's own, kept before any rebinding
 
 F = TypeVar("F", bound=Callable[..., Any])
+BLOCK_ID = operator.attrgetter("block_id")
+GROUPS_AHEAD = 64  # KV cache groups whose key suffix a pool works out once
+BLOCK_HASH = operator.attrgetter("block_hash")  # a key is non-empty bytes: true when cached
 
 
 class ReserveBlock(KVCacheBlock):  # type: ignore[misc]
@@ -140,6 +149,62 @@ class ReserveQueue:
     popleft = popleft_n = remove = append = append_n = prepend_n = _refuse
 
 
+class ReserveHashMap:
+    """vLLM's prefix-cache hash map (`BlockHashToBlockMap`), read from the reserve's index.
+
+    The reserve holds the only index: vLLM's code finds a key's block, asks whether a key names a
+    block and counts keys through this view; `_cache` (and 0.34's `_dup_ids`) are built in this
+    release's shape whenever a reader asks. Only the pool registers and forgets, through its
+    reserve: `insert` of a pair the reserve does not hold, `pop` and `clear` of a live cache refuse.
+    """
+
+    def __init__(self, blocks: list[KVCacheBlock], reserve: Reserve) -> None:
+        self._blocks = blocks
+        self._reserve = reserve
+
+    def get_one_block(self, key: Any) -> KVCacheBlock | None:
+        page = self._reserve.page_by_key.get(key)
+        return None if page is None else self._blocks[page]
+
+    def contain(self, key: Any, block_id: int) -> bool:
+        return key in self._reserve.keys_of(block_id)
+
+    def insert(self, key: Any, block: KVCacheBlock) -> None:
+        if not self.contain(key, block.block_id):
+            self._refuse()
+
+    def pop(self, key: Any, block_id: int) -> KVCacheBlock | None:
+        self._refuse()
+        return None
+
+    def clear(self) -> None:
+        if len(self):
+            self._refuse()
+
+    def __len__(self) -> int:
+        return len(self._reserve.page_by_key)
+
+    def _refuse(self) -> None:
+        raise TypeError("kvsched's prefix-cache map is its reserve's index: the pool alone changes it")
+
+    @property
+    def _cache(self) -> dict[Any, Any]:
+        reserve, blocks = self._reserve, self._blocks
+        if RELEASE.map_of_ids:  # 0.34: a key's first block id
+            return dict(reserve.page_by_key)
+        cache: dict[Any, Any] = {}  # 0.32, 0.33: a key's block, or its blocks by id
+        for key in reserve.page_by_key:
+            pages = reserve.pages_of(key)
+            cache[key] = blocks[pages[0]] if len(pages) == 1 else {page: blocks[page] for page in pages}
+        return cache
+
+    @property
+    def _dup_ids(self) -> dict[Any, dict[int, None]]:
+        reserve = self._reserve
+        shared = ((key, reserve.pages_of(key)) for key in reserve.page_by_key)
+        return {key: dict.fromkeys(pages) for key, pages in shared if len(pages) > 1}
+
+
 DEBUG = os.environ.get("KVSCHED_VLLM_DEBUG") == "1"
 
 
@@ -168,6 +233,8 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
         self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int, *args: Any, **kwargs: Any
     ) -> None:
         super().__init__(num_gpu_blocks, enable_caching, hash_block_size, *args, **kwargs)
+        for block in self.blocks:  # vLLM's own blocks, replaced below: unlinked, freed at once
+            block.prev_free_block = block.next_free_block = None  # (not left as cycles for the GC)
         self.reserve = self.reserve_class(num_gpu_blocks, reserved=(0,), caching=enable_caching)
         self.pool_ref: Any = self._weak_self if RELEASE.weak_pool else self  # what a block's `pool` holds
         # Block 0 is vLLM's null block, a plain one: its count is vLLM's own, unmaintained.
@@ -179,8 +246,13 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
         self.free_block_queue = ReserveQueue(self.blocks, self.reserve)
-        if RELEASE.map_of_ids:  # the map reads blocks by id from the pool's list
-            self.cached_block_hash_to_block = vllm_block_pool.BlockHashToBlockMap(self.blocks)
+        self._page_of = self.reserve.page_by_key.get  # the reserve changes its index in place
+        # What vLLM appends to a block hash to make its key in each group: a key is the hash's
+        # bytes then the group's (`make_block_hash_with_group_id`, which vLLM's own
+        # `cache_full_blocks` reads the same way, once per call).
+        self._group_suffixes = [bytes(make_block_hash_with_group_id(b"", group)) for group in range(GROUPS_AHEAD)]
+        self.hash_map = ReserveHashMap(self.blocks, self.reserve)
+        self.cached_block_hash_to_block = self.hash_map
         if self.debug:
             self.check()
 
@@ -192,26 +264,34 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
             pages = self.reserve.allocate(num_blocks)
         except Exhausted as error:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool") from error
-        blocks = self.blocks
-        taken = [blocks[page] for page in pages]
+        if len(pages) == 1:  # decode's common case
+            block = self.blocks[pages[0]]
+            taken = [block]
+            evicted = block.block_hash is not None
+        else:
+            blocks = self.blocks
+            taken = [blocks[page] for page in pages]
+            evicted = any(map(BLOCK_HASH, taken))
+        if evicted or self._reuse_watchers or self.metrics_collector:
+            self._allocated(taken)
+        return taken
+
+    def _allocated(self, taken: list[KVCacheBlock]) -> None:
+        """What vLLM does for blocks it hands out, beyond the reserve's work: reuse watchers, and
+        for a block the reserve evicted (vLLM's block still carries its keys) its events, the
+        metrics' eviction, then their allocation."""
         if self._reuse_watchers:
             self._notify_reuse(taken)
         metrics = self.metrics_collector
-        if self.enable_caching:
-            by_block = self.cached_block_hashes_by_block
-            for block in taken:  # the reserve evicted; vLLM's map, events and metrics follow
-                if metrics or block.block_hash is not None or block.block_id in by_block:
-                    self._maybe_evict_cached_block(block)
-                if metrics:
-                    metrics.on_block_allocated(block)
-        elif metrics:
-            for block in taken:
+        for block in taken:
+            if self.enable_caching and (metrics or block.block_hash is not None):
+                self._maybe_evict_cached_block(block)  # a block's other keys come with a first
+            if metrics:
                 metrics.on_block_allocated(block)
-        return taken
 
     @_checked
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
-        pages = [block.block_id for block in blocks]
+        pages = list(map(BLOCK_ID, blocks))
         self.reserve.touch(pages)
         if RELEASE.null_block_counted and 0 in pages:
             self.null_block.ref_cnt += pages.count(0)  # vLLM's unmaintained count on its null block
@@ -255,17 +335,41 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
             self._reuse_watchers[block.block_id] = on_reuse
 
     def get_cached_block(self, block_hash: Any, kv_cache_group_ids: list[int]) -> list[KVCacheBlock] | None:
-        pages_by_key = self.reserve.pages_by_key  # the reserve's index: a key's first page is its hit
+        page_of = self._page_of  # the reserve's index: a key's first page is its hit
+        suffixes = self._group_suffixes
         if len(kv_cache_group_ids) == 1:  # one attention type: the common case
-            pages = pages_by_key.get(make_block_hash_with_group_id(block_hash, kv_cache_group_ids[0]))
-            return [self.blocks[next(iter(pages))]] if pages else None
+            group_id = kv_cache_group_ids[0]
+            try:
+                page = page_of(block_hash + suffixes[group_id])
+            except IndexError:  # a group id past those worked out ahead
+                page = page_of(make_block_hash_with_group_id(block_hash, group_id))
+            return None if page is None else [self.blocks[page]]
         found: list[KVCacheBlock] = []
         for group_id in kv_cache_group_ids:
-            pages = pages_by_key.get(make_block_hash_with_group_id(block_hash, group_id))
-            if not pages:
+            page = page_of(make_block_hash_with_group_id(block_hash, group_id))
+            if page is None:
                 return None
-            found.append(self.blocks[next(iter(pages))])
+            found.append(self.blocks[page])
         return found
+
+    def cache_full_blocks(
+        self,
+        request: Any,
+        blocks: list[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int,
+        block_mask: list[bool] | None = None,
+    ) -> None:
+        lookahead = getattr(self, "num_hash_lookahead_tokens", 0)  # 0.33 on; 0.32 has none
+        if num_full_blocks > num_cached_blocks and not spec_reserve.publishable(
+            num_full_blocks, block_size, request.num_tokens, lookahead
+        ):
+            raise refusals.early_publication(num_full_blocks, block_size, request.num_tokens, lookahead)
+        super().cache_full_blocks(
+            request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, block_mask
+        )
 
     def get_num_free_blocks(self) -> int:
         return len(self.reserve.queue)
@@ -279,17 +383,29 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
             return False
         reset = bool(super().reset_prefix_cache())
         assert reset, "the reserve and vLLM's count of used blocks disagree"
+        self.cached_block_hash_to_block = self.hash_map  # 0.32 and 0.33 put a new map of their own
         return reset
 
     # -- the two primitives every cache change goes through -----------------------------------
 
     def _insert_block_hash(self, block_hash_with_group_id: Any, block: KVCacheBlock, num_tokens: int | None) -> None:
-        self.reserve.register(block_hash_with_group_id, block.block_id)
-        super()._insert_block_hash(block_hash_with_group_id, block, num_tokens)
+        key = block_hash_with_group_id
+        first = block.block_hash
+        if first is None:  # the block's first key
+            self.reserve.register(key, block.block_id)
+            block.set_block_hash(key, num_tokens=num_tokens)
+        elif first != key and key not in self.reserve.keys_of(block.block_id):  # one more key
+            self.reserve.register(key, block.block_id)
+            self.cached_block_hashes_by_block.setdefault(block.block_id, set()).add(key)
 
     def _remove_cached_block_hashes(self, block: KVCacheBlock) -> list[Any]:
-        self.reserve.forget(block.block_id)
-        return cast(list[Any], super()._remove_cached_block_hashes(block))
+        first = block.block_hash
+        if first is None:  # a block's other keys come with a first
+            return []
+        keys = [first, *self.cached_block_hashes_by_block.pop(block.block_id, ())]
+        self.reserve.forget(block.block_id)  # nothing left when the reserve evicted it to allocate it
+        block.reset_hash()
+        return keys  # what vLLM's map held, for its events
 
     # -- the views against the reserve --------------------------------------------------------
 
@@ -299,12 +415,13 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
         state = reserve.to_spec()
         broken = spec_reserve.check_reserve(state)
         assert not broken, f"the reserve breaks {broken}"
+        assert self.cached_block_hash_to_block is self.hash_map, "vLLM's hash map is not the reserve's view"
+        by_block = self.cached_block_hashes_by_block
         for block in self.blocks[1:]:
             assert block.reserve is reserve and block.refs is reserve.refs
-            cached = block.block_hash is not None
-            assert cached == reserve.is_cached(block.block_id), f"block {block.block_id}: cached {cached} in vLLM"
-            for key in reserve.keys_of(block.block_id):
-                assert self.cached_block_hash_to_block.contain(key, block.block_id), f"key of {block.block_id} lost"
+            first, *later = reserve.keys_of(block.block_id) or (None,)
+            assert block.block_hash == first, f"block {block.block_id}: vLLM's key is not the reserve's first"
+            assert by_block.get(block.block_id, set()) == set(later), f"block {block.block_id}: other keys differ"
         registrations = sum(len(reserve.keys_of(page)) for page in range(reserve.pages))
         assert read_hash_map(self.cached_block_hash_to_block, RELEASE.map_of_ids).pairs() == registrations
 
