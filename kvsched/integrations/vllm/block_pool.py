@@ -59,6 +59,7 @@ from kvsched.spec.errors import CacheInUse, Exhausted, InvalidArgument  # noqa: 
 logger = vllm_block_pool.logger  # vLLM's own pool logger: its logging settings apply
 
 VLLM_BLOCK_POOL: type[Any] = vllm_block_pool.BlockPool  # vLLM's own, kept before any rebinding
+VLLM_CACHE_FULL_BLOCKS = VLLM_BLOCK_POOL.cache_full_blocks  # called directly: a hot path
 
 F = TypeVar("F", bound=Callable[..., Any])
 BLOCK_ID = operator.attrgetter("block_id")
@@ -246,6 +247,7 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
         self.null_block = self.blocks[0]
         self.null_block.is_null = True
         self.free_block_queue = ReserveQueue(self.blocks, self.reserve)
+        self.lookahead: int = getattr(self, "num_hash_lookahead_tokens", 0)  # 0.33 on; 0.32 has none
         self._page_of = self.reserve.page_by_key.get  # the reserve changes its index in place
         # What vLLM appends to a block hash to make its key in each group: a key is the hash's
         # bytes then the group's (`make_block_hash_with_group_id`, which vLLM's own
@@ -362,13 +364,11 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
         kv_cache_group_id: int,
         block_mask: list[bool] | None = None,
     ) -> None:
-        lookahead = getattr(self, "num_hash_lookahead_tokens", 0)  # 0.33 on; 0.32 has none
-        if num_full_blocks > num_cached_blocks and not spec_reserve.publishable(
-            num_full_blocks, block_size, request.num_tokens, lookahead
-        ):
-            raise refusals.early_publication(num_full_blocks, block_size, request.num_tokens, lookahead)
-        super().cache_full_blocks(
-            request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, block_mask
+        # `spec.reserve.publishable`, inline: the tokens the keys cover past the last page exist.
+        if num_full_blocks > num_cached_blocks and num_full_blocks * block_size + self.lookahead > request.num_tokens:
+            raise refusals.early_publication(num_full_blocks, block_size, request.num_tokens, self.lookahead)
+        VLLM_CACHE_FULL_BLOCKS(
+            self, request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, block_mask
         )
 
     def get_num_free_blocks(self) -> int:
