@@ -1,11 +1,11 @@
 """The live checker (`kvsched.integrations.vllm.checker`) on vLLM's own scheduler: silent on stock,
 each broken pool caught by its named check, and its cost per step.
 
-vLLM 0.32.0's v1 `Scheduler` with the checker as its KV connector (prefix caching on, the
-priority policy, a pool small enough to preempt) runs a seeded workload of shared prefixes under
-two cache salts to the end: on vLLM's own `BlockPool` it must find nothing. Then three
-deliberately broken pools and a broken hasher, each the shape of a shipped bug, must each be caught, in "raise" mode,
-by the check named:
+The installed vLLM's v1 `Scheduler` (each tested release) with the checker as its KV connector
+(prefix caching on, the priority policy, a pool small enough to preempt) runs a seeded workload
+of shared prefixes under two cache salts to the end: on vLLM's own `BlockPool` it must find
+nothing. Then three deliberately broken pools and a broken hasher, each the shape of a shipped
+bug, must each be caught, in "raise" mode, by the check named:
 
     queued_twice   a pool whose free queues a freed block it already queued (a block listed twice
                    in the free queue: ai-dynamo/dynamo PR #13398's shape) -> free_queue
