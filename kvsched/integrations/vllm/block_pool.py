@@ -364,8 +364,9 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
         kv_cache_group_id: int,
         block_mask: list[bool] | None = None,
     ) -> None:
-        # `spec.reserve.publishable`, inline: the tokens the keys cover past the last page exist.
-        if num_full_blocks > num_cached_blocks and num_full_blocks * block_size + self.lookahead > request.num_tokens:
+        if num_full_blocks > num_cached_blocks and not spec_reserve.publishable(
+            num_full_blocks, block_size, request.num_tokens, self.lookahead
+        ):
             raise refusals.early_publication(num_full_blocks, block_size, request.num_tokens, self.lookahead)
         VLLM_CACHE_FULL_BLOCKS(
             self, request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, block_mask
