@@ -125,7 +125,7 @@ class Reserve:
         if n > len(queue):
             raise refusals.not_enough_free(n, len(queue))
         if n == 1:  # decode's common case
-            page = queue.popitem(last=False)[0]
+            page = queue.popitem(False)[0]  # positional: a keyword costs as much as the pop
             self.refs[page] = 1
             if page in self._first_key:
                 self._drop_keys(page)
@@ -197,7 +197,7 @@ class Reserve:
         queue = self.queue
         for page in reversed(front):
             queue[page] = None
-            queue.move_to_end(page, last=False)
+            queue.move_to_end(page, False)
         for page in back:
             queue[page] = None
         return Freed(tuple(front), tuple(back))

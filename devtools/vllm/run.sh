@@ -107,7 +107,7 @@ status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 
 [ "$status" -eq 1 ] || { echo "the stale pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }
 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
-(cd / && "$py" "$here/bench_pool.py" --repeats 5 --clock cpu --json "$results/bench.json")
+(cd / && "$py" "$here/bench_pool.py" --repeats 8 --clock cpu --json "$results/bench.json")
 (cd "$root" && .venv/bin/python -m devtools.vllm.chart "$results/bench.json" "$results/bench.svg")  # matplotlib
 if [ "$release" = 0.32.0 ]; then
   step "the thrash trace through vLLM's Scheduler and kvsched's engine (docs/bench/thrash-vllm.json's source)"

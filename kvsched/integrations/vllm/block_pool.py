@@ -249,6 +249,9 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
         self.free_block_queue = ReserveQueue(self.blocks, self.reserve)
         self.lookahead: int = getattr(self, "num_hash_lookahead_tokens", 0)  # 0.33 on; 0.32 has none
         self._page_of = self.reserve.page_by_key.get  # the reserve changes its index in place
+        # Asked on every allocate_slots: the queue's own length, no frame of ours (the reserve
+        # changes its queue in place).
+        self.get_num_free_blocks = self.reserve.queue.__len__  # type: ignore[method-assign]
         # What vLLM appends to a block hash to make its key in each group: a key is the hash's
         # bytes then the group's (`make_block_hash_with_group_id`, which vLLM's own
         # `cache_full_blocks` reads the same way, once per call).
@@ -368,6 +371,19 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
             num_full_blocks, block_size, request.num_tokens, self.lookahead
         ):
             raise refusals.early_publication(num_full_blocks, block_size, request.num_tokens, self.lookahead)
+        if (  # decode's common case, one newly full block: vLLM's loop for it, without its setup
+            num_full_blocks == num_cached_blocks + 1
+            and block_mask is None
+            and block_size == self.hash_block_size
+            and not self.enable_kv_cache_events
+            and kv_cache_group_id < GROUPS_AHEAD
+        ):
+            block = blocks[num_cached_blocks]
+            if block.block_hash is None and not block.is_null:
+                key = request.block_hashes[num_cached_blocks] + self._group_suffixes[kv_cache_group_id]
+                self.reserve.register(key, block.block_id)
+                block.set_block_hash(key, num_tokens=num_full_blocks * block_size)
+                return
         VLLM_CACHE_FULL_BLOCKS(
             self, request, blocks, num_cached_blocks, num_full_blocks, block_size, kv_cache_group_id, block_mask
         )
