@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(BIN)/python -m pytest
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup test lint docs verify demo deep bench gpu-check proofs contracts mutants vllm clean
+.PHONY: help setup test lint docs verify demo deep bench gpu-check proofs contracts mutants vllm sglang clean
 
 ## This list (the default target).
 help:
@@ -30,6 +30,12 @@ VLLM_VENV ?= .venv-vllm-
 VLLM_WORK ?= .vllm-work
 vllm:
 	@for release in $(VLLM); do bash devtools/vllm/run.sh $(VLLM_VENV)$$release $(VLLM_WORK) $$release || exit 1; done
+
+## SGLang 0.5.23's radix cache over its token and paged allocators under the safety harness, in its own venv: campaigns on each adapter, every broken variant caught, the traces CI replays recorded again (devtools/sglang/run.sh).
+SGLANG_VENV ?= .venv-sglang
+SGLANG_WORK ?= .sglang-work
+sglang:
+	bash devtools/sglang/run.sh $(SGLANG_VENV) $(SGLANG_WORK)
 
 ## The test suite (fast profiles: what CI runs), on every core.
 test: setup

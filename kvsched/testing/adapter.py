@@ -29,6 +29,13 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
 
 A capability the manager lacks is left out of `capabilities`, never faked: the harness does
 not call it. With "atomic", a refused `admit` or `append` must leave the view unchanged.
+
+With "single_owner" (SGLang's allocators and radix trees: no reference counts), every page not
+reserved has exactly one owner at every step: the allocator's free list, the prefix cache (a
+cached page, which live requests may share while they lock it, evictable once none does), or
+one request's private tail. The adapter derives `holders` from the manager's own state (a tree
+page's lock count, a private page's one table); the harness then also checks that no page is
+lost between owners and that no uncached page is in two tables.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-CAPABILITIES = frozenset({"fork", "copy_on_write", "reset_cache", "atomic"})
+CAPABILITIES = frozenset({"fork", "copy_on_write", "reset_cache", "atomic", "single_owner"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +56,10 @@ class PoolView:
     set of pages the manager may hand out next, cached-but-unheld pages included. `tables`
     maps every live request to its block table, logical page order. `cached` maps each page
     the prefix cache can serve to its key (any hashable; only equality is used). `reserved`
-    are pages the manager never hands out (vLLM's null block).
+    are pages the manager never hands out (vLLM's null block, SGLang's dummy page 0).
+    `evictable` are cached pages no request holds that the manager reclaims only by evicting
+    them from its cache (a radix tree's unlocked pages: not free, and not lost); a manager
+    whose free set already holds its unheld cached pages (vLLM, nano-vllm) leaves it empty.
     """
 
     holders: tuple[int, ...]
@@ -57,6 +67,7 @@ class PoolView:
     tables: Mapping[int, tuple[int, ...]]
     cached: Mapping[int, object] = field(default_factory=dict)
     reserved: frozenset[int] = frozenset()
+    evictable: frozenset[int] = frozenset()
 
 
 @runtime_checkable

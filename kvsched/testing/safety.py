@@ -17,7 +17,10 @@ Checked after every call (each failure a `CheckFailed` naming its `FailureKind`)
   next token's).
 - EXCLUSIVE: a write lands only in a page no other live request holds.
 - ATOMICITY (capability "atomic"): a refused `admit` or `append` leaves the view unchanged.
-- LEAK (`teardown`): once every request is freed, every page not reserved is free.
+- LEAK (`teardown`): once every request is freed, every page not reserved is free or
+  evictable (a cached page the manager reclaims by evicting it).
+- With "single_owner" (INVARIANT, every step): each page has one owner, free, cached or one
+  request's own; an evictable page is cached and held by no one.
 - UNTYPED: a call into the manager raised (a crash, or the manager's own assertion).
 
 Not checked: policy. Free order, placement, eviction order, which page is reused: a manager may
@@ -137,7 +140,7 @@ def next_token(tokens: Sequence[int]) -> int:
 class SafetyMachine:
     """The engine side of safety mode over one fresh manager; see the module docstring."""
 
-    def __init__(self, factory: ManagerFactory, pages: int = 8, page_size: int = 2) -> None:
+    def __init__(self, factory: ManagerFactory, pages: int = 8, page_size: int = 2, *, check: bool = True) -> None:
         manager = factory(pages, page_size)
         require_adapter(manager)
         self.failed = False
@@ -153,6 +156,12 @@ class SafetyMachine:
         self.program: list[str] = []
         self.coverage: Counter[str] = Counter({name: 0 for name in COVERAGE})
         self.config = ManagerConfig(self.capabilities)
+        if check:
+            self.check_start()
+
+    def check_start(self) -> None:
+        """The fresh manager's view must already hold the invariants (a dummy page in the free
+        list, say, fails here); the constructor checks it unless told not to."""
         self._require_valid(self.manager.view())
 
     # -- the verbs ------------------------------------------------------------------------------
@@ -251,9 +260,12 @@ class SafetyMachine:
         self.preempted.clear()
         view = self.manager.view()
         self._require_valid(view)
-        lost = sorted(set(range(self.pages)) - view.free - view.reserved)
+        lost = sorted(set(range(self.pages)) - view.free - view.reserved - view.evictable)
         if lost:
-            self._fail(FailureKind.LEAK, f"pages {lost} are neither free nor reserved once every request is freed")
+            self._fail(
+                FailureKind.LEAK,
+                f"pages {lost} are neither free, evictable nor reserved once every request is freed",
+            )
 
     # -- the engine's work ------------------------------------------------------------------------
 
@@ -315,7 +327,10 @@ class SafetyMachine:
         """The manager as its view shows it (`view`, or a fresh one), with the live requests'
         token counts."""
         live = tuple(sorted((request_id, len(tokens)) for request_id, tokens in self.sequences.items()))
-        return ManagerState(self.manager.view() if view is None else view, live, self.pages, self.page_size)
+        single_owner = "single_owner" in self.capabilities
+        return ManagerState(
+            self.manager.view() if view is None else view, live, self.pages, self.page_size, single_owner
+        )
 
     def _step(self, event: Any, body: Callable[[], T]) -> T:
         """Run one of the engine's calls and check it with the step checker (the refusal's

@@ -29,6 +29,7 @@ class ManagerState:
     live: tuple[tuple[int, int], ...]  # (request id, tokens), by request id
     pages: int
     page_size: int
+    single_owner: bool = False  # the manager declared "single_owner": one owner a page
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +153,39 @@ def view_problems(state: ManagerState) -> list[str]:
             problems.append(f"page {page} is free while {expected} requests hold it")
     if view.free & view.reserved:
         problems.append(f"reserved pages {sorted(view.free & view.reserved)} are free")
+    problems += evictable_problems(view, counts)
+    if state.single_owner:
+        problems += owner_problems(view, counts, pages)
+    return problems
+
+
+def evictable_problems(view: PoolView, counts: list[int]) -> list[str]:
+    """An evictable page is a cached page no live table holds, and not free."""
+    problems = [f"page {page} is evictable but not cached" for page in sorted(view.evictable - set(view.cached))]
+    problems += [f"page {page} is evictable and free" for page in sorted(view.evictable & view.free)]
+    problems += [f"page {page} is evictable while it is reserved" for page in sorted(view.evictable & view.reserved)]
+    problems += [
+        f"page {page} is evictable while {counts[page]} requests hold it"
+        for page in sorted(view.evictable)
+        if 0 <= page < len(counts) and counts[page]
+    ]
+    return problems
+
+
+def owner_problems(view: PoolView, counts: list[int], pages: int) -> list[str]:
+    """A single-owner pool: every page not reserved is free, cached (the tree's) or held by
+    one request alone; a free page is not cached (freeing it took it from the tree)."""
+    problems: list[str] = []
+    for page in range(pages):
+        if page in view.reserved:
+            continue
+        cached, free = page in view.cached, page in view.free
+        if free and cached:
+            problems.append(f"page {page} is free and still cached (two owners: the free list and the cache)")
+        elif not free and not cached and not counts[page]:
+            problems.append(f"page {page} is neither free, nor cached, nor held: no owner has it")
+        elif not cached and counts[page] > 1:
+            problems.append(f"page {page} is no cache's, yet {counts[page]} requests hold it as their own")
     return problems
 
 
@@ -180,6 +214,8 @@ def view_changes(before: PoolView, after: PoolView) -> str:
         changes.append(f"pages {sorted(added)} cached")
     if before.reserved != after.reserved:
         changes.append(f"reserved {sorted(before.reserved)} -> {sorted(after.reserved)}")
+    if before.evictable != after.evictable:
+        changes.append(f"evictable {sorted(before.evictable)} -> {sorted(after.evictable)}")
     return "; ".join(changes)
 
 

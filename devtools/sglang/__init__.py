@@ -1,0 +1,1 @@
+"""`make sglang`: SGLang's radix caches and token allocators under the safety harness."""

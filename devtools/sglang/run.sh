@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# make sglang: SGLang 0.5.23's radix cache and token allocators under kvsched's safety harness.
+#   1. the venv (setup.sh)
+#   2. a campaign on each shipped adapter (kvsched check kvsched.testing.adapters.sglang:FACTORY):
+#      every program must pass; the counts of admissions, hits, appends, evictions and refusals
+#      (not --strict: the allocator's get_cpu_copy, a host offload copy, reads as an undeclared
+#      copy-on-write verb to the coverage warning)
+#   3. each broken variant (devtools/sglang/variants.py): its pinned program and a campaign must
+#      both fail with the check it names
+#   4. SGLang's answers recorded again (record_traces.py): identical to the traces CI replays
+#      (tests/testing/golden/sglang/)
+# Usage: run.sh VENV WORK [EXAMPLES]     (results in WORK/results/)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+venv="$(realpath -m "${1:?usage: run.sh VENV WORK [EXAMPLES]}")"
+work="$(realpath -m "${2:?usage: run.sh VENV WORK [EXAMPLES]}")"
+examples="${3:-1000}"
+py="$venv/bin/python"
+results="$work/results"
+started=$(date +%s)
+step() { echo "== SGLang [$(( $(date +%s) - started )) s] $*" >&2; }
+
+step "venv $venv"
+bash "$here/setup.sh" "$venv"
+mkdir -p "$results"
+export PYTHONPATH="$root" PYTHONWARNINGS=ignore
+cd /  # nothing of the checkout but PYTHONPATH on sys.path
+for adapter in radix_token:1 radix_paged:2 radix_paged:4; do
+  factory="${adapter%%:*}" size="${adapter##*:}"
+  step "campaign: kvsched check kvsched.testing.adapters.sglang:$factory --page-size $size ($examples programs)"
+  "$py" -m kvsched.cli check "kvsched.testing.adapters.sglang:$factory" --page-size "$size" --examples "$examples" \
+    --json "$results/$factory-$size.json" >&2
+done
+step "broken variants: each pinned program and a campaign must fail with the variant's check"
+"$py" -m devtools.sglang.variants --examples 300 --json "$results/variants.json"
+step "SGLang's answers recorded again, against the traces CI replays"
+"$py" -m devtools.sglang.record_traces "$results/traces"
+for trace in "$root"/tests/testing/golden/sglang/*.json; do
+  cmp -s "$trace" "$results/traces/$(basename "$trace")" || { echo "$(basename "$trace"): SGLang answered otherwise than recorded" >&2; exit 1; }
+done
+step "passed"

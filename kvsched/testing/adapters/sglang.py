@@ -1,0 +1,304 @@
+"""SGLang's radix cache and token allocators behind the adapter protocol (`sglang` 0.5.23).
+
+SGLang owns a page once: its allocator's free list, a radix tree node, or one request's private
+tail (`kvsched.testing.adapter`, capability "single_owner"). The adapter drives SGLang's own
+classes (`RadixCache`, `TokenToKVPoolAllocator` or `PagedTokenToKVPoolAllocator`,
+`ReqToTokenPool`, the request's `ReqKvInfo`) the way its scheduler does:
+
+- admit: match the prompt's prefix capped before its last token (`RadixKey(limit=n - 1)`: the
+  last token's logits are computed), lock the matched node, then check that the free slots and
+  the tree's evictable ones cover the new tokens (a refusal unlocks and changes nothing), evict
+  what is short, allocate (`alloc` for page size 1, `alloc_extend` paged) and write the row;
+- append: a new slot (`alloc`, or `alloc_decode`, which takes a page only at a page boundary),
+  evicting first when short, refusing when even eviction cannot cover it;
+- written: once the forward pass has written every token the request has, `checkpoint` publishes
+  its whole pages (SGLang's insert frees the request's copies of pages the tree already had and
+  repoints its row at the tree's);
+- free: `release_kv_cache`'s steps (checkpoint, free the row past the tree's part, unlock, give
+  the row back; the function itself reads the server's global config, which a bare cache has not);
+- reset_cache: the scheduler's `flush_cache`, only when no request is live.
+
+SGLang's `Req` belongs to its scheduler (sampling, grammar, server config); the adapter keeps a
+record with the fields the cache reads, under SGLang's names. The view derives a tree page's
+holders from its node's `lock_ref` and a private page's from the one table it is in; a page's
+cache key is its salt and every token up to its end. Slot 0 (page 0) is SGLang's dummy.
+
+`radix_token` needs the harness's page size 1 (the token allocator's page); `radix_paged` takes
+any. The broken variants are in `devtools/sglang/variants.py`.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+import warnings
+from array import array
+from collections.abc import Sequence
+from typing import Any
+
+from kvsched.testing.adapter import PoolView
+
+POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority")
+
+
+@functools.cache
+def sglang() -> Any:
+    """SGLang's cache modules, imported once (about 10 s: `radix_cache` loads torch and much of
+    SGLang), or ImportError naming what to install."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SGLang warns at import about kernels the CPU lacks
+            import torch
+            from sglang.srt.managers.schedule_batch import ReqKvInfo
+            from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+            from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+            from sglang.srt.mem_cache.base_prefix_cache import EvictParams, MatchPrefixParams
+            from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+            from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+            from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+    except ImportError as error:
+        raise ImportError(f"SGLang is not installed ({error}): make sglang builds its venv") from error
+
+    return types.SimpleNamespace(
+        torch=torch,
+        ReqKvInfo=ReqKvInfo,
+        PagedTokenToKVPoolAllocator=PagedTokenToKVPoolAllocator,
+        TokenToKVPoolAllocator=TokenToKVPoolAllocator,
+        EvictParams=EvictParams,
+        MatchPrefixParams=MatchPrefixParams,
+        CacheInitParams=CacheInitParams,
+        ReqToTokenPool=ReqToTokenPool,
+        RadixCache=RadixCache,
+        RadixKey=RadixKey,
+    )
+
+
+class Request:
+    """What SGLang's cache reads of a `Req`, under SGLang's names."""
+
+    def __init__(self, request_id: int, tokens: Sequence[int], salt: str | None) -> None:
+        self.rid = str(request_id)
+        self.origin_input_ids = array("q", tokens)
+        self.output_ids = array("q")
+        self.extra_key = salt
+        self.cache_salt: str | None = None
+        self.kv: Any = sglang().ReqKvInfo()
+        self.priority: int | None = None
+        self.lock: Any = None
+        self.last_node: Any = None
+        self.skip_radix_cache_insert = False
+
+    @property
+    def full_untruncated_fill_ids(self) -> array[int]:
+        return self.origin_input_ids + self.output_ids
+
+    def __len__(self) -> int:
+        return len(self.origin_input_ids) + len(self.output_ids)
+
+    def finished(self) -> bool:
+        return False
+
+
+class SglangRadixCache:
+    """SGLang's `RadixCache` (or `cache_class`) over its token allocator (`paged=False`, page size
+    1) or its paged one, `pages` pages of `page_size` tokens, page 0 the dummy."""
+
+    capabilities = frozenset({"atomic", "reset_cache", "single_owner"})
+
+    def __init__(
+        self,
+        pages: int,
+        page_size: int,
+        *,
+        paged: bool,
+        policy: str = "lru",
+        salt: str | None = None,
+        cache_class: type | None = None,
+        allocator_class: type | None = None,
+    ) -> None:
+        m = sglang()
+        if not paged and page_size != 1:
+            raise ValueError(
+                f"SGLang's TokenToKVPoolAllocator has pages of 1 token, not {page_size}: run with page size 1"
+            )
+        if pages < 2:
+            raise ValueError(f"{pages} pages: SGLang's page 0 is its dummy, so at least 2")
+        self.pages, self.page_size, self.paged, self.salt = pages, page_size, paged, salt
+        slots = (pages - 1) * page_size  # pages 1 .. pages - 1 (SGLang's free list starts at 1)
+        if paged:
+            allocator = allocator_class or m.PagedTokenToKVPoolAllocator
+            self.allocator = allocator(slots, page_size, m.torch.float16, "cpu", None, False)
+        else:
+            allocator = allocator_class or m.TokenToKVPoolAllocator
+            self.allocator = allocator(slots, m.torch.float16, "cpu", None, False)
+        self.rows = m.ReqToTokenPool(
+            size=pages, max_context_len=pages * page_size + 1, device="cpu", enable_memory_saver=False
+        )
+        params = m.CacheInitParams(
+            disable=False,
+            req_to_token_pool=self.rows,
+            token_to_kv_pool_allocator=self.allocator,
+            page_size=page_size,
+            eviction_policy=policy,
+        )
+        self.tree = (cache_class or m.RadixCache)(params)
+        self.requests: dict[int, Request] = {}
+
+    @property
+    def m(self) -> Any:
+        return sglang()
+
+    @property
+    def torch(self) -> Any:
+        return sglang().torch
+
+    # -- the scheduler's calls ----------------------------------------------------------------
+
+    def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
+        m, tree, size = self.m, self.tree, self.page_size
+        request = Request(request_id, tokens, self.salt)
+        n = len(tokens)
+        key = m.RadixKey(request.origin_input_ids, request.extra_key, limit=n - 1)
+        match = tree.match_prefix(m.MatchPrefixParams(key=key))
+        prefix, node = int(match.device_prefix_len), match.last_device_node
+        lock = self._claim(node, (-(-n // size) - prefix // size) * size)
+        if lock is None:
+            return None
+        prefix_slots = tree.path_device_indices(node)[:prefix]
+        self.rows.alloc([request])
+        row = request.kv.req_pool_idx
+        if self.paged:
+            last = int(prefix_slots[-1]) if prefix else -1
+            lengths = self.torch.tensor([prefix]), self.torch.tensor([n])
+            new = self.allocator.alloc_extend(
+                lengths[0], lengths[0], lengths[1], lengths[1], self.torch.tensor([last]), n - prefix
+            )
+        else:
+            new = self.allocator.alloc(n - prefix)
+        if new is None:
+            raise RuntimeError(f"SGLang's allocator refused {n - prefix} slots after the tree evicted for them")
+        self.rows.write((row, slice(0, prefix)), prefix_slots.to(self.torch.int32))
+        self.rows.write((row, slice(prefix, n)), new.to(self.torch.int32))
+        request.kv.cache_protected_len = prefix
+        request.kv.kv_allocated_len = request.kv.kv_committed_len = n
+        request.lock, request.last_node = lock, node
+        self.requests[request_id] = request
+        return prefix
+
+    def _claim(self, node: Any, need: int) -> Any:
+        """Lock the matched node, then make `need` slots free (evicting what is short); None,
+        the lock undone, when even eviction cannot (a request row is needed too)."""
+        lock = self.tree.lock(node)  # first: eviction must not take the matched pages
+        if not self._room(need) or not self.rows.available_size():
+            self.tree.unlock(lock)
+            return None
+        self._evict_for(need)
+        return lock
+
+    def append(self, request_id: int, token: int) -> bool:
+        request = self.requests[request_id]
+        position = len(request)
+        need = self.page_size if position % self.page_size == 0 else 0  # a new page at a boundary
+        if not self._room(need):
+            return False
+        self._evict_for(need)
+        row = self.rows.req_to_token[request.kv.req_pool_idx]
+        if self.paged:
+            length = self.torch.tensor([position + 1])
+            slot = self.allocator.alloc_decode(length, length, row[position - 1 : position].to(self.torch.int64))
+        else:
+            slot = self.allocator.alloc(1)
+        if slot is None:
+            raise RuntimeError(f"SGLang's allocator refused a decode slot after evicting to {need} free")
+        self.rows.write((request.kv.req_pool_idx, position), int(slot[0]))
+        request.output_ids.append(token)
+        request.kv.kv_allocated_len = request.kv.kv_committed_len = position + 1
+        return True
+
+    def written(self, request_id: int, tokens: int) -> None:
+        request = self.requests[request_id]
+        whole = tokens // self.page_size * self.page_size
+        if tokens == len(request) and whole > request.kv.cache_protected_len:
+            self.tree.checkpoint(request, up_to=tokens)  # after the forward pass: publish
+
+    def free(self, request_id: int) -> None:
+        request = self.requests.pop(request_id)
+        owned = request.kv.kv_committed_len
+        self.tree.checkpoint(request, up_to=owned)
+        self.tree.free_kv_row(request.kv, [(request.kv.cache_protected_len, owned)])
+        self.tree.unlock(request.lock)
+        request.lock = None
+        self.rows.free(request)
+        request.kv.mark_kv_released()
+
+    def reset_cache(self) -> bool:
+        if self.requests:  # the scheduler flushes only when idle
+            return False
+        self.tree.reset()
+        self.rows.clear()
+        self.allocator.clear()
+        return True
+
+    def _room(self, need: int) -> bool:
+        return need <= int(self.allocator.available_size()) + int(self.tree.evictable_size())
+
+    def _evict_for(self, need: int) -> None:
+        short = need - self.allocator.available_size()
+        if short > 0:
+            self.tree.evict(self.m.EvictParams(num_tokens=short))
+
+    # -- the view -----------------------------------------------------------------------------
+
+    def _page(self, slot: int) -> int:
+        return slot // self.page_size
+
+    def tree_pages(self) -> dict[int, tuple[object, int]]:
+        """Each page the tree holds: (its key, its node's lock count)."""
+        found: dict[int, tuple[object, int]] = {}
+        stack: list[tuple[Any, tuple[int, ...]]] = [(self.tree.root_node, ())]
+        while stack:
+            node, path = stack.pop()
+            for child in node.children.values():
+                tokens: tuple[int, ...] = path + tuple(child.key)
+                slots = child.value.tolist()
+                for start in range(0, len(slots), self.page_size):
+                    end = len(path) + start + self.page_size
+                    found[self._page(slots[start])] = ((child.key.extra_key, tokens[:end]), int(child.lock_ref))
+                stack.append((child, tokens))
+        return found
+
+    def view(self) -> PoolView:
+        tables: dict[int, tuple[int, ...]] = {}
+        for request_id, request in self.requests.items():
+            slots = self.rows.req_to_token[request.kv.req_pool_idx, : len(request)].tolist()
+            tables[request_id] = tuple(self._page(slot) for slot in slots[:: self.page_size])
+        tree = self.tree_pages()
+        holders = [0] * self.pages
+        for table in tables.values():
+            for page in table:
+                if page not in tree and 0 <= page < self.pages:
+                    holders[page] += 1  # a private page: the tables it is in
+        for page, (_, locks) in tree.items():
+            if 0 <= page < self.pages:
+                holders[page] = locks  # a tree page: its node's lock count
+        allocator = self.allocator  # its free list holds page ids (slots, at page size 1)
+        free = frozenset(allocator.free_pages.tolist())
+        free |= frozenset(allocator.get_all_free_pages().tolist() if self.paged else allocator.release_pages.tolist())
+        return PoolView(
+            holders=tuple(holders),
+            free=free,
+            tables=tables,
+            cached={page: key for page, (key, _) in tree.items()},
+            reserved=frozenset({0}),
+            evictable=frozenset(page for page, (_, locks) in tree.items() if locks == 0),
+        )
+
+
+def radix_token(pages: int, page_size: int) -> SglangRadixCache:
+    """SGLang's `RadixCache` over `TokenToKVPoolAllocator` (page size 1), LRU eviction."""
+    return SglangRadixCache(pages, page_size, paged=False)
+
+
+def radix_paged(pages: int, page_size: int) -> SglangRadixCache:
+    """SGLang's `RadixCache` over `PagedTokenToKVPoolAllocator`, LRU eviction."""
+    return SglangRadixCache(pages, page_size, paged=True)

@@ -1,0 +1,153 @@
+"""SGLang's recorded answers to the harness (`make sglang` records them: devtools/sglang/record_traces.py),
+replayed without SGLang: the stock radix caches pass, each broken variant fails with its check, and
+each single-owner check fails when one recorded view is changed to break it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvsched.testing.adapters.recorded import Replay, TraceDiverged
+from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
+from kvsched.testing.safety import SafetyMachine
+
+GOLDEN = Path(__file__).parent / "golden" / "sglang"
+STOCK = ("radix_token", "radix_paged")
+VARIANTS = ("duplicates_left_in_table", "evicts_before_locking", "dummy_page_handed_out")
+
+
+def traces(name: str) -> list[dict[str, Any]]:
+    loaded: list[dict[str, Any]] = json.loads((GOLDEN / f"{name}.json").read_text())
+    return loaded
+
+
+def replay(trace: dict[str, Any]) -> CheckFailure | None:
+    """The trace's program over its recorded answers: the failed check, or None (every call used)."""
+    answers = Replay(trace["calls"], frozenset(trace["capabilities"]))
+    machine = SafetyMachine(lambda pages, page_size: answers, trace["pages"], trace["page_size"], check=False)
+    try:
+        machine.check_start()
+        for line in trace["program"]:
+            exec(line, {"machine": machine})  # a recorded program of the harness's calls
+    except CheckFailed as failed:
+        return failed.failure
+    assert answers.next == len(answers.calls), "the program ended before the trace"
+    return None
+
+
+@pytest.mark.parametrize("name", STOCK)
+def test_stock_traces_pass(name: str) -> None:
+    recorded = traces(name)
+    assert len(recorded) >= 40 and all(trace["verdict"] == "pass" for trace in recorded)
+    assert all("single_owner" in trace["capabilities"] for trace in recorded)
+    for trace in recorded:
+        assert replay(trace) is None
+
+
+def test_the_stock_traces_exercise_hits_and_evictions() -> None:
+    for name in STOCK:
+        views = [call[2] for trace in traces(name) for call in trace["calls"] if call[0] == "view"]
+        assert any(view["evictable"] for view in views), f"{name}: no view has an evictable page"
+        hits = [call[2] for trace in traces(name) for call in trace["calls"] if call[0] == "admit" and call[2]]
+        assert hits, f"{name}: no admission hit the tree"
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_broken_variants_fail_with_their_check(name: str) -> None:
+    (trace,) = traces(name)
+    failure = replay(trace)
+    assert failure is not None and failure.kind.name == trace["verdict"] == "INVARIANT"
+
+
+def test_a_replay_refuses_a_call_its_trace_does_not_hold() -> None:
+    trace = copy.deepcopy(traces("radix_paged")[0])
+    first_admit = next(index for index, call in enumerate(trace["calls"]) if call[0] == "admit")
+    trace["calls"][first_admit][1][1] = [9, 9, 9]  # other tokens than the program's
+    failure = replay(trace)  # the harness reports what its manager raised: a replay that diverged
+    assert failure is not None and failure.kind is FailureKind.UNTYPED and TraceDiverged.__name__ in failure.detail
+
+
+def broken_view(change: Any, name: str = "radix_paged") -> CheckFailure:
+    """The first stock trace in which `change(view)` alters a recorded view (returning True),
+    replayed with that one view changed: the check it fails."""
+    for trace in traces(name):
+        trace = copy.deepcopy(trace)
+        for call in trace["calls"]:
+            if call[0] == "view" and change(call[2]):
+                failure = replay(trace)
+                assert failure is not None, "the changed view passed"
+                return failure
+    raise AssertionError("no recorded view could be changed that way")
+
+
+def test_a_page_with_no_owner_fails() -> None:
+    def lose_the_last_free_page(view: dict[str, Any]) -> bool:
+        if not view["free"]:
+            return False
+        view["free"].remove(max(view["free"]))  # the last page: an edge a weakened check skips
+        return True
+
+    failure = broken_view(lose_the_last_free_page)
+    assert failure.kind is FailureKind.INVARIANT and "no owner has it" in failure.detail
+
+
+def test_a_free_page_still_cached_fails() -> None:
+    def free_the_last_cached_page(view: dict[str, Any]) -> bool:
+        unheld = [page for page, _ in view["cached"] if page in view["evictable"]]
+        if not unheld:
+            return False
+        page = max(unheld)
+        view["evictable"].remove(page)
+        view["free"].append(page)
+        return True
+
+    failure = broken_view(free_the_last_cached_page)
+    assert failure.kind is FailureKind.INVARIANT and "free and still cached" in failure.detail
+
+
+def test_a_private_page_in_two_tables_fails() -> None:
+    def share_a_private_page(view: dict[str, Any]) -> bool:
+        cached = {page for page, _ in view["cached"]}
+        tables = view["tables"]
+        if len(tables) < 2:
+            return False
+        (_, last_table), (_, other_table) = tables[-1], tables[0]
+        private = [page for page in last_table if page not in cached and page not in other_table]
+        if not private:
+            return False
+        other_table.append(private[-1])
+        view["holders"][private[-1]] += 1  # counted, so only the owner check can object
+        return True
+
+    failure = broken_view(share_a_private_page)
+    assert failure.kind is FailureKind.INVARIANT and "hold it as their own" in failure.detail
+
+
+def test_an_evictable_page_a_request_holds_fails() -> None:
+    def mark_a_held_tree_page_evictable(view: dict[str, Any]) -> bool:
+        held = {page for _, table in view["tables"] for page in table}
+        tree = [page for page, _ in view["cached"] if page in held and page not in view["evictable"]]
+        if not tree:
+            return False
+        view["evictable"].append(max(tree))
+        view["holders"][max(tree)] = 0
+        return True
+
+    failure = broken_view(mark_a_held_tree_page_evictable)
+    assert failure.kind is FailureKind.INVARIANT and "evictable" in failure.detail
+
+
+def test_evictable_pages_left_out_at_teardown_are_a_leak() -> None:
+    for trace in traces("radix_paged"):
+        final = trace["calls"][-1]
+        if final[0] == "view" and final[2]["evictable"]:
+            trace = copy.deepcopy(trace)
+            trace["calls"][-1][2]["evictable"] = []
+            failure = replay(trace)
+            assert failure is not None and failure.kind is FailureKind.LEAK
+            return
+    raise AssertionError("no recorded teardown left an evictable page")
