@@ -266,9 +266,9 @@ def _vllm_pool(release: str, report: dict[str, Any]) -> str:
         f"vLLM {release}'s KVCacheManager over vLLM's pool and over kvsched's",
         f"W1 (decode) and W2 (shared-prefix admission) through vLLM {release}'s own `KVCacheManager`,"
         " the two pools interleaved in one process (`devtools/vllm/bench_pool.py`, a step of"
-        f" `make vllm VLLM={release}`), each figure the median of the runs the command line gives, timed"
-        " by the process's CPU time where it says `--clock cpu` (wall time before); the pool's own share"
-        " timed by replaying its calls on a fresh pool.",
+        f" `make vllm VLLM={release}`), each figure the fastest of the runs the command line gives (8 by"
+        " default, each pool first in every other run), timed by the process's CPU time; the pool's own share"
+        " timed by replaying its calls on a fresh pool. The ratio of the runs' medians is in the JSON.",
         report,
         table(["case", "unit", "vLLM's pool", "kvsched's pool", "ratio", "in the pool (vLLM / kvsched)"], rows),
         f"![vLLM {release}'s manager over both pools](bench/vllm-pool-{release}.svg)",
