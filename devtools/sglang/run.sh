@@ -7,7 +7,8 @@
 #      copy-on-write verb to the coverage warning)
 #   3. each broken variant (devtools/sglang/variants.py): its pinned program and a campaign must
 #      both fail with the check it names
-#   4. SGLang's answers recorded again (record_traces.py): identical to the traces CI replays
+#   4. each eviction policy's order and each allocator's free order as SGLang documents them (order.py)
+#   5. SGLang's answers recorded again (record_traces.py): identical to the traces CI replays
 #      (tests/testing/golden/sglang/)
 # Usage: run.sh VENV WORK [EXAMPLES]     (results in WORK/results/)
 set -euo pipefail
@@ -34,6 +35,8 @@ for adapter in radix_token:1 radix_paged:2 radix_paged:4; do
 done
 step "broken variants: each pinned program and a campaign must fail with the variant's check"
 "$py" -m devtools.sglang.variants --examples 300 --json "$results/variants.json"
+step "eviction order (lru, mru, fifo, filo, lfu) and free order (token and paged allocators) as SGLang documents them"
+"$py" -m devtools.sglang.order >&2
 step "SGLang's answers recorded again, against the traces CI replays"
 "$py" -m devtools.sglang.record_traces "$results/traces"
 for trace in "$root"/tests/testing/golden/sglang/*.json; do
