@@ -3,7 +3,7 @@
 For each shipped adapter, `--programs` seeded random programs of the harness's calls (the
 campaign's prompts and verbs), each run over `Recorder(adapter)`: every one must pass. For each
 broken variant, its pinned program: it must fail with the check the variant names. Each trace
-is written under OUT as `<name>.json` (a list of traces: `kvsched.testing.adapters.recorded`).
+is written under OUT as `<name>.json.gz` (a list of traces: `kvsched.testing.adapters.recorded`).
 
     python -m devtools.sglang.record_traces OUT [--programs 40] [--steps 30]   (SGLang's venv)
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gzip
 import json
 import random
 import sys
@@ -26,7 +27,14 @@ from kvsched.testing.checks import CheckFailed
 from kvsched.testing.safety import VOCABULARY, SafetyMachine
 from kvsched.testing.safety_search import MAX_TOKENS, prompt_starts
 
-ADAPTERS = (("radix_token", sglang.radix_token, 1), ("radix_paged", sglang.radix_paged, 2))
+ADAPTERS = (
+    ("radix_token", sglang.radix_token, 1),
+    ("radix_paged", sglang.radix_paged, 2),
+    ("unified_token", sglang.unified_token, 1),
+    ("unified_paged", sglang.unified_paged, 2),
+    ("unified_rust_token", sglang.unified_rust_token, 1),
+    ("unified_rust_paged", sglang.unified_rust_paged, 2),
+)
 
 
 def random_program(machine: SafetyMachine, rng: random.Random, steps: int) -> None:
@@ -88,6 +96,11 @@ def record(
     }
 
 
+def write(path: Path, traces: list[dict[str, Any]]) -> None:
+    """The traces as gzipped JSON (no timestamp: the same traces, the same file)."""
+    path.write_bytes(gzip.compress((json.dumps(traces) + "\n").encode(), mtime=0))
+
+
 def main(argv: list[str] | None = None) -> int:
     from devtools.sglang.variants import VARIANTS
 
@@ -111,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {len(traces)} programs, {calls} calls recorded, {len(failed)} failed", file=sys.stderr)
         for trace in failed:
             print(f"  {trace['verdict']}: " + "; ".join(trace["program"]), file=sys.stderr)
-        (args.out / f"{name}.json").write_text(json.dumps(traces) + "\n")
+        write(args.out / f"{name}.json.gz", traces)
     for variant in VARIANTS:
 
         def pinned(machine: SafetyMachine, lines: tuple[str, ...] = variant.program) -> None:
@@ -122,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         caught = trace["verdict"] == variant.caught_by.name
         ok &= caught
         print(f"{variant.name}: pinned program {trace['verdict']} (expected {variant.caught_by.name})", file=sys.stderr)
-        (args.out / f"{variant.name}.json").write_text(json.dumps([trace]) + "\n")
+        write(args.out / f"{variant.name}.json.gz", [trace])
     return 0 if ok else 1
 
 

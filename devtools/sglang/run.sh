@@ -27,7 +27,7 @@ bash "$here/setup.sh" "$venv"
 mkdir -p "$results"
 export PYTHONPATH="$root" PYTHONWARNINGS=ignore
 cd /  # nothing of the checkout but PYTHONPATH on sys.path
-for adapter in radix_token:1 radix_paged:2 radix_paged:4; do
+for adapter in radix_token:1 radix_paged:2 radix_paged:4 unified_token:1 unified_paged:2 unified_rust_token:1 unified_rust_paged:2; do
   factory="${adapter%%:*}" size="${adapter##*:}"
   step "campaign: kvsched check kvsched.testing.adapters.sglang:$factory --page-size $size ($examples programs)"
   "$py" -m kvsched.cli check "kvsched.testing.adapters.sglang:$factory" --page-size "$size" --examples "$examples" \
@@ -39,7 +39,8 @@ step "eviction order (lru, mru, fifo, filo, lfu) and free order (token and paged
 "$py" -m devtools.sglang.order >&2
 step "SGLang's answers recorded again, against the traces CI replays"
 "$py" -m devtools.sglang.record_traces "$results/traces"
-for trace in "$root"/tests/testing/golden/sglang/*.json; do
-  cmp -s "$trace" "$results/traces/$(basename "$trace")" || { echo "$(basename "$trace"): SGLang answered otherwise than recorded" >&2; exit 1; }
+for trace in "$root"/tests/testing/golden/sglang/*.json.gz; do
+  cmp -s <(gunzip -c "$trace") <(gunzip -c "$results/traces/$(basename "$trace")") \
+    || { echo "$(basename "$trace"): SGLang answered otherwise than recorded" >&2; exit 1; }
 done
 step "passed"

@@ -7,6 +7,8 @@ must catch it (`make sglang` runs a campaign on each and fails unless that check
 - `evicts_before_locking`: admission evicts for the new tokens before it locks the matched
   prefix, so eviction may take the very pages the request is about to read.
 - `dummy_page_handed_out`: an allocator whose free list starts at page 0, SGLang's dummy.
+- the same over `UnifiedRadixCache`: `unified_evicts_before_locking` (the Python tree core),
+  `unified_rust_evicts_before_locking` and `unified_rust_dummy_page` (the Rust one).
 """
 
 from __future__ import annotations
@@ -89,6 +91,26 @@ def dummy_page_handed_out(pages: int, page_size: int) -> SglangRadixCache:
     return SglangRadixCache(pages, page_size, paged=True, allocator_class=_dummy_page_allocator(True))
 
 
+def unified_evicts_before_locking(pages: int, page_size: int) -> SglangRadixCache:
+    return EvictsBeforeLocking(pages, page_size, paged=False, tree_core="python")
+
+
+def unified_rust_evicts_before_locking(pages: int, page_size: int) -> SglangRadixCache:
+    return EvictsBeforeLocking(pages, page_size, paged=False, tree_core="rust")
+
+
+def unified_rust_dummy_page(pages: int, page_size: int) -> SglangRadixCache:
+    return SglangRadixCache(pages, page_size, paged=True, tree_core="rust", allocator_class=_dummy_page_allocator(True))
+
+
+EVICTS_BEFORE_LOCKING = (  # the program each such campaign shrank to
+    "machine.submit(1, (0,))",
+    "machine.finish(1)",
+    "machine.submit(3, (2,))",
+    "machine.submit(2, (1, 1, 2, 0))",
+    "machine.submit(1, (0, 1, 0))",
+)
+
 VARIANTS = (
     Variant(
         "duplicates_left_in_table",
@@ -97,20 +119,24 @@ VARIANTS = (
         FailureKind.INVARIANT,
         ("machine.submit(2, (1, 1))", "machine.submit(1, (1, 1))"),
     ),
-    Variant(
-        "evicts_before_locking",
-        evicts_before_locking,
-        1,
-        FailureKind.INVARIANT,
-        (
-            "machine.submit(1, (0,))",
-            "machine.finish(1)",
-            "machine.submit(3, (2,))",
-            "machine.submit(2, (1, 1, 2, 0))",
-            "machine.submit(1, (0, 1, 0))",
-        ),
-    ),
+    Variant("evicts_before_locking", evicts_before_locking, 1, FailureKind.INVARIANT, EVICTS_BEFORE_LOCKING),
     Variant("dummy_page_handed_out", dummy_page_handed_out, 2, FailureKind.INVARIANT, ()),
+    # UnifiedRadixCache names nodes by id: locking one eviction took raises KeyError in SGLang.
+    Variant(
+        "unified_evicts_before_locking",
+        unified_evicts_before_locking,
+        1,
+        FailureKind.UNTYPED,
+        EVICTS_BEFORE_LOCKING,
+    ),
+    Variant(
+        "unified_rust_evicts_before_locking",
+        unified_rust_evicts_before_locking,
+        1,
+        FailureKind.UNTYPED,
+        EVICTS_BEFORE_LOCKING,
+    ),
+    Variant("unified_rust_dummy_page", unified_rust_dummy_page, 2, FailureKind.INVARIANT, ()),
 )
 
 

@@ -5,23 +5,31 @@ each single-owner check fails when one recorded view is changed to break it."""
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvsched.testing.adapters.recorded import Replay, TraceDiverged
+from kvsched.testing.adapters.recorded import RecordedError, Replay, TraceDiverged
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
 from kvsched.testing.safety import SafetyMachine
 
 GOLDEN = Path(__file__).parent / "golden" / "sglang"
-STOCK = ("radix_token", "radix_paged")
-VARIANTS = ("duplicates_left_in_table", "evicts_before_locking", "dummy_page_handed_out")
+STOCK = ("radix_token", "radix_paged", "unified_token", "unified_paged", "unified_rust_token", "unified_rust_paged")
+VARIANTS = {  # the check each broken variant must fail (devtools/sglang/variants.py)
+    "duplicates_left_in_table": FailureKind.INVARIANT,
+    "evicts_before_locking": FailureKind.INVARIANT,
+    "dummy_page_handed_out": FailureKind.INVARIANT,
+    "unified_evicts_before_locking": FailureKind.UNTYPED,  # SGLang raises KeyError: the node is gone
+    "unified_rust_evicts_before_locking": FailureKind.UNTYPED,
+    "unified_rust_dummy_page": FailureKind.INVARIANT,
+}
 
 
 def traces(name: str) -> list[dict[str, Any]]:
-    loaded: list[dict[str, Any]] = json.loads((GOLDEN / f"{name}.json").read_text())
+    loaded: list[dict[str, Any]] = json.loads(gzip.decompress((GOLDEN / f"{name}.json.gz").read_bytes()))
     return loaded
 
 
@@ -56,11 +64,13 @@ def test_the_stock_traces_exercise_hits_and_evictions() -> None:
         assert hits, f"{name}: no admission hit the tree"
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_broken_variants_fail_with_their_check(name: str) -> None:
     (trace,) = traces(name)
     failure = replay(trace)
-    assert failure is not None and failure.kind.name == trace["verdict"] == "INVARIANT"
+    assert failure is not None and failure.kind is VARIANTS[name] and failure.kind.name == trace["verdict"]
+    if failure.kind is FailureKind.UNTYPED:  # what SGLang raised, replayed
+        assert f"{RecordedError.__name__}: KeyError" in failure.detail
 
 
 def test_a_replay_refuses_a_call_its_trace_does_not_hold() -> None:

@@ -1,7 +1,7 @@
 """A page manager's calls, recorded once and replayed without it.
 
-`Recorder` wraps any adapter and logs each call the harness makes (verb, arguments, answer),
-views included. `Replay` is an adapter that answers from such a log: the harness replaying the
+`Recorder` wraps any adapter and logs each call the harness makes (verb, arguments, answer or
+what it raised), views included. `Replay` is an adapter that answers from such a log: the harness replaying the
 same program over it makes the same calls, so its checks run on the manager's recorded states
 without the manager installed (how CI keeps SGLang's recorded behaviour checked). A call the log
 does not hold next is a `TraceDiverged`, never a guess.
@@ -52,43 +52,47 @@ def view_from_json(data: dict[str, Any]) -> PoolView:
     )
 
 
+class RecordedError(RuntimeError):
+    """What a recorded manager raised at this call, raised again by its replay."""
+
+
 class Recorder:
-    """`manager`, every call logged in `calls` as [verb, arguments, answer]."""
+    """`manager`, every call logged in `calls` as [verb, arguments, answer], or as [verb,
+    arguments, None, what it raised]."""
 
     def __init__(self, manager: PageManager) -> None:
         self.manager = manager
         self.capabilities = manager.capabilities
         self.calls: list[list[Any]] = []
 
-    def _log(self, verb: str, args: Sequence[Any], answer: object) -> None:
-        self.calls.append([verb, list(args), view_to_json(answer) if isinstance(answer, PoolView) else answer])
+    def _call(self, verb: str, args: Sequence[Any], *call: Any) -> Any:
+        logged = [verb, [list(arg) if isinstance(arg, tuple) else arg for arg in args]]
+        try:
+            answer = getattr(self.manager, verb)(*call)
+        except Exception as error:
+            self.calls.append([*logged, None, f"{type(error).__name__}: {error}"])
+            raise
+        self.calls.append([*logged, view_to_json(answer) if isinstance(answer, PoolView) else answer])
+        return answer
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
-        answer = self.manager.admit(request_id, tokens)
-        self._log("admit", [request_id, list(tokens)], answer)
+        answer: int | None = self._call("admit", (request_id, tuple(tokens)), request_id, tokens)
         return answer
 
     def append(self, request_id: int, token: int) -> bool:
-        answer = self.manager.append(request_id, token)
-        self._log("append", [request_id, token], answer)
-        return answer
+        return bool(self._call("append", (request_id, token), request_id, token))
 
     def written(self, request_id: int, tokens: int) -> None:
-        self.manager.written(request_id, tokens)
-        self._log("written", [request_id, tokens], None)
+        self._call("written", (request_id, tokens), request_id, tokens)
 
     def free(self, request_id: int) -> None:
-        self.manager.free(request_id)
-        self._log("free", [request_id], None)
+        self._call("free", (request_id,), request_id)
 
     def reset_cache(self) -> bool:
-        answer = bool(getattr(self.manager, "reset_cache")())  # noqa: B009  (an optional verb)
-        self._log("reset_cache", [], answer)
-        return answer
+        return bool(self._call("reset_cache", ()))
 
     def view(self) -> PoolView:
-        answer = self.manager.view()
-        self._log("view", [], answer)
+        answer: PoolView = self._call("view", ())
         return answer
 
 
@@ -103,12 +107,14 @@ class Replay:
     def _answer(self, verb: str, args: list[Any]) -> Any:
         if self.next >= len(self.calls):
             raise TraceDiverged(f"call {self.next}: {verb}{tuple(args)}, past the trace's {len(self.calls)} calls")
-        recorded_verb, recorded_args, answer = self.calls[self.next]
+        recorded_verb, recorded_args, answer, *raised = self.calls[self.next]
         if (recorded_verb, recorded_args) != (verb, args):
             raise TraceDiverged(
                 f"call {self.next}: {verb}{tuple(args)}, where the trace holds {recorded_verb}{tuple(recorded_args)}"
             )
         self.next += 1
+        if raised:
+            raise RecordedError(raised[0])
         return answer
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:

@@ -56,6 +56,8 @@ def sglang() -> Any:
             from sglang.srt.mem_cache.cache_init_params import CacheInitParams
             from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
             from sglang.srt.mem_cache.radix_cache import RadixCache, RadixKey
+            from sglang.srt.mem_cache.unified_cache.components import ComponentType
+            from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
     except ImportError as error:
         raise ImportError(f"SGLang is not installed ({error}): make sglang builds its venv") from error
 
@@ -70,6 +72,8 @@ def sglang() -> Any:
         ReqToTokenPool=ReqToTokenPool,
         RadixCache=RadixCache,
         RadixKey=RadixKey,
+        ComponentType=ComponentType,
+        UnifiedRadixCache=UnifiedRadixCache,
     )
 
 
@@ -87,6 +91,9 @@ class Request:
         self.lock: Any = None
         self.last_node: Any = None
         self.skip_radix_cache_insert = False
+        self.session: Any = None  # not a streaming session (UnifiedRadixCache asks)
+        self.session_id: str | None = None
+        self.kv_rotation_base: int | None = None  # no page sharding across ranks
 
     @property
     def full_untruncated_fill_ids(self) -> array[int]:
@@ -113,6 +120,7 @@ class SglangRadixCache:
         paged: bool,
         policy: str = "lru",
         salt: str | None = None,
+        tree_core: str | None = None,
         cache_class: type | None = None,
         allocator_class: type | None = None,
     ) -> None:
@@ -134,14 +142,20 @@ class SglangRadixCache:
         self.rows = m.ReqToTokenPool(
             size=pages, max_context_len=pages * page_size + 1, device="cpu", enable_memory_saver=False
         )
+        unified: dict[str, Any] = {}
+        if tree_core is not None:  # UnifiedRadixCache, full attention only, over this tree core
+            unified = {"tree_components": (m.ComponentType.FULL,), "tree_core_backend": tree_core}
         params = m.CacheInitParams(
             disable=False,
             req_to_token_pool=self.rows,
             token_to_kv_pool_allocator=self.allocator,
             page_size=page_size,
             eviction_policy=policy,
+            **unified,
         )
-        self.tree = (cache_class or m.RadixCache)(params)
+        self.tree = (cache_class or (m.RadixCache if tree_core is None else m.UnifiedRadixCache))(params)
+        if tree_core is not None and self.tree._tree_core_backend != tree_core:
+            raise ValueError(f"SGLang's {tree_core} tree core does not load here ({self.tree._tree_core_backend} did)")
         self.requests: dict[int, Request] = {}
 
     @property
@@ -253,18 +267,51 @@ class SglangRadixCache:
         return slot // self.page_size
 
     def tree_pages(self) -> dict[int, tuple[object, int]]:
-        """Each page the tree holds: (its key, its node's lock count)."""
+        """Each page the tree holds: (its key, its node's lock count). A key is the page's salt
+        and every token up to its end; under the Rust tree core, which shows no nodes, the chain of
+        slots from the root to the page, and a lock count of 1 for a locked page (see `_walked`)."""
+        core = getattr(self.tree, "tree_core", None)
+        if core is None:  # RadixCache: its nodes carry their slots and lock count
+            return self._nodes(self.tree.root_node, lambda node: node.value, lambda node: node.lock_ref)
+        if self.tree._tree_core_backend == "python":
+            full = self.m.ComponentType.FULL
+            return self._nodes(
+                core.root_node,
+                lambda node: node.component_data[full].value,
+                lambda node: node.component_data[full].lock_ref,
+            )
+        return self._walked(core)
+
+    def _nodes(self, root: Any, slots_of: Any, locks_of: Any) -> dict[int, tuple[object, int]]:
         found: dict[int, tuple[object, int]] = {}
-        stack: list[tuple[Any, tuple[int, ...]]] = [(self.tree.root_node, ())]
+        stack: list[tuple[Any, tuple[int, ...]]] = [(root, ())]
         while stack:
             node, path = stack.pop()
             for child in node.children.values():
                 tokens: tuple[int, ...] = path + tuple(child.key)
-                slots = child.value.tolist()
+                slots = slots_of(child).tolist()
                 for start in range(0, len(slots), self.page_size):
                     end = len(path) + start + self.page_size
-                    found[self._page(slots[start])] = ((child.key.extra_key, tokens[:end]), int(child.lock_ref))
+                    found[self._page(slots[start])] = ((child.key.extra_key, tokens[:end]), int(locks_of(child)))
                 stack.append((child, tokens))
+        return found
+
+    def _walked(self, core: Any) -> dict[int, tuple[object, int]]:
+        """The Rust tree core's slots, from its KV-canary walk (each slot, the slot before it on
+        its path): a page's key is its slot chain back to the root; its lock count is 0 when the
+        unlocked-only walk lists it, else 1 (the view then checks locked exactly when held)."""
+        walk = core.walk_for_kv_canary(False, False)
+        before = dict(zip(walk.slot_indices.tolist(), walk.prev_slot_indices.tolist(), strict=True))
+        unlocked = set(core.walk_for_kv_canary(True, False).slot_indices.tolist())
+        found: dict[int, tuple[object, int]] = {}
+        for slot in before:
+            if slot % self.page_size:
+                continue  # a page is named by its first slot
+            chain, link = [slot], before[slot]
+            while link >= 0:
+                chain.append(link)
+                link = before.get(link, -1)
+            found[self._page(slot)] = (tuple(reversed(chain)), 0 if slot in unlocked else 1)
         return found
 
     def view(self) -> PoolView:
@@ -273,14 +320,17 @@ class SglangRadixCache:
             slots = self.rows.req_to_token[request.kv.req_pool_idx, : len(request)].tolist()
             tables[request_id] = tuple(self._page(slot) for slot in slots[:: self.page_size])
         tree = self.tree_pages()
-        holders = [0] * self.pages
+        in_tables = [0] * self.pages
         for table in tables.values():
             for page in table:
-                if page not in tree and 0 <= page < self.pages:
-                    holders[page] += 1  # a private page: the tables it is in
+                if 0 <= page < self.pages:
+                    in_tables[page] += 1
+        holders = [0 if page in tree else in_tables[page] for page in range(self.pages)]  # private: its tables
+        walked = getattr(self.tree, "_tree_core_backend", "python") == "rust"
         for page, (_, locks) in tree.items():
-            if 0 <= page < self.pages:
-                holders[page] = locks  # a tree page: its node's lock count
+            if 0 <= page < self.pages:  # a tree page: its node's lock count; the Rust core shows only
+                # locked or not, so the tables' count when locked, and a lock no table explains as 1
+                holders[page] = max(in_tables[page], 1) if walked and locks else locks
         allocator = self.allocator  # its free list holds page ids (slots, at page size 1)
         free = frozenset(allocator.free_pages.tolist())
         free |= frozenset(allocator.get_all_free_pages().tolist() if self.paged else allocator.release_pages.tolist())
@@ -302,3 +352,25 @@ def radix_token(pages: int, page_size: int) -> SglangRadixCache:
 def radix_paged(pages: int, page_size: int) -> SglangRadixCache:
     """SGLang's `RadixCache` over `PagedTokenToKVPoolAllocator`, LRU eviction."""
     return SglangRadixCache(pages, page_size, paged=True)
+
+
+def unified_token(pages: int, page_size: int) -> SglangRadixCache:
+    """SGLang's `UnifiedRadixCache` (full attention, the Python tree core) over
+    `TokenToKVPoolAllocator` (page size 1), LRU eviction."""
+    return SglangRadixCache(pages, page_size, paged=False, tree_core="python")
+
+
+def unified_paged(pages: int, page_size: int) -> SglangRadixCache:
+    """SGLang's `UnifiedRadixCache` (full attention, the Python tree core) over
+    `PagedTokenToKVPoolAllocator`, LRU eviction."""
+    return SglangRadixCache(pages, page_size, paged=True, tree_core="python")
+
+
+def unified_rust_token(pages: int, page_size: int) -> SglangRadixCache:
+    """`unified_token` over SGLang's Rust tree core (its default; ValueError where it does not load)."""
+    return SglangRadixCache(pages, page_size, paged=False, tree_core="rust")
+
+
+def unified_rust_paged(pages: int, page_size: int) -> SglangRadixCache:
+    """`unified_paged` over SGLang's Rust tree core (its default; ValueError where it does not load)."""
+    return SglangRadixCache(pages, page_size, paged=True, tree_core="rust")
