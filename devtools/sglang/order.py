@@ -23,6 +23,7 @@ import sys
 from array import array
 from typing import Any
 
+from kvsched.testing.adapter import tenant_of
 from kvsched.testing.adapters.sglang import SglangRadixCache, sglang
 
 A, B = (1, 1), (2, 2)
@@ -37,7 +38,8 @@ def evicted_by(policy: str) -> tuple[int, ...]:
         cache.admit(request_id, prompt)
         cache.written(request_id, len(prompt))
         cache.free(request_id)  # published, unlocked: evictable
-    cache.tree.match_prefix(m.MatchPrefixParams(key=m.RadixKey(array("q", A))))  # A hit again
+    salt = f"tenant-{tenant_of(1)}"  # A's namespace, as the adapter salts it
+    cache.tree.match_prefix(m.MatchPrefixParams(key=m.RadixKey(array("q", A), salt)))  # A hit again
     before = cache.view().cached
     assert cache.admit(3, (3, 3, 3)) is not None  # 3 slots, 1 free: one 2-slot leaf evicted
     after = cache.view().cached

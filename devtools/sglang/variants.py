@@ -7,6 +7,8 @@ must catch it (`make sglang` runs a campaign on each and fails unless that check
 - `evicts_before_locking`: admission evicts for the new tokens before it locks the matched
   prefix, so eviction may take the very pages the request is about to read.
 - `dummy_page_handed_out`: an allocator whose free list starts at page 0, SGLang's dummy.
+- `tenant_salt_dropped`: requests of every tenant share one namespace (no `extra_key`), so a
+  prefix hit serves one tenant the KV another computed.
 - the same over `UnifiedRadixCache`: `unified_evicts_before_locking` (the Python tree core),
   `unified_rust_evicts_before_locking` and `unified_rust_dummy_page` (the Rust one).
 """
@@ -91,6 +93,10 @@ def dummy_page_handed_out(pages: int, page_size: int) -> SglangRadixCache:
     return SglangRadixCache(pages, page_size, paged=True, allocator_class=_dummy_page_allocator(True))
 
 
+def tenant_salt_dropped(pages: int, page_size: int) -> SglangRadixCache:
+    return SglangRadixCache(pages, page_size, paged=True, salted=False)
+
+
 def unified_evicts_before_locking(pages: int, page_size: int) -> SglangRadixCache:
     return EvictsBeforeLocking(pages, page_size, paged=False, tree_core="python")
 
@@ -117,10 +123,17 @@ VARIANTS = (
         duplicates_left_in_table,
         2,
         FailureKind.INVARIANT,
-        ("machine.submit(2, (1, 1))", "machine.submit(1, (1, 1))"),
+        ("machine.submit(1, (0, 0))", "machine.preempt(1)", "machine.resume(1)"),
     ),
     Variant("evicts_before_locking", evicts_before_locking, 1, FailureKind.INVARIANT, EVICTS_BEFORE_LOCKING),
     Variant("dummy_page_handed_out", dummy_page_handed_out, 2, FailureKind.INVARIANT, ()),
+    Variant(
+        "tenant_salt_dropped",
+        tenant_salt_dropped,
+        2,
+        FailureKind.GHOST,
+        ("machine.submit(1, (0, 0))", "machine.decode(1)", "machine.decode(1)", "machine.submit(2, (0, 0, 1))"),
+    ),
     # UnifiedRadixCache names nodes by id: locking one eviction took raises KeyError in SGLang.
     Variant(
         "unified_evicts_before_locking",

@@ -30,6 +30,11 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
 A capability the manager lacks is left out of `capabilities`, never faked: the harness does
 not call it. With "atomic", a refused `admit` or `append` must leave the view unchanged.
 
+With "tenants", request r belongs to tenant `tenant_of(r)` and the manager salts its prefix cache
+with it (vLLM's `cache_salt`, SGLang's `RadixKey.extra_key`): the harness's ghost KV then records
+each position's tenant, so a prefix hit that serves another tenant's page is a GHOST failure even
+when the tokens match.
+
 With "single_owner" (SGLang's allocators and radix trees: no reference counts), every page not
 reserved has exactly one owner at every step: the allocator's free list, the prefix cache (a
 cached page, which live requests may share while they lock it, evictable once none does), or
@@ -44,7 +49,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-CAPABILITIES = frozenset({"fork", "copy_on_write", "reset_cache", "atomic", "single_owner"})
+CAPABILITIES = frozenset({"fork", "copy_on_write", "reset_cache", "atomic", "single_owner", "tenants"})
+TENANTS = 2  # with "tenants": how many tenants the harness's requests belong to
+
+
+def tenant_of(request_id: int) -> int:
+    """The tenant a request belongs to under the "tenants" capability (a forked child, its
+    parent's): the manager must salt its cache with it, and the harness checks that no
+    request reads KV another tenant computed."""
+    return request_id % TENANTS
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, PoolView
+from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, PoolView, tenant_of
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, check_step
 from kvsched.testing.components.manager import (
     MANAGER,
@@ -52,7 +52,7 @@ from kvsched.testing.components.manager import (
 )
 
 T = TypeVar("T")
-Context = tuple[int, ...]
+Context = tuple[int, ...]  # the tokens up to a position (with "tenants": the tenant first)
 VOCABULARY = 3  # decoded tokens: a small vocabulary makes prompts and pages repeat
 
 # What a campaign exercised, counted over its calls the manager accepted (refusals apart): a
@@ -152,6 +152,7 @@ class SafetyMachine:
             raise ValueError(f"unknown capabilities {sorted(unknown)}; the harness knows {sorted(CAPABILITIES)}")
         self.sequences: dict[int, list[int]] = {}  # live request -> its tokens, every one computed
         self.preempted: dict[int, list[int]] = {}  # preempted request -> the tokens it resumes with
+        self.tenants: dict[int, int] = {}  # request -> its tenant (tenant_of its id; a child's, its parent's)
         self.kv: dict[int, dict[int, Context]] = {}  # ghost KV: page -> slot -> the context written there
         self.program: list[str] = []
         self.coverage: Counter[str] = Counter({name: 0 for name in COVERAGE})
@@ -201,6 +202,7 @@ class SafetyMachine:
         self._record(f"machine.finish({request_id})")
         self._live(request_id)
         self._step(ManagerFinish(request_id), lambda: self._free(request_id))
+        self.tenants.pop(request_id, None)  # the id may come back, as its own tenant's
 
     def _free(self, request_id: int) -> None:
         self.manager.free(request_id)
@@ -239,6 +241,7 @@ class SafetyMachine:
             self.coverage["refused"] += 1
             return False
         self.sequences[child_id] = list(tokens)
+        self.tenants[child_id] = self.tenants[parent_id]
         self.coverage["forked"] += 1
         return True
 
@@ -276,6 +279,7 @@ class SafetyMachine:
             return False
         view = self.manager.view()
         self.sequences[request_id] = tokens
+        self.tenants.setdefault(request_id, tenant_of(request_id))
         self._require_valid(view)
         if not 0 <= cached < len(tokens):
             self._fail(
@@ -303,23 +307,31 @@ class SafetyMachine:
                 FailureKind.EXCLUSIVE,
                 f"request {request_id} writes position {position} into page {page}, which requests {others} hold",
             )
-        self.kv.setdefault(page, {})[position % self.page_size] = tuple(self.sequences[request_id][: position + 1])
+        self.kv.setdefault(page, {})[position % self.page_size] = self._context(request_id, position)
         self.manager.written(request_id, position + 1)
 
     def _read(self, request_id: int, view: PoolView, stop: int) -> None:
         """Every position before `stop` holds, in the request's page, its own context's KV."""
-        tokens = self.sequences[request_id]
         table = view.tables[request_id]
         for position in range(stop):
             page = table[position // self.page_size]
             found = self.kv.get(page, {}).get(position % self.page_size)
-            if found != tuple(tokens[: position + 1]):
+            context = self._context(request_id, position)
+            if found != context:
                 what = "nothing" if found is None else f"the KV of context {found}"
                 self._fail(
                     FailureKind.GHOST,
-                    f"request {request_id} reads position {position} (context {tuple(tokens[: position + 1])})"
+                    f"request {request_id} reads position {position} (context {context})"
                     f" from page {page}, which holds {what}",
                 )
+
+    def _context(self, request_id: int, position: int) -> Context:
+        """What the KV at `position` is computed from: the request's tokens up to it, after its
+        tenant (a forked child's, its parent's) under "tenants"."""
+        tokens = tuple(self.sequences[request_id][: position + 1])
+        if "tenants" not in self.capabilities:
+            return tokens
+        return (self.tenants[request_id], *tokens)
 
     # -- checks -------------------------------------------------------------------------------------
 

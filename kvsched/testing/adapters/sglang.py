@@ -18,6 +18,10 @@ classes (`RadixCache`, `TokenToKVPoolAllocator` or `PagedTokenToKVPoolAllocator`
   the row back; the function itself reads the server's global config, which a bare cache has not);
 - reset_cache: the scheduler's `flush_cache`, only when no request is live.
 
+Each request's tenant (`kvsched.testing.adapter.tenant_of`, capability "tenants") is its
+`RadixKey.extra_key`, SGLang's namespace for the tree: the harness checks no tenant reads
+another's KV.
+
 SGLang's `Req` belongs to its scheduler (sampling, grammar, server config); the adapter keeps a
 record with the fields the cache reads, under SGLang's names. The view derives a tree page's
 holders from its node's `lock_ref` and a private page's from the one table it is in; a page's
@@ -36,7 +40,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from kvsched.testing.adapter import PoolView
+from kvsched.testing.adapter import PoolView, tenant_of
 
 POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority")
 
@@ -80,7 +84,7 @@ def sglang() -> Any:
 class Request:
     """What SGLang's cache reads of a `Req`, under SGLang's names."""
 
-    def __init__(self, request_id: int, tokens: Sequence[int], salt: str | None) -> None:
+    def __init__(self, request_id: int, tokens: Sequence[int], salt: str | None) -> None:  # salt: extra_key
         self.rid = str(request_id)
         self.origin_input_ids = array("q", tokens)
         self.output_ids = array("q")
@@ -110,7 +114,7 @@ class SglangRadixCache:
     """SGLang's `RadixCache` (or `cache_class`) over its token allocator (`paged=False`, page size
     1) or its paged one, `pages` pages of `page_size` tokens, page 0 the dummy."""
 
-    capabilities = frozenset({"atomic", "reset_cache", "single_owner"})
+    capabilities = frozenset({"atomic", "reset_cache", "single_owner", "tenants"})
 
     def __init__(
         self,
@@ -119,7 +123,7 @@ class SglangRadixCache:
         *,
         paged: bool,
         policy: str = "lru",
-        salt: str | None = None,
+        salted: bool = True,
         tree_core: str | None = None,
         cache_class: type | None = None,
         allocator_class: type | None = None,
@@ -131,7 +135,7 @@ class SglangRadixCache:
             )
         if pages < 2:
             raise ValueError(f"{pages} pages: SGLang's page 0 is its dummy, so at least 2")
-        self.pages, self.page_size, self.paged, self.salt = pages, page_size, paged, salt
+        self.pages, self.page_size, self.paged, self.salted = pages, page_size, paged, salted
         slots = (pages - 1) * page_size  # pages 1 .. pages - 1 (SGLang's free list starts at 1)
         if paged:
             allocator = allocator_class or m.PagedTokenToKVPoolAllocator
@@ -170,7 +174,8 @@ class SglangRadixCache:
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
         m, tree, size = self.m, self.tree, self.page_size
-        request = Request(request_id, tokens, self.salt)
+        salt = f"tenant-{tenant_of(request_id)}" if self.salted else None  # the tree's namespace
+        request = Request(request_id, tokens, salt)
         n = len(tokens)
         key = m.RadixKey(request.origin_input_ids, request.extra_key, limit=n - 1)
         match = tree.match_prefix(m.MatchPrefixParams(key=key))
