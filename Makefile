@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 VLLM ?= 0.32.0 0.33.0 0.34.0
 VLLM_VENV ?= .venv-vllm-
 VLLM_WORK ?= .vllm-work
-vllm:
+vllm: setup  # the chart step draws with the project's own venv
 	@for release in $(VLLM); do bash devtools/vllm/run.sh $(VLLM_VENV)$$release $(VLLM_WORK) $$release || exit 1; done
 
 ## SGLang 0.5.23's radix cache over its token and paged allocators under the safety harness, in its own venv: campaigns on each adapter, every broken variant caught, the traces CI replays recorded again (devtools/sglang/run.sh).
