@@ -25,7 +25,9 @@ step() { echo "== SGLang [$(( $(date +%s) - started )) s] $*" >&2; }
 step "venv $venv"
 bash "$here/setup.sh" "$venv"
 mkdir -p "$results"
-export PYTHONPATH="$root" PYTHONWARNINGS=ignore
+# SGLang's own memory-pool checks on at every call (the paged allocator's: unique indices on every
+# allocation, no page freed twice, page-aligned requests): its code checks itself as the harness runs.
+export PYTHONPATH="$root" PYTHONWARNINGS=ignore SGLANG_DEBUG_MEMORY_POOL=1
 cd /  # nothing of the checkout but PYTHONPATH on sys.path
 for adapter in radix_token:1 radix_paged:2 radix_paged:4 unified_token:1 unified_paged:2 unified_rust_token:1 unified_rust_paged:2; do
   factory="${adapter%%:*}" size="${adapter##*:}"

@@ -9,8 +9,9 @@ must catch it (`make sglang` runs a campaign on each and fails unless that check
 - `dummy_page_handed_out`: an allocator whose free list starts at page 0, SGLang's dummy.
 - `tenant_salt_dropped`: requests of every tenant share one namespace (no `extra_key`), so a
   prefix hit serves one tenant the KV another computed.
-- the same over `UnifiedRadixCache`: `unified_evicts_before_locking` (the Python tree core),
-  `unified_rust_evicts_before_locking` and `unified_rust_dummy_page` (the Rust one).
+- the same over `UnifiedRadixCache`: `unified_evicts_before_locking` and `unified_salt_dropped`
+  (the Python tree core), `unified_rust_evicts_before_locking` and `unified_rust_dummy_page` (the
+  Rust one): every adapter `make sglang` runs has a broken variant of its own.
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ def tenant_salt_dropped(pages: int, page_size: int) -> SglangRadixCache:
     return SglangRadixCache(pages, page_size, paged=True, salted=False)
 
 
+def unified_salt_dropped(pages: int, page_size: int) -> SglangRadixCache:
+    return SglangRadixCache(pages, page_size, paged=True, salted=False, tree_core="python")
+
+
 def unified_evicts_before_locking(pages: int, page_size: int) -> SglangRadixCache:
     return EvictsBeforeLocking(pages, page_size, paged=False, tree_core="python")
 
@@ -150,6 +155,13 @@ VARIANTS = (
         EVICTS_BEFORE_LOCKING,
     ),
     Variant("unified_rust_dummy_page", unified_rust_dummy_page, 2, FailureKind.INVARIANT, ()),
+    Variant(
+        "unified_salt_dropped",
+        unified_salt_dropped,
+        2,
+        FailureKind.GHOST,
+        ("machine.submit(1, (0, 0))", "machine.decode(1)", "machine.decode(1)", "machine.submit(2, (0, 0, 1))"),
+    ),
 )
 
 

@@ -26,6 +26,7 @@ VARIANTS = {  # the check each broken variant must fail (devtools/sglang/variant
     "unified_evicts_before_locking": FailureKind.UNTYPED,  # SGLang raises KeyError: the node is gone
     "unified_rust_evicts_before_locking": FailureKind.UNTYPED,
     "unified_rust_dummy_page": FailureKind.INVARIANT,
+    "unified_salt_dropped": FailureKind.GHOST,
 }
 
 
