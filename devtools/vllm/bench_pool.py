@@ -16,7 +16,15 @@ A second run of each records the calls the manager makes into its pool and repla
 on a fresh pool of the same class: the pool's own share, so the table says what the layers
 above it (the coordinator, the single-type manager, `KVCacheManager`) cost.
 
+`--count instructions` counts instead of timing: each workload over each pool runs in its own
+process under valgrind's callgrind with instrumentation off, runs once (imports, first calls), then
+again with instrumentation turned on exactly around its timed loop (the process waits at the loop's
+two clock readings while this driver runs `callgrind_control -i on|off`). Instructions per step or
+request, with `PYTHONHASHSEED=0`, repeat to about 0.03% whatever else the machine runs, so the
+count gives a verdict that load cannot move; the times are what the instructions cost.
+
     python bench_pool.py [--repeats 8] [--clock cpu] [--json OUT]   (vLLM's venv; from outside the checkout)
+    python bench_pool.py --count instructions [--json OUT]          (needs valgrind)
 """
 
 from __future__ import annotations
@@ -24,8 +32,11 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -203,8 +214,92 @@ def w2(v: Vllm, pool: str, timed_pool: bool, n: int = 256, prefix: int = 1024, u
     return {"us_per_request": admit / n * 1e6, "pool_us_per_request": pool_s / n * 1e6, "hit_tokens": hits}
 
 
+POLL_S = 0.05
+
+
+def wait_for(path: Path, process: subprocess.Popen[bytes] | None = None) -> None:
+    while not path.exists():
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the counted process ended early (exit {process.returncode})")
+        time.sleep(POLL_S)
+
+
+def counted_child(workload: str, pool: str, requests: int, gate: Path) -> None:
+    """Runs under callgrind: the workload once, then again, stopping at its timed loop's two clock
+    readings until the driver has turned instrumentation on (at the first) and off (at the second)."""
+    global clock
+    v = Vllm()
+    run: Callable[[], Any] = (
+        functools.partial(w1, v, pool, False, requests) if workload == "w1" else functools.partial(w2, v, pool, False)
+    )
+    run()
+    readings = 0
+
+    def gated() -> float:
+        nonlocal readings
+        readings += 1
+        signal, answer = ("ready", "on") if readings == 1 else ("done", "off")
+        (gate / signal).touch()
+        wait_for(gate / answer)
+        return time.process_time()
+
+    clock = gated
+    run()
+
+
+def instructions(workload: str, pool: str, requests: int) -> int:
+    """The instructions of one timed loop of `workload` over `pool`, counted by callgrind."""
+    with tempfile.TemporaryDirectory() as scratch:
+        gate = Path(scratch)
+        out = gate / "callgrind.out"
+        command = [
+            "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+            sys.executable, __file__, "--counted-child", workload, pool, str(requests), str(gate),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict layouts, the same count
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for signal, state in (("ready", "on"), ("done", "off")):
+            wait_for(gate / signal, process)
+            subprocess.run(["callgrind_control", "-i", state, str(process.pid)], check=True, capture_output=True)
+            (gate / state).touch()
+        if process.wait() != 0:
+            raise RuntimeError(f"{workload} over {pool}: exit {process.returncode}")
+        for line in out.read_text().splitlines():
+            if line.startswith("totals:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{workload} over {pool}: callgrind wrote no totals")
+
+
+def count_instructions(args: argparse.Namespace) -> list[dict[str, Any]]:
+    cases = [(f"W1 R={r}", "instructions per decode step", "w1", r, 256) for r in args.requests]
+    cases.append(("W2 N=256", "instructions per admitted request", "w2", 0, 256))
+    rows: list[dict[str, Any]] = []
+    for name, unit, workload, requests, per in cases:
+        row: dict[str, Any] = {"case": name, "unit": unit}
+        for pool in ("stock", "kvsched"):
+            started = time.perf_counter()
+            row[pool] = instructions(workload, pool, requests) / per
+            elapsed = time.perf_counter() - started
+            print(f"  {name} {pool}: {row[pool]:,.0f} {unit} ({elapsed:.0f} s)", file=sys.stderr, flush=True)
+        row["kvsched_over_stock"] = row["kvsched"] / row["stock"]
+        rows.append(row)
+    print(f"{'case':<10} {'unit':<34} {'stock':>12} {'kvsched':>12} {'ratio':>6}")
+    for row in rows:
+        print(
+            f"{row['case']:<10} {row['unit']:<34} {row['stock']:>12,.0f} {row['kvsched']:>12,.0f}"
+            f" {row['kvsched_over_stock']:>6.3f}"
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--counted-child"]:
+        workload, pool, requests, gate = argv[1:5]
+        counted_child(workload, pool, int(requests), Path(gate))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", choices=("time", "instructions"), default="time")
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--requests", type=int, nargs="+", default=[32, 256])
     parser.add_argument("--json", type=Path)
@@ -212,8 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     global clock
     clock = CLOCKS[args.clock]
+    if args.count == "instructions":
+        rows = count_instructions(args)
+        if args.json:
+            measured = measurement("make vllm (devtools/vllm/bench_pool.py " + " ".join(argv) + ")")
+            args.json.write_text(json.dumps({"measured": measured, "rows": rows}, indent=1) + "\n")
+        return 0
     v = Vllm()
-    rows: list[dict[str, Any]] = []
+    rows = []
     cases: list[tuple[str, str, Callable[[str, bool], dict[str, float]], str]] = [
         (f"W1 R={r}", "µs per decode step", functools.partial(w1, v, requests=r), "us_per_step") for r in args.requests
     ]
@@ -249,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             f"   {row['stock_in_pool']:.1f} / {row['kvsched_in_pool']:.1f}"
         )
     if args.json:
-        measured = measurement("make vllm (devtools/vllm/bench_pool.py " + " ".join(sys.argv[1:]) + ")")
+        measured = measurement("make vllm (devtools/vllm/bench_pool.py " + " ".join(argv) + ")")
         args.json.write_text(json.dumps({"measured": measured, "rows": rows}, indent=1) + "\n")
     return 0
 

@@ -17,7 +17,8 @@
 #      published only once the tokens its key covers exist (publication.py)
 #   6. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
 #      a broken pool must fail
-#   7. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py); 0.32.0: the thrash
+#   7. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py), timed and counted in
+#      instructions (callgrind); 0.32.0: the thrash
 #      trace through vLLM's Scheduler and kvsched's engine (thrash.py)
 # Usage: run.sh VENV WORK [RELEASE]      (default 0.32.0; results in WORK/results-RELEASE/)
 set -euo pipefail
@@ -109,6 +110,9 @@ status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
 (cd / && "$py" "$here/bench_pool.py" --repeats 8 --clock cpu --json "$results/bench.json")
 (cd "$root" && .venv/bin/python -m devtools.vllm.chart "$results/bench.json" "$results/bench.svg")  # matplotlib
+step "W1 and W2 through vLLM's KVCacheManager, both pools, in instructions (callgrind: the verdict load cannot move)"
+command -v valgrind >/dev/null || { echo "valgrind is needed to count instructions (Debian: apt-get install valgrind)"; exit 1; }
+(cd / && "$py" "$here/bench_pool.py" --count instructions --json "$results/instructions.json")
 if [ "$release" = 0.32.0 ]; then
   step "the thrash trace through vLLM's Scheduler and kvsched's engine (docs/bench/thrash-vllm.json's source)"
   (cd / && "$py" "$here/thrash.py" --json "$results/thrash-vllm.json")
