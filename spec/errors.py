@@ -16,7 +16,9 @@ simply `Exhausted`); the intermediate classes let a caller catch a whole family.
     │                    MissingInputToken, UnpreparedWrite, BackendFailed,
     │                    BackendLaunchCount, OutputIdentityMismatch
     ├── RaggedBackendError  BackendOutputTooSmall, BackendRejected   (raised by backends)
-    └── EngineError      QueueFull, RequestTooLarge                  (the engine's intake)
+    ├── EngineError      QueueFull, RequestTooLarge                  (the engine's intake)
+    └── TierError        UnknownTransfer, UnknownLease, CopyPending, NotWritten
+                                                   (the host tier, copies in flight, leases)
 """
 
 from __future__ import annotations
@@ -211,3 +213,23 @@ class QueueFull(EngineError):
 class RequestTooLarge(EngineError):
     """The request can never run: its prompt plus `max_new_tokens` exceeds `max_seq_len`, one
     table's `logical_pages x page_size` tokens, or needs more pages than the whole pool."""
+
+
+class TierError(KvschedError):
+    """A call on the host tier, a transfer or a lease the tiered cache refuses."""
+
+
+class UnknownTransfer(TierError):
+    """No copy in flight has this id (it completed, or it was never issued)."""
+
+
+class UnknownLease(TierError):
+    """No lease has this id (it ended, or it was never taken)."""
+
+
+class CopyPending(TierError):
+    """A page the call would read is the destination of a copy that has not completed."""
+
+
+class NotWritten(TierError):
+    """A lease or copy would read a page whose content no one has written yet."""

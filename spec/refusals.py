@@ -14,6 +14,7 @@ from kvsched.spec.errors import (
     BackendLaunchCount,
     BlockTableBufferTooSmall,
     CacheInUse,
+    CopyPending,
     DoubleRelease,
     DuplicateRequest,
     Exhausted,
@@ -23,6 +24,7 @@ from kvsched.spec.errors import (
     InvalidState,
     ItemBufferTooSmall,
     MissingInputToken,
+    NotWritten,
     OutOfRange,
     OutputBufferTooSmall,
     OutputIdentityMismatch,
@@ -33,7 +35,9 @@ from kvsched.spec.errors import (
     RegistryFull,
     RequestTooLarge,
     TargetNotEmpty,
+    UnknownLease,
     UnknownRequest,
+    UnknownTransfer,
     UnpreparedWrite,
 )
 
@@ -316,3 +320,30 @@ def prefill_not_tokens(answer: object) -> OutputIdentityMismatch:
 
 def prefill_bad_token(chunk: int, token: object) -> OutputIdentityMismatch:
     return OutputIdentityMismatch(f"prefill backend answered {token!r} for chunk {chunk}: not a token (u32)")
+
+
+# -- the tiered cache --------------------------------------------------------------------------
+
+
+def repeated_key(keys: tuple[object, ...]) -> InvalidArgument:
+    return InvalidArgument(f"{len(keys)} keys repeat a key: a sequence's pages hold distinct chains")
+
+
+def copy_pending(request_id: int, page: int) -> CopyPending:
+    return CopyPending(
+        f"request {request_id} cannot read page {page} yet: the copy into it has not completed",
+        request_id=request_id,
+        page=page,
+    )
+
+
+def unknown_transfer(transfer_id: int) -> UnknownTransfer:
+    return UnknownTransfer(f"no copy {transfer_id} is in flight")
+
+
+def unknown_lease(lease_id: int) -> UnknownLease:
+    return UnknownLease(f"no lease {lease_id} is held")
+
+
+def not_written(page: int) -> NotWritten:
+    return NotWritten(f"page {page} holds nothing written yet: no one may read it", page=page)

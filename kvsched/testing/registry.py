@@ -13,6 +13,7 @@ harness really drives and fails on a gap not explained.
     ENGINE   the engine: the step loop over its own parts, with the automatic prefix cache
     RESERVE  the evictable reserve: the pool of an engine whose cache holds no reference
     MANAGER  a foreign page manager in safety mode, through its adapter's view
+    TIERS    the tiered cache: device and host pages, copies in flight, leases, two-phase admission
 
 A new event touches its spec module (the event, whose `perform` makes its call) and its component's
 module (its entry); a new component, its spec modules, its module here and `COMPONENTS`.
@@ -27,6 +28,7 @@ from kvsched.testing.components.engine import ENGINE
 from kvsched.testing.components.manager import MANAGER
 from kvsched.testing.components.reserve import RESERVE
 from kvsched.testing.components.system import SYSTEM
+from kvsched.testing.components.tiers import TIERS
 
 __all__ = [
     "COMPONENTS",
@@ -34,10 +36,11 @@ __all__ = [
     "MANAGER",
     "RESERVE",
     "SYSTEM",
+    "TIERS",
     "component_of",
 ]
 
-COMPONENTS: tuple[Component, ...] = (SYSTEM, ENGINE, RESERVE, MANAGER)
+COMPONENTS: tuple[Component, ...] = (SYSTEM, ENGINE, RESERVE, MANAGER, TIERS)
 
 _BY_EVENT: dict[type[Any], Component] = {entry.event: c for c in COMPONENTS for entry in c.events}
 

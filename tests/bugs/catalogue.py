@@ -26,7 +26,10 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
 - `reserve_encoding`: a broken z3 encoding of the reserve (`kvsched.proofs.reserve_safety.broken`),
   which its proof refutes;
 - `manager`: a page manager broken for one safety-mode check (`devtools.broken_managers.MANAGERS`),
-  which safety mode catches with that check on the manager's pinned calls.
+  which safety mode catches with that check on the manager's pinned calls;
+- `tiers`: a broken tiered cache (`kvsched.testing.tier_variants.VARIANTS`, one per upstream bug),
+  which its named check catches on a pinned program and the tiers' explorer in lockstep tells apart
+  (`tests/impl/test_tiers.py`).
 
 This module and its golden files live with the tests: none of it is in the wheel.
 """
@@ -65,6 +68,7 @@ class Bug:
     reserve: str | None = None
     reserve_encoding: str | None = None
     manager: str | None = None
+    tiers: str | None = None  # a broken tiered cache (host tier, copies, leases, two phases)
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -449,5 +453,51 @@ CATALOGUE: tuple[Bug, ...] = (
         "fork-writes-shared-tail",
         "A forked child decodes into the last page it shares with its parent, without a copy.",
         manager="no_copy",
+    ),
+    # -- the tiered cache ------------------------------------------------------------------------
+    Bug(
+        "abort-frees-pages-under-a-copy",
+        "An abort frees a page a copy is still writing; the late write lands in the next owner's page (SGLang #24527).",
+        tiers="sglang_24527_abort_frees_pages_under_a_copy",
+    ),
+    Bug(
+        "preemption-frees-leased-pages",
+        "A preemption frees pages an asynchronous reader still holds; it reads another owner's KV (DingoCache PR #76).",
+        tiers="dingocache_76_preemption_frees_pages_a_lease_reads",
+    ),
+    Bug(
+        "host-page-reclaimed-mid-copy",
+        "A host page a promotion still reads is reclaimed for a demotion (SGLang PR #38480).",
+        tiers="sglang_38480_host_page_reclaimed_mid_copy",
+    ),
+    Bug(
+        "pin-trusts-device-lookup",
+        "Admission pins the device pages an earlier lookup found without asking again; one was reused (vLLM #37076).",
+        tiers="vllm_37076_commit_trusts_the_device_match",
+    ),
+    Bug(
+        "pin-trusts-host-lookup",
+        "Admission loads the host pages an earlier lookup found without asking again; one was reused (vLLM #39702).",
+        tiers="vllm_39702_commit_trusts_the_host_match",
+    ),
+    Bug(
+        "host-hashes-never-registered",
+        "A completed demotion is never registered on the host: every host lookup misses (vLLM #53498).",
+        tiers="vllm_53498_host_hashes_never_registered",
+    ),
+    Bug(
+        "reused-host-page-keeps-key",
+        "An evicted host page keeps its key, so reusing it restores another block's KV (TRT-LLM #8813).",
+        tiers="trtllm_8813_reused_host_page_keeps_its_key",
+    ),
+    Bug(
+        "same-block-twice-in-one-free",
+        "A free lets go of a page for its request and for the copy reading it: a double free (vLLM #42571).",
+        tiers="vllm_42571_same_block_twice_in_one_free",
+    ),
+    Bug(
+        "copy-reads-unwritten-page",
+        "An asynchronous reader starts on a page the forward pass has not written (SGLang PR #33970).",
+        tiers="sglang_33970_copy_reads_an_unwritten_page",
     ),
 )
