@@ -75,6 +75,7 @@ proofs: setup
 	$(BIN)/python -m kvsched.proofs.engine_slots
 	$(BIN)/python -m kvsched.proofs.cache_conservation
 	$(BIN)/python -m kvsched.proofs.reserve_safety
+	$(BIN)/python -m kvsched.proofs.tier_safety
 	$(BIN)/python -m kvsched.proofs.component_explorer
 
 ## The harness on every impl mutant (project tooling: devtools/, not in the wheel).

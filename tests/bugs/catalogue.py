@@ -29,7 +29,9 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
   which safety mode catches with that check on the manager's pinned calls;
 - `tiers`: a broken tiered cache (`kvsched.testing.tier_variants.VARIANTS`, one per upstream bug),
   which its named check catches on a pinned program and the tiers' explorer in lockstep tells apart
-  (`tests/impl/test_tiers.py`).
+  (`tests/impl/test_tiers.py`);
+- `tiers_encoding`: a broken z3 encoding of the tiered cache's holders (`kvsched.proofs.tier_safety.broken`),
+  which its proof refutes.
 
 This module and its golden files live with the tests: none of it is in the wheel.
 """
@@ -69,6 +71,7 @@ class Bug:
     reserve_encoding: str | None = None
     manager: str | None = None
     tiers: str | None = None  # a broken tiered cache (host tier, copies, leases, two phases)
+    tiers_encoding: str | None = None
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -464,16 +467,19 @@ CATALOGUE: tuple[Bug, ...] = (
         "preemption-frees-leased-pages",
         "A preemption frees pages an asynchronous reader still holds; it reads another owner's KV (DingoCache PR #76).",
         tiers="dingocache_76_preemption_frees_pages_a_lease_reads",
+        tiers_encoding="release_lets_go_of_the_lease",
     ),
     Bug(
         "host-page-reclaimed-mid-copy",
         "A host page a promotion still reads is reclaimed for a demotion (SGLang PR #38480).",
         tiers="sglang_38480_host_page_reclaimed_mid_copy",
+        tiers_encoding="host_evict_under_a_copy",
     ),
     Bug(
         "pin-trusts-device-lookup",
         "Admission pins the device pages an earlier lookup found without asking again; one was reused (vLLM #37076).",
         tiers="vllm_37076_commit_trusts_the_device_match",
+        tiers_encoding="take_a_page_that_is_not_free",
     ),
     Bug(
         "pin-trusts-host-lookup",
@@ -494,10 +500,16 @@ CATALOGUE: tuple[Bug, ...] = (
         "same-block-twice-in-one-free",
         "A free lets go of a page for its request and for the copy reading it: a double free (vLLM #42571).",
         tiers="vllm_42571_same_block_twice_in_one_free",
+        tiers_encoding="release_counted_twice",
     ),
     Bug(
         "copy-reads-unwritten-page",
         "An asynchronous reader starts on a page the forward pass has not written (SGLang PR #33970).",
         tiers="sglang_33970_copy_reads_an_unwritten_page",
+    ),
+    Bug(
+        "copy-keeps-its-hold",
+        "A completed copy's count stays on the page it read: the page never comes back.",
+        tiers_encoding="demoted_keeps_the_device_hold",
     ),
 )

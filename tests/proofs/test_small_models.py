@@ -1,5 +1,5 @@
 """The small z3 models (the engine's state slots, the prefix cache's conservation, the evictable
-reserve): every transition keeps its invariant at every size and is enabled somewhere (the proof
+reserve, the tiered cache's holders): every transition keeps its invariant at every size and is enabled somewhere (the proof
 is not vacuous), and every broken form is refuted at a bounded size."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from types import ModuleType
 import pytest
 import z3
 
-from kvsched.proofs import cache_conservation, engine_slots, reserve_safety
+from kvsched.proofs import cache_conservation, engine_slots, reserve_safety, tier_safety
 
-MODELS: tuple[ModuleType, ...] = (engine_slots, cache_conservation, reserve_safety)
+MODELS: tuple[ModuleType, ...] = (engine_slots, cache_conservation, reserve_safety, tier_safety)
 TRANSITIONS = [(model, name) for model in MODELS for name in sorted(model.transitions())]
 BROKEN = [(model, name) for model in MODELS for name in sorted(model.broken())]
 

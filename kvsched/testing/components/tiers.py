@@ -235,13 +235,35 @@ TIERS = Component(
     state=TierState,
     events=(
         EventSpec(tev.LookupKeys, read_only=True, gaps={Z: QUERY}, draw=draw_lookup, explore=explore_lookup),
-        EventSpec(tev.Commit, ids=("request_id",), draw=draw_commit, explore=explore_commit),
-        EventSpec(tev.Compute, ids=("request_id",), draw=draw_compute, explore=explore_compute),
-        EventSpec(tev.FreeRequest, ids=("request_id",), draw=draw_free, explore=explore_free),
-        EventSpec(tev.Demote, draw=draw_demote, explore=explore_demote),
-        EventSpec(tev.Complete, draw=draw_complete, explore=explore_complete),
-        EventSpec(tev.TakeLease, ids=("page",), draw=draw_lease, explore=explore_lease),
-        EventSpec(tev.EndLease, draw=draw_end_lease, explore=explore_end_lease),
+        EventSpec(
+            tev.Commit,
+            z3=("tier_safety:attach", "tier_safety:evict", "tier_safety:take", "tier_safety:promote"),
+            ids=("request_id",),
+            draw=draw_commit,
+            explore=explore_commit,
+        ),
+        EventSpec(
+            tev.Compute, z3=("tier_safety:cache",), ids=("request_id",), draw=draw_compute, explore=explore_compute
+        ),
+        EventSpec(
+            tev.FreeRequest, z3=("tier_safety:release",), ids=("request_id",), draw=draw_free, explore=explore_free
+        ),
+        EventSpec(
+            tev.Demote, z3=("tier_safety:host_evict", "tier_safety:demote"), draw=draw_demote, explore=explore_demote
+        ),
+        EventSpec(
+            tev.Complete,
+            z3=(
+                "tier_safety:demoted",
+                "tier_safety:demote_failed",
+                "tier_safety:promoted",
+                "tier_safety:promote_failed",
+            ),
+            draw=draw_complete,
+            explore=explore_complete,
+        ),
+        EventSpec(tev.TakeLease, z3=("tier_safety:lease",), ids=("page",), draw=draw_lease, explore=explore_lease),
+        EventSpec(tev.EndLease, z3=("tier_safety:end_lease",), draw=draw_end_lease, explore=explore_end_lease),
     ),
     invariants=TIER_INVARIANTS,
     abstraction=lambda tiers: tiers.to_spec(),
@@ -254,10 +276,12 @@ TIERS = Component(
     },
     drain=drain,
     drained=drained,
-    corpora=(Corpus("tiers", "kvsched.testing.tier_variants:VARIANTS"),),
+    corpora=(
+        Corpus("tiers", "kvsched.testing.tier_variants:VARIANTS"),
+        Corpus("tiers_encoding", "kvsched.proofs.tier_safety:broken"),
+    ),
     gaps={
-        C: "the tiered cache has no CrossHair contracts: its machine and explorer check it",
-        Z: "no z3 model of the tiers yet: conservation across tiers with leases is the next proof to write",
+        C: "the tiered cache has no CrossHair contracts: its machine, explorer and z3 proof check it",
         S: "safety mode drives a foreign manager's tiers through the adapter's optional verbs",
     },
 )
