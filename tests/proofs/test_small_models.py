@@ -1,6 +1,6 @@
 """The small z3 models (the engine's state slots, the prefix cache's conservation, the evictable
-reserve, the tiered cache's holders): every transition keeps its invariant at every size and is enabled somewhere (the proof
-is not vacuous), and every broken form is refuted at a bounded size."""
+reserve, the tiered cache's holders): every transition keeps its invariant at every size and is
+enabled somewhere (the proof is not vacuous), and every broken form is refuted at a bounded size."""
 
 from __future__ import annotations
 
