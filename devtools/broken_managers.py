@@ -38,6 +38,11 @@ class Broken(kvsched_parts.KvschedManager):
             return self.page_size  # claims a hit on a page it just allocated
         return cached
 
+    def revalidated(self, found: kvsched_parts.Found) -> list[int]:
+        if self.fault == "commit_trusts_lookup":  # vLLM #37076: the pages a lookup found, pinned as found
+            return list(found.pages)
+        return super().revalidated(found)
+
     def append(self, request_id: int, token: int) -> bool:
         if self.fault == "no_copy":  # a fork's shared last page written in place
             self.scheduler.record_tokens(request_id, 1)
@@ -91,6 +96,16 @@ def finish_everything(machine: SafetyMachine) -> None:
     machine.teardown()
 
 
+def look_up_then_reuse_then_commit(machine: SafetyMachine) -> None:
+    """A page found by a lookup is evicted and reused for another prompt before the commit."""
+    machine.submit(1, (0, 1, 2))
+    machine.finish(1)  # page 0 cached, only the cache holds it
+    machine.lookup(2, (0, 1, 2))  # finds it
+    machine.submit(3, (2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2))  # every page: it is evicted and rewritten
+    machine.finish(3)
+    machine.commit(2)
+
+
 def fork_then_decode_the_child(machine: SafetyMachine) -> None:
     machine.submit(1, (0, 1, 2))
     machine.fork(1, 2)
@@ -110,6 +125,13 @@ holder_count = broken("holder_count")
 refusal_allocates = broken("refusal_allocates")
 leak = broken("leak")
 no_copy = broken("no_copy")
+
+
+def commit_trusts_lookup(pages: int, page_size: int) -> Broken:
+    """vLLM #37076's shape: a commit pins the pages its lookup found, without asking again."""
+    manager = broken("commit_trusts_lookup")(pages, page_size)
+    manager.capabilities = kvsched_parts.two_phase(pages, page_size).capabilities
+    return manager
 
 
 @dataclass(frozen=True)
@@ -139,6 +161,13 @@ MANAGERS: dict[str, BrokenManager] = {
         ),
         BrokenManager("leak", leak, kvsched_parts.manager, finish_everything, FailureKind.LEAK),
         BrokenManager("no_copy", no_copy, kvsched_parts.manager, fork_then_decode_the_child, FailureKind.EXCLUSIVE),
+        BrokenManager(
+            "commit_trusts_lookup",
+            commit_trusts_lookup,
+            kvsched_parts.two_phase,
+            look_up_then_reuse_then_commit,
+            FailureKind.GHOST,
+        ),
         BrokenManager(
             "cow_in_place", cow_toy.in_place, cow_toy.correct, fork_then_decode_the_child, FailureKind.EXCLUSIVE
         ),

@@ -24,6 +24,13 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
         to make before it writes (the harness copies its ghost KV along).
     reset_cache() -> bool                        (capability "reset_cache")
         Drop every cached page; False when refused (a cached page is in use).
+    lookup(request_id, tokens) -> object         (capabilities "lookup" and "commit", together)
+        The first phase of a two-phase admission: what the manager's cache holds for the prompt,
+        as an answer of the manager's own (opaque to the harness). Changes nothing.
+    commit(request_id, tokens, answer) -> int | None
+        The second phase: admit as `admit` does, given the answer of a lookup made earlier, with
+        other calls (other admissions, frees, evictions) between the two. The manager validates
+        the answer again: a page it named that was evicted, or reused, since must not be attached.
     view() -> PoolView
         The pool as plain ints, read after every call.
 
@@ -49,7 +56,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-CAPABILITIES = frozenset({"fork", "copy_on_write", "reset_cache", "atomic", "single_owner", "tenants"})
+CAPABILITIES = frozenset(
+    {"fork", "copy_on_write", "reset_cache", "atomic", "single_owner", "tenants", "lookup", "commit"}
+)
 TENANTS = 2  # with "tenants": how many tenants the harness's requests belong to
 
 

@@ -39,10 +39,12 @@ from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, P
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, check_step
 from kvsched.testing.components.manager import (
     MANAGER,
+    ManagerCommit,
     ManagerConfig,
     ManagerDecode,
     ManagerFinish,
     ManagerFork,
+    ManagerLookup,
     ManagerPreempt,
     ManagerReset,
     ManagerResume,
@@ -69,6 +71,7 @@ COVERAGE = (
     "refused",  # admits, appends and forks the manager refused
     "freed",  # finishes and preemptions
     "reset",  # cache resets the manager accepted
+    "committed",  # two-phase admissions the manager accepted (a lookup, other calls, then the commit)
 )
 
 
@@ -80,12 +83,21 @@ FAILED: dict[FailureKind, type[CheckFailed]] = {
 }
 
 
+NOT_LOOKED_UP = object()  # an admission in one phase: `admit`, not `commit`
+
+
 class NotAnAdapter(TypeError):
     """The factory built something that is not a `PageManager` adapter."""
 
 
 VERBS = ("admit", "append", "written", "free", "view")
-OPTIONAL_VERBS = {"fork": "fork", "copy_on_write": "copies", "reset_cache": "reset_cache"}
+OPTIONAL_VERBS = {
+    "fork": "fork",
+    "copy_on_write": "copies",
+    "reset_cache": "reset_cache",
+    "lookup": "lookup",
+    "commit": "commit",
+}
 
 
 def require_adapter(manager: object) -> None:
@@ -150,9 +162,12 @@ class SafetyMachine:
         unknown = self.capabilities - CAPABILITIES
         if unknown:
             raise ValueError(f"unknown capabilities {sorted(unknown)}; the harness knows {sorted(CAPABILITIES)}")
+        if len(self.capabilities & {"lookup", "commit"}) == 1:
+            raise ValueError("capabilities 'lookup' and 'commit' are the two phases of one admission: declare both")
         self.sequences: dict[int, list[int]] = {}  # live request -> its tokens, every one computed
         self.preempted: dict[int, list[int]] = {}  # preempted request -> the tokens it resumes with
         self.tenants: dict[int, int] = {}  # request -> its tenant (tenant_of its id; a child's, its parent's)
+        self.answers: dict[int, tuple[list[int], object]] = {}  # looked-up request -> its prompt, the answer
         self.kv: dict[int, dict[int, Context]] = {}  # ghost KV: page -> slot -> the context written there
         self.program: list[str] = []
         self.coverage: Counter[str] = Counter({name: 0 for name in COVERAGE})
@@ -254,6 +269,31 @@ class SafetyMachine:
         self.coverage["reset"] += done
         return done
 
+    def lookup(self, request_id: int, tokens: Sequence[int]) -> None:
+        """The first phase of a two-phase admission (capabilities "lookup" and "commit"): the
+        manager's answer for the prompt, kept for `commit`; the call must change nothing."""
+        self._record(f"machine.lookup({request_id}, {tuple(tokens)!r})")
+        if "lookup" not in self.capabilities:
+            raise ValueError("no lookup capability")
+        if request_id in self.sequences or request_id in self.preempted or not tokens:
+            raise ValueError(f"request {request_id} is live or preempted, or its prompt is empty")
+        answer = self._step(
+            ManagerLookup(request_id, tuple(tokens)), lambda: self.manager.lookup(request_id, tuple(tokens))
+        )
+        self.answers[request_id] = (list(tokens), answer)
+
+    def commit(self, request_id: int) -> bool:
+        """The second phase: admit the request with the answer of its lookup, whatever ran since;
+        False when refused (the answer is spent either way)."""
+        self._record(f"machine.commit({request_id})")
+        looked_up = self.answers.pop(request_id, None)
+        if looked_up is None or request_id in self.sequences or request_id in self.preempted:
+            raise ValueError(f"request {request_id} has no lookup to commit, or is live")
+        tokens, answer = looked_up
+        committed = self._step(ManagerCommit(request_id), lambda: self._admit(request_id, tokens, answer))
+        self.coverage["committed"] += committed
+        return committed
+
     def teardown(self) -> None:
         """Finish every live request; then no page may be left held or lost."""
         self._record("machine.teardown()")
@@ -272,8 +312,11 @@ class SafetyMachine:
 
     # -- the engine's work ------------------------------------------------------------------------
 
-    def _admit(self, request_id: int, tokens: list[int]) -> bool:
-        cached = self.manager.admit(request_id, tuple(tokens))
+    def _admit(self, request_id: int, tokens: list[int], answer: object = NOT_LOOKED_UP) -> bool:
+        if answer is NOT_LOOKED_UP:
+            cached = self.manager.admit(request_id, tuple(tokens))
+        else:
+            cached = self.manager.commit(request_id, tuple(tokens), answer)
         if cached is None:
             self.coverage["refused"] += 1
             return False

@@ -164,7 +164,30 @@ def machine_class(
             if not self.machine.failed:
                 self.machine.teardown()
 
-    return SafetyRun
+    # The two-phase rules only for a manager that declares them: a rule a program may draw changes
+    # every other program a seed gives, and the campaigns over other managers stay as they were.
+    declared = frozenset(getattr(factory(min(sizes), page_size), "capabilities", ()))
+    if not {"lookup", "commit"} <= declared:
+        return SafetyRun
+
+    class TwoPhaseRun(SafetyRun):
+        @rule(
+            request_id=IDS,
+            start=st.integers(0, len(starts) - 1),
+            keep=st.integers(0, 3 * page_size),
+            extra=st.lists(st.integers(0, VOCABULARY - 1), max_size=page_size),
+        )
+        def lookup(self, request_id: int, start: int, keep: int, extra: list[int]) -> None:
+            """The first phase of a two-phase admission; its commit comes some calls later."""
+            if not self._known(request_id):
+                self.machine.lookup(request_id, (starts[start][:keep] + tuple(extra)) or (0,))
+
+        @rule(request_id=IDS)
+        def commit(self, request_id: int) -> None:
+            if request_id in self.machine.answers and not self._known(request_id):
+                self.machine.commit(request_id)
+
+    return TwoPhaseRun
 
 
 @contextmanager
@@ -223,7 +246,13 @@ def coverage_warnings(manager: object, coverage: dict[str, int]) -> tuple[str, .
     """What a campaign over `manager` could not check: a declared capability never exercised, or
     a verb the adapter (or an object it wraps) has but does not declare, so it is never called."""
     declared: frozenset[str] = frozenset(getattr(manager, "capabilities", ()))
-    exercised = {"fork": "forked", "copy_on_write": "copied", "reset_cache": "reset", "atomic": "refused"}
+    exercised = {
+        "fork": "forked",
+        "copy_on_write": "copied",
+        "reset_cache": "reset",
+        "atomic": "refused",
+        "commit": "committed",
+    }
     warnings = [
         f"capability {capability!r} is declared but the campaign never exercised it ({counter} = 0)"
         for capability, counter in exercised.items()

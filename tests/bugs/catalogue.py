@@ -479,6 +479,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "pin-trusts-device-lookup",
         "Admission pins the device pages an earlier lookup found without asking again; one was reused (vLLM #37076).",
         tiers="vllm_37076_commit_trusts_the_device_match",
+        manager="commit_trusts_lookup",
         tiers_encoding="take_a_page_that_is_not_free",
     ),
     Bug(

@@ -2,16 +2,19 @@
 cache, driven as an engine drives them (the same calls `kvsched.impl.Engine` makes).
 
 Admission hashes the prompt's full pages (SHA-256 chained keys), attaches the longest cached
-run (leaving the last token to compute), evicts cached pages only the cache holds when the
-free stack is short, then makes the prompt's pages writable (`record_chunk`). A decode makes
-its position's page writable (allocation or copy-on-write). `written` publishes each full page
-once its KV is written. The cache's own reference is a holder in kvsched's counts, not in the
-protocol's, so the view subtracts it; a page only the cache holds is evictable, so it is free.
+run (leaving the last token to compute; in two phases, `lookup` then `commit`, the run a lookup
+found as far as each page is still cached under the key it was found by), evicts cached pages
+only the cache holds when the free stack is short, then makes the prompt's pages writable
+(`record_chunk`). A decode makes its position's page writable (allocation or copy-on-write).
+`written` publishes each full page once its KV is written. The cache's own reference is a holder
+in kvsched's counts, not in the protocol's, so the view subtracts it; a page only the cache holds
+is evictable, so it is free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,6 +29,14 @@ from kvsched.spec.pool import Copy
 from kvsched.testing.adapter import PoolView
 
 SALT = CacheSalt()
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A lookup's answer: the prompt's full pages' keys, and the pages cached under the first ones."""
+
+    keys: tuple[Key, ...]
+    pages: tuple[int, ...]
 
 
 class KvschedManager:
@@ -48,12 +59,22 @@ class KvschedManager:
         self._copies: list[tuple[int, int]] = []  # the last append's copy-on-write
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
+        return self.commit(request_id, tokens, self.lookup(request_id, tokens))
+
+    def lookup(self, request_id: int, tokens: Sequence[int]) -> Found:
+        """The prompt's full pages' keys and the run of them the cache holds now (no change)."""
+        keys = self.hasher.keys_of(pack_tokens(tokens), len(tokens) // self.page_size, SALT)
+        return Found(tuple(keys), tuple(self.cache.lookup(keys[: (len(tokens) - 1) // self.page_size])))
+
+    def commit(self, request_id: int, tokens: Sequence[int], found: Found) -> int | None:
+        """Admit with what a lookup found, as far as the cache still holds it: each page must
+        still be cached under the key it was found by (one evicted, or reused, since ends the run)."""
         self.cache.settle()
         size = self.page_size
         if self.scheduler.active_count() == self.scheduler.requests or len(tokens) > self.width:
             return None
-        keys = self.hasher.keys_of(pack_tokens(tokens), len(tokens) // size, SALT)
-        hit = self.cache.lookup(keys[: (len(tokens) - 1) // size])
+        keys = list(found.keys)
+        hit = self.revalidated(found)
         if not self._room(-(-len(tokens) // size) - len(hit), keep=hit):
             return None
         self.scheduler.admit_with_prefix(request_id, None, self.store, self.pool)
@@ -123,6 +144,14 @@ class KvschedManager:
 
     # --8<-- [end:optional-verbs]
 
+    def revalidated(self, found: Found) -> list[int]:
+        """The leading pages of `found` still cached under the keys they were found by."""
+        now = self.cache.lookup(found.keys[: len(found.pages)])
+        run = 0
+        while run < len(now) and now[run] == found.pages[run]:
+            run += 1
+        return list(found.pages[:run])
+
     def view(self) -> PoolView:
         refs = get_arrays(self.pool).refs.astype(np.int64)
         cached = self.cache.cached_mask()
@@ -155,3 +184,10 @@ class KvschedManager:
 def manager(pages: int, page_size: int) -> KvschedManager:
     """kvsched's parts, with the automatic prefix cache."""
     return KvschedManager(pages, page_size)
+
+
+def two_phase(pages: int, page_size: int) -> KvschedManager:
+    """kvsched's parts, admitting in two phases as well (`lookup`, other calls, `commit`)."""
+    manager = KvschedManager(pages, page_size)
+    manager.capabilities = KvschedManager.capabilities | {"lookup", "commit"}
+    return manager

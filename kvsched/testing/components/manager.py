@@ -105,6 +105,27 @@ class ManagerFork:
 
 
 @dataclass(frozen=True, slots=True)
+class ManagerLookup:
+    """Look a prompt up for a request, to commit later (changes nothing)."""
+
+    request_id: int
+    tokens: tuple[int, ...]
+
+    def perform(self, machine: Any) -> Any:
+        return machine.lookup(self.request_id, self.tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerCommit:
+    """Admit a request with the answer of its earlier lookup, other calls having run since."""
+
+    request_id: int
+
+    def perform(self, machine: Any) -> Any:
+        return machine.commit(self.request_id)
+
+
+@dataclass(frozen=True, slots=True)
 class ManagerReset:
     """Drop every cached page."""
 
@@ -118,6 +139,7 @@ REFUSABLE: dict[type[Any], str] = {
     ManagerDecode: "append",
     ManagerResume: "admit",
     ManagerFork: "fork",
+    ManagerCommit: "commit",
 }
 
 
@@ -236,17 +258,21 @@ MANAGER = Component(
     name="manager",
     summary="a foreign page manager in safety mode, through its adapter",
     state=ManagerState,
-    events=tuple(
-        EventSpec(event)
-        for event in (
-            ManagerSubmit,
-            ManagerDecode,
-            ManagerFinish,
-            ManagerPreempt,
-            ManagerResume,
-            ManagerFork,
-            ManagerReset,
-        )
+    events=(
+        *(
+            EventSpec(event)
+            for event in (
+                ManagerSubmit,
+                ManagerDecode,
+                ManagerFinish,
+                ManagerPreempt,
+                ManagerResume,
+                ManagerFork,
+                ManagerReset,
+            )
+        ),
+        EventSpec(ManagerLookup, read_only=True),
+        EventSpec(ManagerCommit),
     ),
     invariants=(),
     violations=view_problems,
