@@ -63,6 +63,12 @@ class Broken(kvsched_parts.KvschedManager):
         return view
 
     def free(self, request_id: int) -> None:
+        if self.fault == "free_drops_leases":  # SGLang #24527, DingoCache #76: the reader's pages freed too
+            pages = set(self.scheduler.page_table(request_id)) - {None}
+            for held in self.leases.values():
+                for page in [page for page in held if page in pages]:
+                    held.remove(page)
+                    self.pool.release(page)
         if self.fault == "leak":  # its first page is released but never offered again
             self.lost = frozenset(page for page in self.scheduler.page_table(request_id)[:1] if page is not None)
         super().free(request_id)
@@ -106,6 +112,16 @@ def look_up_then_reuse_then_commit(machine: SafetyMachine) -> None:
     machine.commit(2)
 
 
+def lease_then_finish_then_reuse(machine: SafetyMachine) -> None:
+    """A reader holds a request's pages; the request finishes; another request takes pages."""
+    machine.submit(1, (0, 1, 2, 0, 1, 2))
+    lease = machine.lease(1)
+    machine.finish(1)
+    machine.submit(2, (2,) * 16)  # every page: the leased ones too, if the lease did not keep them
+    assert lease is not None
+    machine.end_lease(lease)
+
+
 def fork_then_decode_the_child(machine: SafetyMachine) -> None:
     machine.submit(1, (0, 1, 2))
     machine.fork(1, 2)
@@ -127,10 +143,17 @@ leak = broken("leak")
 no_copy = broken("no_copy")
 
 
+def free_drops_leases(pages: int, page_size: int) -> Broken:
+    """SGLang #24527's and DingoCache PR #76's shape: a finish frees the pages a reader still holds."""
+    manager = broken("free_drops_leases")(pages, page_size)
+    manager.capabilities = kvsched_parts.every_verb(pages, page_size).capabilities
+    return manager
+
+
 def commit_trusts_lookup(pages: int, page_size: int) -> Broken:
     """vLLM #37076's shape: a commit pins the pages its lookup found, without asking again."""
     manager = broken("commit_trusts_lookup")(pages, page_size)
-    manager.capabilities = kvsched_parts.two_phase(pages, page_size).capabilities
+    manager.capabilities = kvsched_parts.every_verb(pages, page_size).capabilities
     return manager
 
 
@@ -162,9 +185,16 @@ MANAGERS: dict[str, BrokenManager] = {
         BrokenManager("leak", leak, kvsched_parts.manager, finish_everything, FailureKind.LEAK),
         BrokenManager("no_copy", no_copy, kvsched_parts.manager, fork_then_decode_the_child, FailureKind.EXCLUSIVE),
         BrokenManager(
+            "free_drops_leases",
+            free_drops_leases,
+            kvsched_parts.every_verb,
+            lease_then_finish_then_reuse,
+            FailureKind.GHOST,
+        ),
+        BrokenManager(
             "commit_trusts_lookup",
             commit_trusts_lookup,
-            kvsched_parts.two_phase,
+            kvsched_parts.every_verb,
             look_up_then_reuse_then_commit,
             FailureKind.GHOST,
         ),

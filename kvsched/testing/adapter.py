@@ -31,6 +31,13 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
         The second phase: admit as `admit` does, given the answer of a lookup made earlier, with
         other calls (other admissions, frees, evictions) between the two. The manager validates
         the answer again: a page it named that was evicted, or reused, since must not be attached.
+    lease(request_id) -> object | None           (capabilities "lease" and "end_lease", together)
+        An asynchronous reader (a connector's save, a disaggregated send, an offload) takes hold
+        of the request's pages as they are now; an opaque lease, or None when refused. The pages
+        stay the reader's whatever happens to the request (a finish, a preemption) until
+    end_lease(lease)
+        the reader has read them: the manager lets go. The view's `leased` counts each page's
+        leases.
     view() -> PoolView
         The pool as plain ints, read after every call.
 
@@ -57,7 +64,18 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 CAPABILITIES = frozenset(
-    {"fork", "copy_on_write", "reset_cache", "atomic", "single_owner", "tenants", "lookup", "commit"}
+    {
+        "fork",
+        "copy_on_write",
+        "reset_cache",
+        "atomic",
+        "single_owner",
+        "tenants",
+        "lookup",
+        "commit",
+        "lease",
+        "end_lease",
+    }
 )
 TENANTS = 2  # with "tenants": how many tenants the harness's requests belong to
 
@@ -82,6 +100,8 @@ class PoolView:
     `evictable` are cached pages no request holds that the manager reclaims only by evicting
     them from its cache (a radix tree's unlocked pages: not free, and not lost); a manager
     whose free set already holds its unheld cached pages (vLLM, nano-vllm) leaves it empty.
+    `leased[page]` is how many leases (capability "lease") hold the page: a leased page is not
+    free, and its leases are not among its `holders`.
     """
 
     holders: tuple[int, ...]
@@ -90,6 +110,7 @@ class PoolView:
     cached: Mapping[int, object] = field(default_factory=dict)
     reserved: frozenset[int] = frozenset()
     evictable: frozenset[int] = frozenset()
+    leased: Mapping[int, int] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -42,8 +42,10 @@ from kvsched.testing.components.manager import (
     ManagerCommit,
     ManagerConfig,
     ManagerDecode,
+    ManagerEndLease,
     ManagerFinish,
     ManagerFork,
+    ManagerLease,
     ManagerLookup,
     ManagerPreempt,
     ManagerReset,
@@ -72,6 +74,7 @@ COVERAGE = (
     "freed",  # finishes and preemptions
     "reset",  # cache resets the manager accepted
     "committed",  # two-phase admissions the manager accepted (a lookup, other calls, then the commit)
+    "leases_read",  # leases a reader read and ended (its pages' KV as they were when it began)
 )
 
 
@@ -97,6 +100,8 @@ OPTIONAL_VERBS = {
     "reset_cache": "reset_cache",
     "lookup": "lookup",
     "commit": "commit",
+    "lease": "lease",
+    "end_lease": "end_lease",
 }
 
 
@@ -162,12 +167,14 @@ class SafetyMachine:
         unknown = self.capabilities - CAPABILITIES
         if unknown:
             raise ValueError(f"unknown capabilities {sorted(unknown)}; the harness knows {sorted(CAPABILITIES)}")
-        if len(self.capabilities & {"lookup", "commit"}) == 1:
-            raise ValueError("capabilities 'lookup' and 'commit' are the two phases of one admission: declare both")
+        for pair in ({"lookup", "commit"}, {"lease", "end_lease"}):
+            if len(self.capabilities & pair) == 1:
+                raise ValueError(f"capabilities {sorted(pair)} go together: declare both")
         self.sequences: dict[int, list[int]] = {}  # live request -> its tokens, every one computed
         self.preempted: dict[int, list[int]] = {}  # preempted request -> the tokens it resumes with
         self.tenants: dict[int, int] = {}  # request -> its tenant (tenant_of its id; a child's, its parent's)
         self.answers: dict[int, tuple[list[int], object]] = {}  # looked-up request -> its prompt, the answer
+        self.leases: dict[int, tuple[object, dict[int, dict[int, Context]]]] = {}  # number -> lease, KV it saw
         self.kv: dict[int, dict[int, Context]] = {}  # ghost KV: page -> slot -> the context written there
         self.program: list[str] = []
         self.coverage: Counter[str] = Counter({name: 0 for name in COVERAGE})
@@ -294,9 +301,55 @@ class SafetyMachine:
         self.coverage["committed"] += committed
         return committed
 
+    def lease(self, request_id: int) -> int | None:
+        """An asynchronous reader takes hold of the request's pages as they are now (capabilities
+        "lease" and "end_lease"); the lease's number, or None when the manager refuses."""
+        self._record(f"machine.lease({request_id})")
+        if "lease" not in self.capabilities:
+            raise ValueError("no lease capability")
+        self._live(request_id)
+        seen = {page: dict(self.kv.get(page, {})) for page in self.manager.view().tables[request_id]}
+        number = len(self.program)  # the lease's call in the program: unique
+        handle = self._step(ManagerLease(request_id), lambda: self._lease(request_id))
+        if handle is False:
+            return None
+        self.leases[number] = (handle, seen)
+        return number
+
+    def _lease(self, request_id: int) -> object:
+        handle = self.manager.lease(request_id)
+        if handle is None:
+            self.coverage["refused"] += 1
+            return False  # a refusal, as the other verbs return it
+        return handle
+
+    def end_lease(self, number: int) -> None:
+        """The reader reads what it holds (the KV each page had when the lease began, or GHOST),
+        then lets go."""
+        self._record(f"machine.end_lease({number})")
+        handle, seen = self.leases.pop(number)
+        self._read_lease(number, seen)
+        self._step(ManagerEndLease(number), lambda: self.manager.end_lease(handle))
+        self.coverage["leases_read"] += 1
+
+    def _read_lease(self, number: int, seen: dict[int, dict[int, Context]]) -> None:
+        for page, slots in sorted(seen.items()):
+            for slot, context in sorted(slots.items()):
+                found = self.kv.get(page, {}).get(slot)
+                if found != context:
+                    self._fail(
+                        FailureKind.GHOST,
+                        f"lease {number} reads page {page} slot {slot} (context {context}),"
+                        f" which now holds {'nothing' if found is None else f'the KV of context {found}'}",
+                    )
+
     def teardown(self) -> None:
-        """Finish every live request; then no page may be left held or lost."""
+        """End every lease and finish every live request; then no page may be left held or lost."""
         self._record("machine.teardown()")
+        for number in list(self.leases):
+            handle, seen = self.leases.pop(number)
+            self._read_lease(number, seen)
+            self.manager.end_lease(handle)
         for request_id in list(self.sequences):
             self.manager.free(request_id)
             del self.sequences[request_id]

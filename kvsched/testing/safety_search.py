@@ -164,13 +164,15 @@ def machine_class(
             if not self.machine.failed:
                 self.machine.teardown()
 
-    # The two-phase rules only for a manager that declares them: a rule a program may draw changes
-    # every other program a seed gives, and the campaigns over other managers stay as they were.
+    # The rules of the optional two-phase admission and leases only for a manager that declares
+    # them: a rule a program may draw changes every other program a seed gives, and the
+    # campaigns over other managers stay as they were.
     declared = frozenset(getattr(factory(min(sizes), page_size), "capabilities", ()))
-    if not {"lookup", "commit"} <= declared:
-        return SafetyRun
 
-    class TwoPhaseRun(SafetyRun):
+    class TwoPhaseRules:
+        machine: SafetyMachine
+        _known: Callable[[int], bool]
+
         @rule(
             request_id=IDS,
             start=st.integers(0, len(starts) - 1),
@@ -187,7 +189,29 @@ def machine_class(
             if request_id in self.machine.answers and not self._known(request_id):
                 self.machine.commit(request_id)
 
-    return TwoPhaseRun
+    class LeaseRules:
+        machine: SafetyMachine
+
+        @rule(request_id=IDS)
+        def lease(self, request_id: int) -> None:
+            """An asynchronous reader takes a live request's pages; it reads them some calls later."""
+            if request_id in self.machine.sequences:
+                self.machine.lease(request_id)
+
+        @rule(which=st.integers(0, 3))
+        def end_lease(self, which: int) -> None:
+            held = sorted(self.machine.leases)
+            if held:
+                self.machine.end_lease(held[which % len(held)])
+
+    mixins = [
+        rules
+        for rules, needs in ((TwoPhaseRules, {"lookup", "commit"}), (LeaseRules, {"lease", "end_lease"}))
+        if needs <= declared
+    ]
+    if not mixins:
+        return SafetyRun
+    return type("SafetyRun", (*mixins, SafetyRun), {})
 
 
 @contextmanager
@@ -252,6 +276,7 @@ def coverage_warnings(manager: object, coverage: dict[str, int]) -> tuple[str, .
         "reset_cache": "reset",
         "atomic": "refused",
         "commit": "committed",
+        "end_lease": "leases_read",
     }
     warnings = [
         f"capability {capability!r} is declared but the campaign never exercised it ({counter} = 0)"

@@ -467,6 +467,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "preemption-frees-leased-pages",
         "A preemption frees pages an asynchronous reader still holds; it reads another owner's KV (DingoCache PR #76).",
         tiers="dingocache_76_preemption_frees_pages_a_lease_reads",
+        manager="free_drops_leases",
         tiers_encoding="release_lets_go_of_the_lease",
     ),
     Bug(

@@ -32,9 +32,9 @@ def test_kvsched_parts_pass_a_safety_campaign_with_hits_forks_and_refusals() -> 
     assert result.warnings == ()
 
 
-def test_kvsched_parts_pass_a_campaign_that_admits_in_two_phases() -> None:
+def test_kvsched_parts_pass_a_campaign_that_admits_in_every_verbs() -> None:
     """A lookup, other calls (admissions that evict what it found, frees, resets), then its commit."""
-    result = search_safety(kvsched_parts.two_phase, examples=150, seed_value=1)
+    result = search_safety(kvsched_parts.every_verb, examples=150, seed_value=1)
     assert result.passed, result.program
     assert result.coverage["committed"] > 0 and result.coverage["evicted"] > 0
     assert result.warnings == ()

@@ -57,6 +57,8 @@ class KvschedManager:
         self.keys: dict[int, list[Key]] = {}  # each request's full pages' keys, as far as known
         self.published: dict[int, int] = {}  # each request's pages cached so far
         self._copies: list[tuple[int, int]] = []  # the last append's copy-on-write
+        self.leases: dict[int, list[int]] = {}  # a reader's lease -> the pages it holds
+        self._next_lease = 0
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
         return self.commit(request_id, tokens, self.lookup(request_id, tokens))
@@ -144,6 +146,19 @@ class KvschedManager:
 
     # --8<-- [end:optional-verbs]
 
+    def lease(self, request_id: int) -> int:
+        """A reader holds the request's pages: one more reference on each."""
+        pages = [page for page in self.scheduler.page_table(request_id) if page is not None]
+        for page in pages:
+            self.pool.retain(page)
+        self._next_lease += 1
+        self.leases[self._next_lease] = pages
+        return self._next_lease
+
+    def end_lease(self, lease: int) -> None:
+        for page in self.leases.pop(lease):
+            self.pool.release(page)
+
     def revalidated(self, found: Found) -> list[int]:
         """The leading pages of `found` still cached under the keys they were found by."""
         now = self.cache.lookup(found.keys[: len(found.pages)])
@@ -155,16 +170,20 @@ class KvschedManager:
     def view(self) -> PoolView:
         refs = get_arrays(self.pool).refs.astype(np.int64)
         cached = self.cache.cached_mask()
-        holders = refs - cached
+        leased = np.zeros_like(refs)
+        for pages in self.leases.values():
+            np.add.at(leased, pages, 1)
+        holders = refs - cached - leased
         spec = self.cache.to_spec()
         tables = {request_id: self.scheduler.page_table(request_id) for request_id in self.tokens}
         return PoolView(
             holders=tuple(holders.tolist()),
-            free=frozenset(np.flatnonzero(holders == 0).tolist()),
+            free=frozenset(np.flatnonzero(holders + leased == 0).tolist()),
             tables={
                 request_id: tuple(page for page in table if page is not None) for request_id, table in tables.items()
             },
             cached={entry.page: entry.key for entry in spec.pages},
+            leased={page: int(n) for page, n in enumerate(leased.tolist()) if n},
         )
 
     def _room(self, pages: int, keep: Sequence[int]) -> bool:
@@ -186,8 +205,9 @@ def manager(pages: int, page_size: int) -> KvschedManager:
     return KvschedManager(pages, page_size)
 
 
-def two_phase(pages: int, page_size: int) -> KvschedManager:
-    """kvsched's parts, admitting in two phases as well (`lookup`, other calls, `commit`)."""
+def every_verb(pages: int, page_size: int) -> KvschedManager:
+    """kvsched's parts with every optional verb declared: two-phase admission (`lookup`, other
+    calls, `commit`) and leases (`lease`, other calls, `end_lease`) as well."""
     manager = KvschedManager(pages, page_size)
-    manager.capabilities = KvschedManager.capabilities | {"lookup", "commit"}
+    manager.capabilities = KvschedManager.capabilities | {"lookup", "commit", "lease", "end_lease"}
     return manager

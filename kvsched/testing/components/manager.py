@@ -126,6 +126,26 @@ class ManagerCommit:
 
 
 @dataclass(frozen=True, slots=True)
+class ManagerLease:
+    """An asynchronous reader takes hold of a request's pages as they are now."""
+
+    request_id: int
+
+    def perform(self, machine: Any) -> Any:
+        return machine.lease(self.request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerEndLease:
+    """A reader reads the pages it holds, then lets go of them."""
+
+    lease: int
+
+    def perform(self, machine: Any) -> Any:
+        return machine.end_lease(self.lease)
+
+
+@dataclass(frozen=True, slots=True)
 class ManagerReset:
     """Drop every cached page."""
 
@@ -140,6 +160,7 @@ REFUSABLE: dict[type[Any], str] = {
     ManagerResume: "admit",
     ManagerFork: "fork",
     ManagerCommit: "commit",
+    ManagerLease: "lease",
 }
 
 
@@ -175,6 +196,11 @@ def view_problems(state: ManagerState) -> list[str]:
             problems.append(f"page {page} is free while {expected} requests hold it")
     if view.free & view.reserved:
         problems.append(f"reserved pages {sorted(view.free & view.reserved)} are free")
+    problems += [
+        f"page {page} is free while {n} leases hold it"
+        for page, n in sorted(view.leased.items())
+        if n and page in view.free
+    ]
     problems += evictable_problems(view, counts)
     if state.single_owner:
         problems += owner_problems(view, counts, pages)
@@ -238,6 +264,8 @@ def view_changes(before: PoolView, after: PoolView) -> str:
         changes.append(f"reserved {sorted(before.reserved)} -> {sorted(after.reserved)}")
     if before.evictable != after.evictable:
         changes.append(f"evictable {sorted(before.evictable)} -> {sorted(after.evictable)}")
+    if before.leased != after.leased:
+        changes.append(f"leased {dict(before.leased)} -> {dict(after.leased)}")
     return "; ".join(changes)
 
 
@@ -273,6 +301,8 @@ MANAGER = Component(
         ),
         EventSpec(ManagerLookup, read_only=True),
         EventSpec(ManagerCommit),
+        EventSpec(ManagerLease),
+        EventSpec(ManagerEndLease),
     ),
     invariants=(),
     violations=view_problems,
