@@ -141,12 +141,25 @@ def test_every_program_is_clean_on_the_spec_and_impl() -> None:
         assert run(ImplTieredCache(3, 1), program, TieredCache(3, 1)) is None
 
 
+NAMED = {  # the invariant that catches each bug first
+    "sglang_24527_abort_frees_pages_under_a_copy": "counts_are_holders",
+    "dingocache_76_preemption_frees_pages_a_lease_reads": "counts_are_holders",
+    "sglang_38480_host_page_reclaimed_mid_copy": "counts_are_holders",
+    "vllm_37076_commit_trusts_the_device_match": "requests_hold_their_keys",
+    "vllm_39702_commit_trusts_the_host_match": "cached_pages_hold_their_keys, requests_hold_their_keys",
+    "trtllm_8813_reused_host_page_keeps_its_key": "cached_pages_hold_their_keys, requests_hold_their_keys",
+    "vllm_42571_same_block_twice_in_one_free": "counts_are_holders",
+    "sglang_33970_copy_reads_an_unwritten_page": "leases_hold_written_pages",
+}
+
+
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_each_upstream_bug_is_caught_by_its_check(name: str) -> None:
     program, kind = PROGRAMS[name]
     reference = TieredCache(3, 1) if kind is FailureKind.LOCKSTEP else None
     failure = run(VARIANTS[name](3, 1), program, reference)
     assert failure is not None and failure.kind is kind, failure
+    assert kind is FailureKind.LOCKSTEP or failure.detail == NAMED[name], failure
 
 
 @pytest.mark.parametrize("name", sorted(READ_WRONG))
