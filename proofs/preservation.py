@@ -65,3 +65,12 @@ class SmallModel(Generic[S]):
             ok &= refuted == z3.sat
             print(f"{label}  {name:<{width}} {'refuted' if refuted == z3.sat else 'NOT REFUTED: ' + str(refuted)}")
         return ok
+
+
+def invariant_holds(claim: Bool, resource_limit: int, what: str) -> bool:
+    """Whether `claim` (an invariant on a ground, encoded state) holds, decided by z3 within its
+    resource units (never a clock); `RuntimeError` naming `what` when z3 cannot decide."""
+    verdict = decide(z3.Not(claim), resource_limit)
+    if verdict == z3.unknown:
+        raise RuntimeError(f"z3 could not decide {what}")
+    return bool(verdict == z3.unsat)

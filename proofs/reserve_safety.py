@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import z3
 
 from kvsched.proofs.model import Arr, Bool, Int
-from kvsched.proofs.preservation import SmallModel, every
+from kvsched.proofs.preservation import SmallModel, every, invariant_holds
 from kvsched.spec.reserve import (
     ReserveState,
     inv_counts_non_negative,
@@ -343,13 +343,7 @@ registrations are a set (a registration made twice is one), so a repeated one is
 def holds(concrete: ReserveState, keys: Sequence[Hashable]) -> bool:
     """The model's invariant (every size, every key) on the encoded state, decided by z3 within
     its resource units (never a clock)."""
-    solver = z3.Solver()
-    solver.set("rlimit", RESOURCE_LIMIT)
-    solver.add(z3.Not(invariant(encode(concrete, keys))))
-    verdict = solver.check()
-    if verdict == z3.unknown:
-        raise RuntimeError(f"z3 could not decide the reserve invariant on {concrete}: {solver.reason_unknown()}")
-    return bool(verdict == z3.unsat)
+    return invariant_holds(invariant(encode(concrete, keys)), RESOURCE_LIMIT, f"the reserve invariant on {concrete}")
 
 
 MODEL = SmallModel(state, invariant, _within_bound, RESOURCE_LIMIT)

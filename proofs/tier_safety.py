@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import z3
 
 from kvsched.proofs.model import Arr, Bool, Int
-from kvsched.proofs.preservation import SmallModel, every
+from kvsched.proofs.preservation import SmallModel, every, invariant_holds
 from kvsched.spec.tiers import TierState, counts_are_holders, free_is_unheld
 
 RESOURCE_LIMIT = 5_000_000  # z3's counted resource units per check (never a wall-clock timeout)
@@ -391,13 +391,7 @@ CARRIED = (counts_are_holders, free_is_unheld)
 def holds(concrete: TierState) -> bool:
     """The model's invariant (every size) on the encoded state, decided by z3 within its resource
     units (never a clock)."""
-    solver = z3.Solver()
-    solver.set("rlimit", RESOURCE_LIMIT)
-    solver.add(z3.Not(invariant(encode(concrete))))
-    verdict = solver.check()
-    if verdict == z3.unknown:
-        raise RuntimeError(f"z3 could not decide the tiers' invariant on {concrete}: {solver.reason_unknown()}")
-    return bool(verdict == z3.unsat)
+    return invariant_holds(invariant(encode(concrete)), RESOURCE_LIMIT, f"the tiers' invariant on {concrete}")
 
 
 MODEL = SmallModel(state, invariant, _within_bound, RESOURCE_LIMIT)
