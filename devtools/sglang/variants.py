@@ -122,6 +122,9 @@ EVICTS_BEFORE_LOCKING = (  # the program each such campaign shrank to
     "machine.submit(1, (0, 1, 0))",
 )
 
+# Request 2 (tenant 0) starts with the pages request 1 (tenant 1) computed: only the salt keeps them apart.
+SALT_DROPPED = ("machine.submit(1, (0, 0))", "machine.decode(1)", "machine.decode(1)", "machine.submit(2, (0, 0, 1))")
+
 VARIANTS = (
     Variant(
         "duplicates_left_in_table",
@@ -137,7 +140,7 @@ VARIANTS = (
         tenant_salt_dropped,
         2,
         FailureKind.GHOST,
-        ("machine.submit(1, (0, 0))", "machine.decode(1)", "machine.decode(1)", "machine.submit(2, (0, 0, 1))"),
+        SALT_DROPPED,
     ),
     # UnifiedRadixCache names nodes by id: locking one eviction took raises KeyError in SGLang.
     Variant(
@@ -160,7 +163,7 @@ VARIANTS = (
         unified_salt_dropped,
         2,
         FailureKind.GHOST,
-        ("machine.submit(1, (0, 0))", "machine.decode(1)", "machine.decode(1)", "machine.submit(2, (0, 0, 1))"),
+        SALT_DROPPED,
     ),
 )
 
