@@ -96,6 +96,7 @@ bench: setup
 	$(BIN)/kvsched bench decode --json docs/bench/decode.json --plot docs/bench/decode.svg
 	$(BIN)/kvsched bench engine --json docs/bench/engine.json
 	$(BIN)/kvsched bench thrash --json docs/bench/thrash.json
+	$(BIN)/kvsched bench tiers --json docs/bench/tiers.json
 	$(BIN)/python -m devtools.check_defaults --json docs/bench/check-defaults.json
 	$(BIN)/python -m devtools.benchmarks_page
 

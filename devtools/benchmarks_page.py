@@ -17,6 +17,8 @@ from typing import Any
 
 from kvsched.impl.thrash_bench import HEADER as THRASH_HEADER
 from kvsched.impl.thrash_bench import cells as thrash_cells
+from kvsched.impl.tier_bench import HEADER as TIERS_HEADER
+from kvsched.impl.tier_bench import cells as tiers_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "docs" / "bench"
@@ -232,6 +234,26 @@ def thrash(report: dict[str, Any]) -> str:
     )
 
 
+def tiers(report: dict[str, Any]) -> str:
+    trace, rows = report["trace"], report["rows"]
+    without, with_host = rows[0], rows[-1]
+    return section(
+        "A multi-turn workload with and without the host tier",
+        f"`kvsched bench tiers`: {trace['conversations']} conversations (seeded), each opening with its own"
+        f" {trace['context']}-token context; each of {trace['turns']} turns resubmits the conversation so far"
+        f" plus a {trace['message']}-token message and answers 32 tokens; a round submits every conversation's"
+        f" next turn at once. impl's engine, the null model, {report['device_pages']:,} device pages of"
+        f" {report['page_size']} tokens (the last round's sequences hold about 4x that), the automatic prefix"
+        " cache; tokens recomputed are those computed past each conversation's final sequence once. Bytes"
+        f" copied count {report['page_bytes'] / 2**20:.0f} MiB a page (Llama 3 8B's KV page at 16 tokens, 16-bit).",
+        report,
+        table(TIERS_HEADER, [tiers_cells(row) for row in rows]),
+        f"With {with_host['host_pages']:,} host pages the engine recomputes {with_host['recomputed']:,} tokens"
+        f" instead of {without['recomputed']:,}; it takes {with_host['steps']:,} steps instead of"
+        f" {without['steps']:,} (a request whose pages come from the host waits a step for the copies).",
+    )
+
+
 def thrash_vllm(report: dict[str, Any]) -> str:
     return section(
         "The same trace through vLLM's scheduler",
@@ -300,6 +322,7 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("peers.json", peers),
     ("thrash.json", thrash),
     ("thrash-vllm.json", thrash_vllm),
+    ("tiers.json", tiers),
     ("rounds.json", rounds),
     ("decode.json", decode),
     *((f"vllm-pool-{release}.json", vllm_pool(release)) for release in ("0.32.0", "0.33.0", "0.34.0")),

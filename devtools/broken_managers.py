@@ -43,6 +43,11 @@ class Broken(kvsched_parts.KvschedManager):
             return list(found.pages)
         return super().revalidated(found)
 
+    def _promoted_pair(self, host_page: int, page: int) -> tuple[int, int]:
+        if self.fault == "promote_wrong_host_page":  # TRT-LLM #8813: another block's KV restored
+            return min(self.host.to_spec().cache, key=lambda entry: entry.page).page, page
+        return super()._promoted_pair(host_page, page)
+
     def append(self, request_id: int, token: int) -> bool:
         if self.fault == "no_copy":  # a fork's shared last page written in place
             self.scheduler.record_tokens(request_id, 1)
@@ -157,6 +162,26 @@ def commit_trusts_lookup(pages: int, page_size: int) -> Broken:
     return manager
 
 
+def promote_wrong_host_page(pages: int, page_size: int) -> Broken:
+    """TRT-LLM #8813's shape: a page found in the host tier is restored from another host page."""
+    manager = broken("promote_wrong_host_page")(pages, page_size)
+    tiered = kvsched_parts.tiered(pages, page_size)
+    manager.host, manager.capabilities = tiered.host, tiered.capabilities
+    return manager
+
+
+def demote_evict_then_return(machine: SafetyMachine) -> None:
+    """Two prompts cached, both demoted, evicted by a third, then the second asked for again."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.submit(2, (1, 1, 1, 1, 1))
+    machine.finish(2)
+    machine.demote()
+    machine.submit(3, (2,) * 16)  # every page: the cached ones evicted
+    machine.finish(3)
+    machine.submit(4, (1, 1, 1, 1, 1))  # found in the host tier only
+
+
 @dataclass(frozen=True)
 class BrokenManager:
     """One planted fault: its factory, the correct factory it derives from, the calls that reach
@@ -196,6 +221,13 @@ MANAGERS: dict[str, BrokenManager] = {
             commit_trusts_lookup,
             kvsched_parts.every_verb,
             look_up_then_reuse_then_commit,
+            FailureKind.GHOST,
+        ),
+        BrokenManager(
+            "promote_wrong_host_page",
+            promote_wrong_host_page,
+            kvsched_parts.tiered,
+            demote_evict_then_return,
             FailureKind.GHOST,
         ),
         BrokenManager(

@@ -46,6 +46,7 @@ from kvsched.impl.engine_rows import (
     TOKEN,
     commit_round,
 )
+from kvsched.impl.host_tier import HostTier
 from kvsched.impl.page_hash import PageHasher
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
@@ -65,7 +66,15 @@ from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec import refusals
 from kvsched.spec.domain import require_u64
-from kvsched.spec.engine_calls import Chunk, call_model, chunk_pages, require_prefill_tokens
+from kvsched.spec.engine_calls import (
+    Chunk,
+    call_model,
+    chunk_pages,
+    copier,
+    issue_copies,
+    poll_copies,
+    require_prefill_tokens,
+)
 from kvsched.spec.engine_config import (
     EngineConfig,
     EngineRequest,
@@ -77,6 +86,7 @@ from kvsched.spec.engine_config import (
 )
 from kvsched.spec.engine_state import EngineState, Queued, Running
 from kvsched.spec.errors import Exhausted
+from kvsched.spec.host_tier import PROMOTE
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, PrefillItem
 from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, page_hash
@@ -154,6 +164,7 @@ class Saved:
     cache: Mark
     state: dict[str, Any]
     queue: dict[str, Any] | None = None
+    host: tuple[Any, ...] | None = None  # the host tier's snapshot (None: the engine has none)
 
 
 def _copy(value: Any) -> Any:
@@ -185,6 +196,7 @@ class Engine:
         "_state_free",
         "_cancelled",
         "_admissions",
+        "_waiting",
     )
     # ... and the queue, saved when such a step first changes it (most never do).
     QUEUE_STATE: ClassVar[tuple[str, ...]] = ("_queue", "_priorities", "_queued", "_queued_keys")
@@ -197,6 +209,7 @@ class Engine:
         "store": "a certified part: the checkpoint",
         "scheduler": "a certified part: the checkpoint",
         "cache": "its journal: mark and undo",
+        "host": "its snapshot, saved with the checkpoint",
         "hasher": "remembers keys by their bytes: never wrong",
         "_tokens": "a step writes only the rows of slots that were empty when it began",
         "_page_keys": "a slot's keys name its tokens; a failed admission's are replaced by the slot's next",
@@ -206,6 +219,7 @@ class Engine:
         "_done": "one round's output buffer",
         "_saved": "the running step's checkpoint",
         "_step_state": "the last checkpoint, whose buffers the next reuses",
+        "_fetching": "one step's newcomers' host runs, emptied when they are seated",
     }
 
     def __init__(self, config: EngineConfig, model: EngineModel) -> None:
@@ -242,13 +256,22 @@ class Engine:
         self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
         self._saved: Saved | None = None  # the running step's checkpoint
         self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
+        self.host = HostTier(config.host_pages)
+        self._waiting: dict[int, tuple[int, ...]] = {}  # slot -> the promotions it waits for
+        self._fetching: dict[int, list[tuple[Key, int, int]]] = {}  # newcomer slot -> its host run, until seated
+        if config.host_pages:
+            copier(model, required=True)
 
     # -- the abstraction ----------------------------------------------------------------------
 
     def to_spec(self) -> EngineState:
         """The abstraction function: this engine as the spec's `EngineState`."""
         system = SystemState(
-            self.pool.to_spec(), self.store.to_spec(), self.scheduler.to_spec(), cache=self.cache.to_spec()
+            self.pool.to_spec(),
+            self.store.to_spec(),
+            self.scheduler.to_spec(),
+            self.host.device_holds(),
+            self.cache.to_spec(),
         )
         queue = tuple(entry for priority in reversed(self._priorities) for entry in self._queue[priority])
         running = []
@@ -258,9 +281,18 @@ class Engine:
             row = self._fields[slot].tolist()
             generated = tuple(self._tokens[slot, len(request.prompt) : row[LENGTH]].tolist())
             state_slot = None if row[STATE_SLOT] < 0 else row[STATE_SLOT]
-            running.append(Running(request, generated, row[COMPUTED], bool(row[DECODING]), row[ADMITTED], state_slot))
+            waiting = self._waiting.get(slot, ())
+            running.append(
+                Running(request, generated, row[COMPUTED], bool(row[DECODING]), row[ADMITTED], state_slot, waiting)
+            )
         return EngineState(
-            system, queue, tuple(running), tuple(self._state_owners), tuple(self._cancelled), self._admissions
+            system,
+            queue,
+            tuple(running),
+            tuple(self._state_owners),
+            tuple(self._cancelled),
+            self._admissions,
+            self.host.to_spec(),
         )
 
     @property
@@ -319,6 +351,8 @@ class Engine:
             raise refusals.unreported_cancel(child_id)
         if child_id in self._queued or child_id in self._running:
             raise refusals.duplicate_request(child_id)
+        if parent in self._waiting:
+            raise refusals.copy_pending(parent_id, self._promoted_page(parent))
         if len(self._running) >= self.config.max_batch_size:
             raise refusals.batch_full(child_id, self.config.max_batch_size)
         if self._state_owners and not self._state_free:
@@ -346,17 +380,24 @@ class Engine:
         slot = self._running.get(request_id)
         if slot is None:
             raise refusals.unknown_request(request_id)
+        if slot in self._waiting:
+            raise refusals.copy_pending(request_id, self._promoted_page(slot))
         count = refusals.require_published_tokens(request_id, tokens, int(self._fields[slot, COMPUTED]))
         pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
         self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
 
     def has_work(self) -> bool:
-        """Something is queued or running, or a cancellation is not yet reported."""
-        return bool(self._queued or self._running or self._cancelled)
+        """Something is queued or running, a cancellation is not yet reported, or a copy between
+        the tiers is in flight."""
+        return bool(self._queued or self._running or self._cancelled or self.host.copies)
 
     def reset_cache(self) -> None:
-        """Drop every page of the automatic prefix cache; `CacheInUse` while any is held."""
+        """Drop every page of the automatic prefix cache and the host tier's cache; `CacheInUse`
+        while any is held or a copy between the tiers is in flight."""
+        if self.host.copies:
+            raise refusals.cache_in_use(list(self.host.device_holds()))
         self.cache.reset(self.pool)
+        self.host.reset()
 
     # -- the queue ----------------------------------------------------------------------------
 
@@ -392,22 +433,27 @@ class Engine:
     def step(self) -> StepOutput:
         """One iteration, as the spec's; on any error the engine is exactly as before."""
         self.cache.settle()
-        counters = self.cache.counters()
+        counters = self.cache.counters(), self.host.counters()
         if self._decodes_only():
             record = self._decode_step()
             if record is not None:
                 return self._output(record, counters)
+        issued = self.host.issued
+        done = poll_copies(copier(self.model), list(self.host.copies.values()))
         saved = self._saved = self._step_state = self._save(self._step_state)
         try:
             record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
             self._cancelled = []
-            room = self._make_room(record)
+            room = None
+            if not self._complete_copies(done, record):
+                room = self._make_room(record, self._save() if done else saved)
             if room is not None:
                 plan, chunks = room
                 self._commit_round(self._run_round(plan), record)
                 self._prefill(chunks, record)
                 self._finish_step(record)
             self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
+            issue_copies(copier(self.model), [copy for tid, copy in self.host.copies.items() if tid >= issued])
         except BaseException:
             self._rollback(saved)
             raise
@@ -418,8 +464,8 @@ class Engine:
     def _decodes_only(self) -> bool:
         """This step can only decode: nothing to cancel or prefill, and nobody it could admit
         (the queue is empty or the batch full)."""
-        if self._cancelled or self._prefilling:
-            return False
+        if self._cancelled or self._prefilling or self.host.pages:
+            return False  # (a host tier's steps poll and issue copies: the general step)
         return not self._queued or len(self._running) >= self.config.max_batch_size
 
     def _decode_step(self) -> Record | None:
@@ -446,14 +492,15 @@ class Engine:
         if record.finishing:
             self._release(record.finishing)
 
-    def _output(self, record: Record, counters: tuple[int, ...]) -> StepOutput:
+    def _output(self, record: Record, counters: tuple[tuple[int, ...], tuple[int, ...]]) -> StepOutput:
         return StepOutput(
             tokens=StepTokens(record.ids, record.tokens, record.prefilled),
             finished=record.finished,
             preempted=tuple(record.preempted),
             tokens_run=record.tokens_run,
             pages_in_use=self.config.pages - self.pool.free_count(),
-            cache=self.cache.since(counters),
+            cache=self.cache.since(counters[0]),
+            host=self.host.since(counters[1]),
         )
 
     def _save(self, reuse: Saved | None = None) -> Saved:
@@ -467,12 +514,14 @@ class Engine:
                 state[name] = reuse.state[name]
             else:
                 state[name] = _copy(value)
-        return Saved(parts, self.cache.mark(), state)
+        return Saved(parts, self.cache.mark(), state, host=self.host.snapshot() if self.host.pages else None)
 
     def _rollback(self, saved: Saved) -> None:
         """Restore `saved` (which stays intact: it may be restored again)."""
         checkpoint.restore(saved.parts, self.pool, self.store, self.scheduler)
         self.cache.undo(saved.cache)
+        if saved.host is not None:
+            self.host.restore(saved.host)
         for name, value in (saved.state | (saved.queue or {})).items():
             current = getattr(self, name)
             if isinstance(current, np.ndarray):
@@ -480,19 +529,20 @@ class Engine:
             else:
                 setattr(self, name, _copy(value))
 
-    def _make_room(self, record: Record) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
-        """The spec's `_make_room`: room for the running requests, or relieve the pressure and
-        do nothing more this step (None)."""
+    def _make_room(self, record: Record, inner: Saved) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
+        """The spec's `_make_room` from checkpoint `inner`: room for the running requests, or
+        relieve the pressure and do nothing more this step (None)."""
         relieved = False
-        inner = self._saved
-        assert inner is not None
         while True:
             try:
                 room = self._room_for_running()
             except Exhausted as error:
                 self._rollback(inner)
                 self._cancelled = []
-                if self._relieve(error.needed or 1) == 0 and not self._drop_for_the_last():
+                relieved_now = self._relieve(error.needed or 1)
+                if relieved_now == 0 and self.host.copies:
+                    return None  # copies in flight free or unpin pages when they complete: wait
+                if relieved_now == 0 and not self._drop_for_the_last():
                     slot = self._victim()
                     if slot is None:
                         raise
@@ -510,6 +560,8 @@ class Engine:
         budget = self.config.max_batched_tokens - get_indexes(self.scheduler)[2]
         chunks = []
         for slot in sorted(self._prefilling, key=self._prefill_order):
+            if slot in self._waiting:
+                continue  # it computes nothing until its promotions complete
             if budget == 0:
                 break
             request = self._requests[slot]
@@ -569,6 +621,7 @@ class Engine:
         budget = self.config.max_batched_tokens - record.tokens_run - sum(chunk.length for chunk, _ in chunks)
         copies = [pair for chunk, _ in chunks for pair in chunk.copies]
         self._committed = None
+        self._fetching.clear()
         newcomers: list[Newcomer] = []
         claimed = 0  # the free pages the newcomers' chunks take
         while budget:
@@ -580,7 +633,8 @@ class Engine:
                 newcomers = []
                 self._relieve(admitted.pages, keep=admitted.keep)
                 break
-            chunks.append(admitted)
+            if admitted[1] not in self._fetching:  # else it waits for its promotions
+                chunks.append(admitted)
             budget -= admitted[0].length
             claimed += len(newcomers[-1].pages)
         copies += self._seat(newcomers)
@@ -588,8 +642,25 @@ class Engine:
             self._run_chunks(chunks, tuple(copies), record)
 
     def _seat(self, newcomers: list[Newcomer]) -> tuple[tuple[int, int], ...]:
-        """Attach and allocate the newcomers' pages; the copies their chunks need."""
-        return _pairs(seat_newcomers(self.scheduler, newcomers, self.store, self.pool)) if newcomers else ()
+        """Attach and allocate the newcomers' pages, and promote into those of the ones that
+        found pages in the host tier; the copies their chunks need."""
+        if not newcomers:
+            return ()
+        copies = _pairs(seat_newcomers(self.scheduler, newcomers, self.store, self.pool))
+        tables = get_slots(self.scheduler).tables
+        for newcomer in newcomers:
+            fetch = self._fetching.pop(newcomer.slot, None)
+            if fetch is None:
+                continue
+            request = self._request(newcomer.slot)
+            waiting = []
+            for depth, (key, _, _) in zip(newcomer.pages, fetch, strict=True):
+                page = int(tables[newcomer.slot, depth])
+                self.pool.retain(page)  # the copy's hold
+                waiting.append(self.host.promote(key, page, request.request_id))
+            self.host.count_hit(len(fetch) * self.config.page_size)
+            self._waiting[newcomer.slot] = tuple(waiting)
+        return copies
 
     def _prefill_order(self, slot: int) -> tuple[int, int]:
         request = self._requests[slot]
@@ -614,19 +685,28 @@ class Engine:
         page_size = self.config.page_size
         keys: list[Key] = []
         hit: list[int] = []
+        fetch: list[tuple[Key, int, int]] = []
         if self.config.prefix_caching:
             keys = self._keys_of(front, length_of // page_size)
             if cached % page_size == 0:
-                hit = self.cache.lookup(keys[cached // page_size : (length_of - 1) // page_size])
+                wanted = keys[cached // page_size : (length_of - 1) // page_size]
+                hit = self.cache.lookup(wanted)
+                if self.host.pages and identity is None:
+                    fetch = self.host.run(wanted[len(hit) :])
         cached += len(hit) * page_size
-        length = min(self.config.chunk_size, length_of - cached, budget)
-        pages = chunk_pages(cached, length, page_size)
-        needed = max(len(pages), self._admission_pages(length_of, cached, free, chunks))
+        fetched = len(fetch) * page_size
+        length = min(self.config.chunk_size, length_of - cached - fetched, budget)
+        pages = chunk_pages(cached + fetched, length, page_size)
+        needed = max(len(fetch) + len(pages), self._admission_pages(length_of, cached, free, chunks))
         if needed > free:
             return Shortfall(needed, hit)  # relieved for a later step: this one writes no freed page
         request_id = request.request_id
         slot = claim_slot(self.scheduler, request_id)
-        counted = length if named + len(hit) * page_size == cached else 0  # a full hit's prefix counts it
+        if fetch:  # fresh pages for the host run, counted; it waits for their promotions (`_seat`)
+            pages, counted, length = range(cached // page_size, cached // page_size + len(fetch)), fetched, 0
+            self._fetching[slot] = fetch
+        else:
+            counted = length if named + len(hit) * page_size == cached else 0  # a full hit's prefix counts it
         newcomers.append(Newcomer(slot, identity, hit, pages, counted))
         if self.config.prefix_caching:
             self.cache.count_query(length_of, len(hit) * page_size)
@@ -644,6 +724,7 @@ class Engine:
             self._state_owners[state_slot] = request_id
         eos = NO_TOKEN if request.eos_token_id is None else request.eos_token_id
         limit = len(request.prompt) + request.max_new_tokens
+        cached += fetched
         self._fields[slot] = (length_of, limit, eos, cached, 0, self._admissions, state_slot)
         if self._committed is not None:  # the pages its prefill takes after this step's chunk
             self._committed += pages_for(length_of, page_size) - pages_for(cached + length, page_size)
@@ -758,15 +839,14 @@ class Engine:
                 heapq.heappush(self._state_free, state_slot)
             del self._running[request.request_id]
             self._prefilling.discard(slot)
+            self._waiting.pop(slot, None)
             self._requests[slot] = None
 
-    def _victim(self) -> int | None:
-        def order(slot: int) -> tuple[int, int]:
-            request = self._requests[slot]
-            assert request is not None
-            return (request.priority, -int(self._fields[slot, ADMITTED]))
+    def _victim_order(self, slot: int) -> tuple[int, int]:
+        return (self._request(slot).priority, -int(self._fields[slot, ADMITTED]))
 
-        return min(self._running.values(), key=order, default=None)
+    def _victim(self) -> int | None:
+        return min(self._running.values(), key=self._victim_order, default=None)
 
     def _preempt(self, slot: int, record: Record) -> None:
         request = self._requests[slot]
@@ -853,9 +933,53 @@ class Engine:
         return salt
 
     def _evict(self, pages: int, keep: list[int] | None = None) -> int:
+        """The spec's `_evict`: evict, or demote what the host tier wants."""
         if pages <= 0 or not self.config.prefix_caching:
             return 0
-        return self.cache.evict(self.pool, pages, keep or ())
+        demoted = 0
+        if self.host.pages:
+            for page in self.cache.victims(self.pool, pages, keep or ()).tolist():
+                key, depth = self.cache.entry(page)
+                if self.host.wants(key):
+                    self.pool.retain(page)  # the copy's hold
+                    self.host.demote(page, key, depth)
+                    demoted += 1
+        return demoted + self.cache.evict(self.pool, pages - demoted, keep or ())
+
+    # -- the host tier ------------------------------------------------------------------------
+
+    def _complete_copies(self, done: dict[int, bool], record: Record) -> bool:
+        """The spec's `_complete_copies`: whether a failed promotion preempted a request."""
+        if not done:
+            return False
+        failed: list[int] = []
+        for copy in list(self.host.copies.values()):
+            ok = done.get(copy.transfer_id)
+            if ok is None:
+                continue
+            if copy.kind == PROMOTE and ok:
+                self.cache.insert(self.pool, [copy.key], [copy.page], [copy.depth])
+            self.pool.release(copy.page)
+            self.host.complete(copy, ok)
+            slot = self._running.get(copy.request_id) if copy.request_id is not None else None
+            waiting = self._waiting.get(slot, ()) if slot is not None else ()
+            if slot is None or copy.transfer_id not in waiting:
+                continue
+            if ok:
+                rest = tuple(tid for tid in waiting if tid != copy.transfer_id)
+                if rest:
+                    self._waiting[slot] = rest
+                else:
+                    del self._waiting[slot]
+            elif slot not in failed:
+                failed.append(slot)
+        for slot in sorted(failed, key=self._victim_order):  # the latest first: places kept
+            self._preempt(slot, record)
+        return bool(failed)
+
+    def _promoted_page(self, slot: int) -> int:
+        """A page `slot`'s request waits for."""
+        return next(copy.page for copy in self.host.copies.values() if copy.transfer_id in self._waiting[slot])
 
     def _drop_for_the_last(self) -> bool:
         """The spec's `_drop_for_the_last` (a rare path: it reads the abstract states)."""
@@ -871,6 +995,8 @@ class Engine:
         if evicted:
             return evicted
         spare = self.cache.cached_mask().astype(np.uint32) if self.config.prefix_caching else None
+        if spare is not None and keep:
+            spare[keep] = 0  # pages an admission is about to reuse are not spare for it
         return self.store.reclaim(self.pool, pages, spare)
 
 

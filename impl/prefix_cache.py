@@ -149,18 +149,28 @@ class PrefixCache:
             np.maximum.at(self._last_used, pages, stamps)  # a later release's stamp wins: it is larger
         self.clock += rows.shape[0]
 
-    def evict(self, pool: BlockPool, count: int, keep: Sequence[int] = ()) -> int:
-        """Evict up to `count` evictable pages in the spec's order, none in `keep`; how many."""
-        if count <= 0:
-            return 0
+    def victims(self, pool: BlockPool, count: int, keep: Sequence[int] = ()) -> npt.NDArray[np.intp]:
+        """The first `count` evictable pages in the spec's eviction order, none in `keep`."""
         refs = get_arrays(pool).refs
         candidates = np.flatnonzero(self._cached & (refs == 1))
         if len(keep):
             candidates = candidates[~np.isin(candidates, np.asarray(keep, dtype=np.int64))]
-        if candidates.shape[0] == 0:
-            return 0
         order = np.lexsort((candidates, -self._depth[candidates], self._last_used[candidates]))
-        victims = candidates[order[:count]]
+        return candidates[order[: max(count, 0)]]
+
+    def entry(self, page: int) -> tuple[Key, int]:
+        """The cached `page`'s key and depth."""
+        key = self._keys[page]
+        assert key is not None, "a cached page"
+        return key, int(self._depth[page])
+
+    def evict(self, pool: BlockPool, count: int, keep: Sequence[int] = ()) -> int:
+        """Evict up to `count` evictable pages in the spec's order, none in `keep`; how many."""
+        if count <= 0:
+            return 0
+        victims = self.victims(pool, count, keep)
+        if victims.shape[0] == 0:
+            return 0
         self._leave(pool, victims)
         self._stats[EVICTIONS] += victims.shape[0]
         return int(victims.shape[0])

@@ -6,7 +6,8 @@ kvsched check       anyone's page manager under the safety harness: kvsched chec
 kvsched proofs      the z3 inductive proofs and the exhaustive explorer (`verify` extra)
 kvsched contracts   the CrossHair gate over every contract and twin pair (`verify` extra)
 kvsched bench       spec vs impl bookkeeping; `bench decode` the decode kernels; `bench engine` step();
-                    `bench thrash` the recomputation under KV pressure, by admission policy
+                    `bench thrash` the recomputation under KV pressure, by admission policy;
+                    `bench tiers` a multi-turn workload with and without a host tier
 
 Exit status: 0 every check passed; 1 a counterexample or a failed check; 2 a usage, import,
 configuration or missing-extra error (one line on stderr). `--json PATH` writes one JSON
@@ -150,6 +151,7 @@ BENCH_TARGETS = {
     "decode": "kvsched.kernels.bench",
     "engine": "kvsched.impl.engine_bench",
     "thrash": "kvsched.impl.thrash_bench",
+    "tiers": "kvsched.impl.tier_bench",
 }
 DELEGATED = {"proofs": "kvsched.proofs.runner", "contracts": "kvsched.contracts.gate"}
 REQUIRES = {"contracts": ("crosshair",)}  # the gate runs CrossHair in worker processes
@@ -211,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     # The delegated commands are listed for --help; main() hands their arguments on untouched.
     commands.add_parser("proofs", help="the z3 proofs and the exhaustive explorer")
     commands.add_parser(
-        "bench", help="benchmarks: bookkeeping (default), `bench decode`, `bench engine` or `bench thrash`"
+        "bench",
+        help="benchmarks: bookkeeping (default), `bench decode`, `bench engine`, `bench thrash` or `bench tiers`",
     )
     commands.add_parser("contracts", help="the CrossHair gate: every contract and twin pair")
     return parser

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from kvsched.spec import host_tier
 from kvsched.spec import prefix_cache as cache_ops
 from kvsched.spec import refusals
 from kvsched.spec.batch import RaggedBatchOutput
@@ -80,7 +81,10 @@ from kvsched.spec.engine_calls import (
     ModelAnswers,
     ModelCalls,
     chunk_pages,
+    copier,
+    issue_copies,
     plan_copies,
+    poll_copies,
     run_model,
 )
 from kvsched.spec.engine_config import (
@@ -103,11 +107,13 @@ from kvsched.spec.engine_state import (
     prefill_order,
     sequence_of,
     victim,
+    victim_order,
 )
 from kvsched.spec.errors import Exhausted, KvschedError
+from kvsched.spec.host_tier import PROMOTE, HostState, HostStats
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, NullModel, PrefillItem
-from kvsched.spec.page_keys import page_hash, page_keys
+from kvsched.spec.page_keys import Key, page_hash, page_keys
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import BlockPool
 from kvsched.spec.prefix import MAX_SET_PAGES, PrefixKvStore, PrefixPageSet, droppable
@@ -145,6 +151,7 @@ class StepPlan:
     cancelled: tuple[int, ...]
     preempted: tuple[int, ...]
     stats: CacheStats
+    host: HostStats
 
 
 class Engine:
@@ -162,18 +169,22 @@ class Engine:
         )
         self.digest = page_hash(config.page_hash)
         self.cache: CacheState = EMPTY_CACHE
+        self.host: HostState = host_tier.initial_host(config.host_pages)
+        if config.host_pages:
+            copier(model, required=True)
         self._restore(initial_engine(self._system(), config))
 
     # -- the state ----------------------------------------------------------------------------
 
     def _system(self) -> SystemState:
-        return SystemState(self.pool.state, self.store.state, self.scheduler.state, cache=self.cache)
+        external = host_tier.device_holds(self.host)
+        return SystemState(self.pool.state, self.store.state, self.scheduler.state, external, self.cache)
 
     @property
     def state(self) -> EngineState:
         """The whole engine as a value."""
         return EngineState(
-            self._system(), self._queue, self._running, self._state_slots, self._cancelled, self._admissions
+            self._system(), self._queue, self._running, self._state_slots, self._cancelled, self._admissions, self.host
         )
 
     def to_spec(self) -> EngineState:
@@ -190,6 +201,7 @@ class Engine:
         self._state_slots = state.state_slots
         self._cancelled = state.cancelled
         self._admissions = state.admissions
+        self.host = state.host
 
     # -- intake -------------------------------------------------------------------------------
 
@@ -236,6 +248,8 @@ class Engine:
             raise refusals.unreported_cancel(child_id)
         if child_id in live_ids(self.state):
             raise refusals.duplicate_request(child_id)
+        if parent.waiting:
+            raise refusals.copy_pending(parent_id, self._promoted_page(parent))
         slot = next((index for index, owner in enumerate(self._state_slots) if owner is None), None)
         if len(self._running) >= self.config.max_batch_size:
             raise refusals.batch_full(child_id, self.config.max_batch_size)
@@ -256,19 +270,26 @@ class Engine:
         entry = next((entry for entry in self._running if entry.request.request_id == request_id), None)
         if entry is None:
             raise refusals.unknown_request(request_id)
+        if entry.waiting:
+            raise refusals.copy_pending(request_id, self._promoted_page(entry))
         count = refusals.require_published_tokens(request_id, tokens, entry.computed)
         pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
         self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
 
     def has_work(self) -> bool:
-        """Something is queued or running, or a cancellation is not yet reported."""
-        return bool(self._queue or self._running or self._cancelled)
+        """Something is queued or running, a cancellation is not yet reported, or a copy between
+        the tiers is in flight."""
+        return bool(self._queue or self._running or self._cancelled or self.host.copies)
 
     def reset_cache(self) -> None:
-        """Drop every page of the automatic prefix cache; `CacheInUse` while any is held."""
+        """Drop every page of the automatic prefix cache and the host tier's cache; `CacheInUse`
+        while any is held or a copy between the tiers is in flight."""
+        if self.host.copies:
+            raise refusals.cache_in_use(list(host_tier.device_holds(self.host)))
         cache, pool = cache_ops.reset(self.cache, self.pool.state)
         self.cache = cache
         self.pool.commit(pool)
+        self.host = host_tier.reset(self.host)
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -287,16 +308,16 @@ class Engine:
         work._restore(state)
         return work
 
-    def _plan(self) -> StepPlan:
-        """Plan the step on this (working) engine: room for the running requests (under
-        pressure: relieve it, preempt, and plan nothing more), the decode round lowered, the
-        admissions and every chunk's prefill item."""
-        stats, cancelled = self.cache.stats, self._cancelled
+    def _plan(self, done: dict[int, bool]) -> StepPlan:
+        """Plan the step on this (working) engine: the copies `done` completed; room for the
+        running requests (under pressure: relieve it, preempt, and plan nothing more), the
+        decode round lowered, the admissions and every chunk's prefill item."""
+        stats, host, cancelled = self.cache.stats, self.host.stats, self._cancelled
         self._cancelled = ()
         preempted: list[int] = []
-        room = self._make_room(preempted)
+        room = None if self._complete_copies(done, preempted) else self._make_room(preempted)
         if room is None:
-            return StepPlan(self.state, None, (), cancelled, tuple(preempted), stats)
+            return StepPlan(self.state, None, (), cancelled, tuple(preempted), stats, host)
         plan, chunks = room
         items, tables = lower_round(self.scheduler.state, self.pool.state, self.config.page_size)
         budget = self.config.max_batched_tokens - len(items) - sum(chunk.length for chunk in chunks)
@@ -304,7 +325,8 @@ class Engine:
             chunk = self._admit(budget, chunks)
             if chunk is None:
                 break
-            chunks.append(chunk)
+            if chunk.length:  # else it waits for its promotions
+                chunks.append(chunk)
             budget -= chunk.length
         calls = ModelCalls(
             plan_copies(plan) if items else (),
@@ -313,7 +335,7 @@ class Engine:
             tuple(pair for chunk in chunks for pair in chunk.copies),
             tuple(self._prefill_item(chunk) for chunk in chunks),
         )
-        return StepPlan(self.state, calls, tuple(chunks), cancelled, tuple(preempted), stats)
+        return StepPlan(self.state, calls, tuple(chunks), cancelled, tuple(preempted), stats, host)
 
     def _prefill_item(self, chunk: Chunk) -> PrefillItem:
         entry = self._entry(chunk.request_id)
@@ -342,6 +364,7 @@ class Engine:
             tokens_run=record.tokens_run,
             pages_in_use=self.config.pages - self.pool.free_count(),
             cache=self.cache.stats - plan.stats,
+            host=self.host.stats - plan.host,
         )
 
     def _make_room(self, preempted: list[int]) -> tuple[WritePlan, list[Chunk]] | None:
@@ -356,7 +379,10 @@ class Engine:
                 room = self._room_for_running()
             except Exhausted as error:
                 self._restore(inner)
-                if self._relieve(error.needed or 1) == 0 and not self._drop_for_the_last():
+                relieved_now = self._relieve(error.needed or 1)
+                if relieved_now == 0 and self.host.copies:
+                    return None  # copies in flight free or unpin pages when they complete: wait
+                if relieved_now == 0 and not self._drop_for_the_last():
                     entry = victim(self._running)
                     if entry is None:
                         raise
@@ -373,6 +399,8 @@ class Engine:
         budget = self.config.max_batched_tokens - sum(1 for entry in self._running if entry.decoding)
         chunks = []
         for entry in sorted((entry for entry in self._running if not entry.decoding), key=prefill_order):
+            if entry.waiting:
+                continue  # it computes nothing until its promotions complete
             if budget == 0:
                 break
             request_id = entry.request.request_id
@@ -408,12 +436,16 @@ class Engine:
         front = self._queue[0]
         request = front.request
         length_of = len(request.prompt) + len(front.generated)
+        page_size = self.config.page_size
         identity, cached = self._usable_prefix(request.prefix, length_of, budget)
-        hit = self._cached_run(request, sequence_of(request, front.generated), cached)
-        cached += len(hit) * self.config.page_size
-        length = min(self.config.chunk_size, length_of - cached, budget)
-        pages = chunk_pages(cached, length, self.config.page_size)
-        needed = max(len(pages), self._admission_pages(length_of, cached, chunks))
+        keys = self._cache_keys(request, sequence_of(request, front.generated), cached)
+        hit = cache_ops.lookup(self.cache, keys)
+        fetch = host_tier.run(self.host, keys[len(hit) :]) if identity is None else ()
+        cached += len(hit) * page_size
+        fetched = len(fetch) * page_size
+        length = min(self.config.chunk_size, length_of - cached - fetched, budget)
+        pages = chunk_pages(cached + fetched, length, page_size)
+        needed = max(len(fetch) + len(pages), self._admission_pages(length_of, cached, chunks))
         if needed > free:
             self._relieve(needed, keep=hit)  # for a later step: this one writes no freed page
             return None
@@ -422,18 +454,23 @@ class Engine:
         if self.config.prefix_caching:
             if hit:
                 self.scheduler.attach_pages(request_id, hit, self.pool)
-            self.cache = cache_ops.count_query(self.cache, length_of, len(hit) * self.config.page_size)
-        if admission.prefix_tokens + len(hit) * self.config.page_size == cached:
+            self.cache = cache_ops.count_query(self.cache, length_of, len(hit) * page_size)
+        waiting: tuple[int, ...] = ()
+        if fetch:  # fresh pages for the host run, counted; it waits for their promotions
+            self.scheduler.record_chunk(request_id, fetched, self.pool)
+            waiting = self._promote(request_id, fetch, cached // page_size)
+            plan, length = None, 0
+        elif admission.prefix_tokens + len(hit) * page_size == cached:
             plan = self.scheduler.record_chunk(request_id, length, self.pool)
         else:  # a full hit recomputes its last prompt token, which the prefix already counts
             plan = self.scheduler.ensure_writable_batch([request_id] * len(pages), pages, self.pool)
         if slot is not None:
             self._state_slots = _with_owner(self._state_slots, slot, request_id)
-        entry = Running(request, front.generated, cached, False, self._admissions, slot)
+        entry = Running(request, front.generated, cached + fetched, False, self._admissions, slot, waiting)
         self._admissions += 1
         self._running = (*self._running, entry)
         self._queue = self._queue[1:]
-        return Chunk(request_id, cached, length, plan_copies(plan))
+        return Chunk(request_id, cached + fetched, length, () if plan is None else plan_copies(plan))
 
     def _admission_pages(self, length: int, cached: int, chunks: list[Chunk]) -> int:
         """What the admission policy asks to be free for a newcomer besides its first chunk's
@@ -465,16 +502,16 @@ class Engine:
             return None, 0
         return identity, cached
 
-    def _cached_run(self, request: EngineRequest, sequence: tuple[int, ...], start: int) -> tuple[int, ...]:
-        """The cached pages holding the sequence's full pages from token `start` (a page
-        boundary, else none), at most up to the last page before its last token (which is
-        always computed, so a full hit still prefills a token)."""
+    def _cache_keys(self, request: EngineRequest, sequence: tuple[int, ...], start: int) -> tuple[Key, ...]:
+        """The keys of the sequence's full pages from token `start` (a page boundary, else
+        none), at most up to the last page before its last token (which is always computed,
+        so a full hit still prefills a token): what the caches are looked up by."""
         page_size = self.config.page_size
         if not self.config.prefix_caching or start % page_size:
             return ()
         pages = (len(sequence) - 1) // page_size
         keys = page_keys(sequence, page_size, salt_of(self.config, request), self.digest, pages)
-        return cache_ops.lookup(self.cache, keys[start // page_size :])
+        return tuple(keys[start // page_size :])
 
     def _take_prefills(self, chunks: tuple[Chunk, ...], sampled: tuple[int, ...], record: StepRecord) -> None:
         """Each chunk's tokens are computed; one that completes its sequence samples."""
@@ -558,21 +595,85 @@ class Engine:
                 self.pool.commit(pool)
 
     def _evict(self, pages: int, keep: tuple[int, ...] = ()) -> int:
-        """Evict up to `pages` cached pages held by the cache alone (not those in `keep`)."""
+        """Evict up to `pages` cached pages held by the cache alone (not those in `keep`), in
+        eviction order; with a host tier, each whose key the host wants is demoted instead (its
+        copy holds it, still cached, until it completes). How many were evicted or demoted."""
         if pages <= 0 or not self.config.prefix_caching:
             return 0
-        self.cache, pool, evicted = cache_ops.evict(self.cache, self.pool.state, pages, keep)
+        demoted = 0
+        if self.host.pages:
+            kept = set(keep)
+            victims = [entry for entry in cache_ops.evictable(self.cache, self.pool.state) if entry.page not in kept]
+            for entry in victims[:pages]:
+                if host_tier.wants(self.host, entry.key):
+                    self.pool.retain(entry.page)  # the copy's hold
+                    self.host = host_tier.demote(self.host, entry.page, entry.key, entry.depth)
+                    demoted += 1
+        self.cache, pool, evicted = cache_ops.evict(self.cache, self.pool.state, pages - demoted, keep)
         self.pool.commit(pool)
-        return evicted
+        return demoted + evicted
+
+    # -- the host tier ------------------------------------------------------------------------
+
+    def _promote(self, request_id: int, fetch: tuple[host_tier.HostPage, ...], first: int) -> tuple[int, ...]:
+        """Copy the host pages `fetch` into the request's pages from logical page `first` (each
+        held by its copy); the copies' ids."""
+        table = self.scheduler.page_table(request_id)
+        waiting = []
+        for depth, entry in enumerate(fetch, start=first):
+            page = table[depth]
+            assert page is not None
+            self.pool.retain(page)  # the copy's hold
+            self.host, transfer_id = host_tier.promote(self.host, entry, page, request_id)
+            waiting.append(transfer_id)
+        self.host = host_tier.count_hit(self.host, len(fetch) * self.config.page_size)
+        return tuple(waiting)
+
+    def _complete_copies(self, done: dict[int, bool], preempted: list[int]) -> bool:
+        """Apply the copies `done` reports, in issue order (see `kvsched.spec.host_tier`): a
+        promotion that completed joins the device cache and its request waits for one copy
+        fewer; one that failed preempts its request (it recomputes). Whether any was preempted
+        (then the step runs nothing)."""
+        failed: list[int] = []
+        for copy in self.host.copies:
+            ok = done.get(copy.transfer_id)
+            if ok is None:
+                continue
+            if copy.kind == PROMOTE and ok:
+                self.cache, pool = cache_ops.insert(self.cache, self.pool.state, copy.key, copy.page, copy.depth)
+                self.pool.commit(pool)
+            self.pool.release(copy.page)
+            self.host = host_tier.complete(self.host, copy, ok)
+            entry = self._waiting_on(copy.request_id, copy.transfer_id)
+            if entry is not None and ok:
+                self._replace(entry, waiting=tuple(tid for tid in entry.waiting if tid != copy.transfer_id))
+            elif entry is not None and copy.request_id not in failed:
+                failed.append(entry.request.request_id)
+        for entry in sorted(map(self._entry, failed), key=victim_order):  # the latest first: places kept
+            self._preempt(entry, preempted)
+        return bool(failed)
+
+    def _waiting_on(self, request_id: int | None, transfer_id: int) -> Running | None:
+        """The running request waiting for copy `transfer_id`, if any."""
+        return next(
+            (e for e in self._running if e.request.request_id == request_id and transfer_id in e.waiting), None
+        )
+
+    def _promoted_page(self, entry: Running) -> int:
+        """A page `entry` waits for."""
+        return next(copy.page for copy in self.host.copies if copy.transfer_id in entry.waiting)
 
     def _relieve(self, pages: int, keep: tuple[int, ...] = ()) -> int:
         """Free pages toward `pages` free for a later step: evict cached pages, else reclaim
-        idle named prefixes (counting the cache's references as idle); how many it freed or
-        left evictable."""
+        idle named prefixes (counting the cache's references, but for those in `keep`, as
+        idle); how many it freed or left evictable."""
         evicted = self._evict(max(pages - self.pool.free_count(), 1), keep)
         if evicted:
             return evicted
-        return self.store.reclaim(self.pool, pages, cache_ops.get_cache_references(self.cache))
+        spare = cache_ops.get_cache_references(self.cache)
+        for page in keep:  # pages an admission is about to reuse are not spare for it
+            spare.pop(page, None)
+        return self.store.reclaim(self.pool, pages, spare)
 
     def _drop_for_the_last(self) -> bool:
         """With one request left to preempt, remove a published prefix that alone holds a page it
@@ -588,9 +689,10 @@ class Engine:
         return next(entry for entry in self._running if entry.request.request_id == request_id)
 
 
-def plan_step(state: EngineState, config: EngineConfig) -> StepPlan:
-    """The step `state` takes, decided before any model call (see the module docstring)."""
-    return Engine._working(state, config)._plan()
+def plan_step(state: EngineState, config: EngineConfig, done: dict[int, bool] | None = None) -> StepPlan:
+    """The step `state` takes, decided before any model call (see the module docstring), once
+    the copies `done` reports have completed."""
+    return Engine._working(state, config)._plan(done or {})
 
 
 def commit_step(plan: StepPlan, answers: ModelAnswers, config: EngineConfig) -> tuple[EngineState, StepOutput]:
@@ -604,9 +706,12 @@ def run_step(state: EngineState, config: EngineConfig, model: EngineModel) -> tu
     """One step as a function on values: plan it, make its model calls, commit their answers.
     Whatever it raises, `state` is a value and so unchanged: a failed step is undone by
     keeping the state the caller already has."""
-    plan = plan_step(state, config)
+    done = poll_copies(copier(model), state.host.copies)
+    plan = plan_step(state, config, done)
     answers = NO_ANSWERS if plan.calls is None else run_model(plan.calls, model)
-    return commit_step(plan, answers, config)
+    after, output = commit_step(plan, answers, config)
+    issue_copies(copier(model), [copy for copy in after.host.copies if copy.transfer_id >= state.host.issued])
+    return after, output
 
 
 def _with_owner(slots: tuple[int | None, ...], index: int, owner: int | None) -> tuple[int | None, ...]:

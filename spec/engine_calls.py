@@ -9,20 +9,24 @@ value, `ModelCalls`, and `run_model` makes them in the model boundary's order
     copy_pages(prefill_copies)
     execute_prefill(prefills)            one token per chunk, each a u32
 
+With a host tier, `poll_copies` asks the model which copies in flight are done before the step
+is planned, and `issue_copies` starts the step's new ones after it is committed.
+
 Nothing here changes an engine: a failed call raises (`BackendFailed`, or the round's and the
 prefill's identity errors) and the state the step was planned on is still the caller's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from kvsched.spec import refusals
 from kvsched.spec.batch import U32_MAX, UNANSWERED, RaggedBatchItem, RaggedBatchOutput
 from kvsched.spec.domain import as_int
-from kvsched.spec.model import EngineModel, PrefillItem
+from kvsched.spec.host_tier import DEMOTE, Copy
+from kvsched.spec.model import CopyBackend, EngineModel, HostCopy, PrefillItem
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.round import call_round
 
@@ -114,3 +118,39 @@ def run_model(calls: ModelCalls, model: EngineModel) -> ModelAnswers:
         answer = call_model(lambda: model.execute_prefill(prefills))
         sampled = require_prefill_tokens(answer, len(prefills))
     return ModelAnswers(tuple(outputs), tuple(sampled))
+
+
+def copier(model: object, required: bool = False) -> CopyBackend:
+    """`model` as a host tier's model; `required`: check that it has the three copy calls
+    (else `InvalidConfig`). A model without them serves an engine with no host tier, which
+    never calls them."""
+    if required:
+        for name in ("copy_to_host", "copy_to_device", "copies_done"):
+            if not callable(getattr(model, name, None)):
+                raise refusals.model_cannot_copy(name)
+    return cast(CopyBackend, model)
+
+
+def poll_copies(model: CopyBackend, copies: Sequence[Copy]) -> dict[int, bool]:
+    """The copies in flight the model reports done: id -> completed (True) or failed (False).
+    An answer that is not one True, False or None per copy is `OutputIdentityMismatch`."""
+    if not copies:
+        return {}
+    ids = [copy.transfer_id for copy in copies]
+    answer = call_model(lambda: model.copies_done(ids))
+    if isinstance(answer, str | bytes | Mapping) or not isinstance(answer, Iterable):
+        raise refusals.copies_not_answered(answer, len(ids))
+    answered = list(answer)
+    if len(answered) != len(ids) or any(done is not None and not isinstance(done, bool) for done in answered):
+        raise refusals.copies_not_answered(answered, len(ids))
+    return {tid: done for tid, done in zip(ids, answered, strict=True) if done is not None}
+
+
+def issue_copies(model: CopyBackend, copies: Sequence[Copy]) -> None:
+    """Start `copies` (a step's new ones): the promotions, then the demotions."""
+    to_device = [HostCopy(copy.transfer_id, copy.host_page, copy.page) for copy in copies if copy.kind != DEMOTE]
+    to_host = [HostCopy(copy.transfer_id, copy.page, copy.host_page) for copy in copies if copy.kind == DEMOTE]
+    if to_device:
+        call_model(lambda: model.copy_to_device(to_device))
+    if to_host:
+        call_model(lambda: model.copy_to_host(to_host))

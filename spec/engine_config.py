@@ -16,6 +16,7 @@ from kvsched.spec import refusals
 from kvsched.spec.batch import U32_MAX
 from kvsched.spec.domain import as_int, require_u32, require_u64
 from kvsched.spec.errors import InvalidArgument, InvalidConfig
+from kvsched.spec.host_tier import HostStats
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.page_keys import CacheSalt
 from kvsched.spec.prefix_cache import CacheStats
@@ -50,6 +51,9 @@ class EngineConfig:
                           longest cached run of a sequence's pages
     page_hash             the hash page keys chain ("sha256"; "xxh3_128" with kvsched.impl)
     model_id              the model's name, part of every page key
+    host_pages            the host tier's pages (`kvsched.spec.host_tier`; 0 = none): with the
+                          automatic prefix cache, a cached page the cache would evict is copied to
+                          the host first, and an admission's lookup continues into the host tier
     """
 
     requests: int = 32
@@ -68,6 +72,7 @@ class EngineConfig:
     admission: str = "whole_prompt"
     page_hash: str = "sha256"
     model_id: str = ""
+    host_pages: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.prefix_caching, bool):
@@ -82,6 +87,8 @@ class EngineConfig:
             if value is None or not low <= value <= U32_MAX:
                 raise InvalidConfig(f"{name} must be an integer in {low}..2**32-1, not {getattr(self, name)!r}")
             object.__setattr__(self, name, value)
+        if self.host_pages and not self.prefix_caching:
+            raise InvalidConfig("host_pages needs prefix_caching: the host tier keeps pages the prefix cache evicts")
         if self.requests > 2**16:
             raise InvalidConfig(f"requests must be at most 2**16, not {self.requests}")
         if self.max_batch_size > self.requests:
@@ -113,6 +120,7 @@ _LOWER_BOUNDS = {
     "max_seq_len": 1,
     "state_slots": 0,
     "prefix_entries": 0,
+    "host_pages": 0,
 }
 
 
@@ -168,6 +176,7 @@ class StepOutput:
     tokens_run: int = 0
     pages_in_use: int = 0
     cache: CacheStats = field(default_factory=CacheStats)
+    host: HostStats = field(default_factory=HostStats)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StepOutput):
@@ -178,6 +187,7 @@ class StepOutput:
             and tuple(self.preempted) == tuple(other.preempted)
             and (self.tokens_run, self.pages_in_use) == (other.tokens_run, other.pages_in_use)
             and self.cache == other.cache
+            and self.host == other.host
         )
 
     __hash__ = None  # type: ignore[assignment]  # the mappings are not hashable

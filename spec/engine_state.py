@@ -21,7 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from kvsched.spec import host_tier
 from kvsched.spec.engine_config import EngineConfig, EngineRequest
+from kvsched.spec.host_tier import NO_HOST, PROMOTE, HostState
 from kvsched.spec.invariants import INVARIANTS
 from kvsched.spec.slots import RequestState, is_live
 from kvsched.spec.system import SystemState
@@ -40,7 +42,8 @@ class Running:
     """An admitted request. Its sequence is prompt + generated; `computed` of its tokens have
     their KV written. Prefilling, it computes the whole sequence (a recompute after preemption
     included) and then samples; decoding, every token but the last is computed and the last is
-    the next round's input."""
+    the next round's input. `waiting` names the promotions (copies from the host tier) into its
+    pages still in flight: until they complete it computes nothing."""
 
     request: EngineRequest
     generated: tuple[int, ...]
@@ -48,6 +51,7 @@ class Running:
     decoding: bool
     admitted: int  # the engine's admission clock when it was admitted
     state_slot: int | None  # its recurrent-state slot (None when the engine has none)
+    waiting: tuple[int, ...] = ()  # ids of the promotions into its pages still in flight
 
     @property
     def sequence_length(self) -> int:
@@ -65,6 +69,7 @@ class EngineState:
     state_slots: tuple[int | None, ...]  # each slot's owner request id, None when free
     cancelled: tuple[int, ...]  # cancelled since the last step, in cancellation order
     admissions: int  # the admission clock: how many admissions so far
+    host: HostState = NO_HOST  # the host tier and the copies in flight (none without one)
 
 
 def sequence_of(request: EngineRequest, generated: Sequence[int]) -> tuple[int, ...]:
@@ -106,7 +111,8 @@ def prefill_order(entry: Running) -> tuple[int, int]:
 
 def initial_engine(system: SystemState, config: EngineConfig) -> EngineState:
     """An engine with nothing queued or running."""
-    return EngineState(system, (), (), (None,) * config.state_slots, (), 0)
+    host = host_tier.initial_host(config.host_pages)
+    return EngineState(system, (), (), (None,) * config.state_slots, (), 0, host)
 
 
 def live_ids(state: EngineState) -> set[int]:
@@ -176,6 +182,38 @@ def inv_engine_generated_bounded(state: EngineState) -> bool:
     return all(len(entry.generated) < entry.request.max_new_tokens for entry in entries)
 
 
+def inv_engine_host_tier(state: EngineState) -> bool:
+    """The host tier's pages are exact, its cache and its copies well formed, and the device
+    pages the copies hold are exactly the system's external holds (one per copy)."""
+    host = state.host
+    return (
+        host_tier.inv_host_pages_exact(host)
+        and host_tier.inv_host_cache_well_formed(host)
+        and host_tier.inv_host_copies_well_formed(host)
+        and state.system.external == host_tier.device_holds(host)
+    )
+
+
+def inv_engine_waits_for_promotions(state: EngineState) -> bool:
+    """A running request waits for promotions in flight that name it, each into the page its
+    table maps at the copy's depth, at most once each, and it is prefilling meanwhile (it
+    computes nothing: `inv_engine_running_is_scheduled` counts every promoted page)."""
+    tables = {slot.request_id: slot.table for slot in state.system.scheduler.slots if is_live(slot)}
+    promotions = {copy.transfer_id: copy for copy in state.host.copies if copy.kind == PROMOTE}
+    for entry in state.running:
+        request_id = entry.request.request_id
+        if entry.waiting and (entry.decoding or len(set(entry.waiting)) != len(entry.waiting)):
+            return False
+        table = tables.get(request_id, ())
+        for transfer_id in entry.waiting:
+            copy = promotions.get(transfer_id)
+            if copy is None or copy.request_id != request_id:
+                return False
+            if copy.depth >= len(table) or table[copy.depth] != copy.page:
+                return False
+    return True
+
+
 EngineInvariant = Callable[[EngineState], bool]
 
 ENGINE_INVARIANTS: tuple[EngineInvariant, ...] = (
@@ -186,6 +224,8 @@ ENGINE_INVARIANTS: tuple[EngineInvariant, ...] = (
     inv_engine_admission_order,
     inv_engine_state_slots_exact,
     inv_engine_generated_bounded,
+    inv_engine_host_tier,
+    inv_engine_waits_for_promotions,
 )
 
 

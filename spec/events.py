@@ -423,11 +423,14 @@ class ResetCache:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """`engine.step()`, its model breaking the decode round as `fault` says, and raising in
-    the prefill call when `prefill_fails`."""
+    """`engine.step()`, its model breaking the decode round as `fault` says, raising in the
+    prefill call when `prefill_fails`, and ending the copies between tiers in flight as
+    `copies` says (the i-th copy asked about by `copies[i % len]`: 0 still in flight, 1 done,
+    2 failed)."""
 
     fault: Fault = Fault.NONE
     prefill_fails: bool = False
+    copies: tuple[int, ...] = (1,)
 
     def perform(self, system: Any) -> Any:
         return system.step()

@@ -7,6 +7,11 @@ Each step the engine makes at most these calls, in this order:
     copy_pages(pairs)          the prefill chunks' copy-on-write copies
     execute_prefill(items)     every prefill chunk of the step in one call; one token per chunk
 
+With a host tier (`EngineConfig.host_pages`) the model also copies pages between the device and
+the host, asynchronously (`CopyBackend`): at the start of each step the engine asks which copies
+in flight are done (`copies_done`), and at its end issues the step's new ones (`copy_to_device`,
+then `copy_to_host`). A copy is issued in one step and reported done in a later one.
+
 A copy is made before anything writes its destination. `execute_prefill` computes each item's
 tokens at positions `start, start + 1, ...` into the pages its table maps and answers, per item
 in order, the greedy next token after its last one (the engine uses it when the chunk completes
@@ -65,6 +70,37 @@ class PrefillBackend(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class HostCopy:
+    """One page copy between the tiers: `source` to `destination` (device page to host page for
+    `copy_to_host`, host page to device page for `copy_to_device`), named `transfer_id`."""
+
+    transfer_id: int
+    source: int
+    destination: int
+
+
+class CopyBackend(Protocol):
+    """Asynchronous copies between device pages and host pages (a host tier's model)."""
+
+    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
+        """Start copying each device page `source` into host page `destination`. The engine
+        holds both pages until the copy is reported done; nothing writes the source meanwhile.
+        Raise to report that none was started: the engine is left exactly as before the step."""
+        ...
+
+    def copy_to_device(self, copies: Sequence[HostCopy]) -> None:
+        """Start copying each host page `source` into device page `destination` (as
+        `copy_to_host`). Nothing reads the destination before the copy is reported done."""
+        ...
+
+    def copies_done(self, transfer_ids: Sequence[int]) -> Sequence[bool | None]:
+        """For each copy named (all in flight, ascending): True when it completed, False when it
+        failed (it wrote nothing anyone will read), None while it runs. Answers must not change
+        once given: a step that fails later asks again."""
+        ...
+
+
 class EngineModel(RaggedDecodeBackend, PrefillBackend, Protocol):
     """What an engine runs: a decode backend and a prefill backend in one object."""
 
@@ -83,10 +119,22 @@ class NullModel:
 
     def __init__(self, vocab: int = NULL_VOCAB) -> None:
         self.vocab = vocab
-        self.copies = 0  # pages copied so far
+        self.copies = 0  # pages copied so far (copy-on-write)
+        self.to_host = 0  # pages copied to the host tier so far
+        self.to_device = 0  # pages copied from the host tier so far
 
     def copy_pages(self, pairs: Sequence[tuple[int, int]]) -> None:
         self.copies += len(pairs)
+
+    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
+        self.to_host += len(copies)
+
+    def copy_to_device(self, copies: Sequence[HostCopy]) -> None:
+        self.to_device += len(copies)
+
+    def copies_done(self, transfer_ids: Sequence[int]) -> Sequence[bool | None]:
+        """Every copy completes by the next step."""
+        return [True] * len(transfer_ids)
 
     def execute_prefill(self, items: Sequence[PrefillItem]) -> Sequence[int]:
         return [null_next_token(item.tokens[-1], item.start + len(item.tokens) - 1, self.vocab) for item in items]

@@ -21,6 +21,7 @@ from kvsched.spec.errors import (
     Full,
     InvalidArgument,
     InvalidBlock,
+    InvalidConfig,
     InvalidState,
     ItemBufferTooSmall,
     MissingInputToken,
@@ -310,6 +311,16 @@ def no_state_slot(request_id: int, slots: int) -> Full:
 
 def prefill_answer(answered: int, chunks: int) -> OutputIdentityMismatch:
     return OutputIdentityMismatch(f"prefill backend answered {answered} tokens for {chunks} chunks")
+
+
+def copies_not_answered(answer: object, copies: int) -> OutputIdentityMismatch:
+    return OutputIdentityMismatch(
+        f"copies_done answered {answer!r:.80}, not one True, False or None for each of {copies} copies"
+    )
+
+
+def model_cannot_copy(missing: str) -> InvalidConfig:
+    return InvalidConfig(f"a host tier needs a model that copies between tiers: it has no {missing}")
 
 
 def prefill_not_tokens(answer: object) -> OutputIdentityMismatch:

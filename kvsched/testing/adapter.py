@@ -38,6 +38,16 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
     end_lease(lease)
         the reader has read them: the manager lets go. The view's `leased` counts each page's
         leases.
+    demote() -> Sequence[tuple[int, int]]        (capabilities "demote" and "promote", together)
+        The manager copies cached device pages it would evict next into its host tier: the
+        (device page, host page) copies it asks the engine to make (the harness copies its ghost
+        KV along). The host tier then holds each under its page's key; the device pages stay
+        where they were (cached, evictable). Its host pages are the view's `host`.
+    promote(request_id) -> Sequence[tuple[int, int]]
+        The (host page, device page) copies the last successful `admit` or `commit` of the
+        request asked for: pages its prompt found in the host tier, past those found on the
+        device, copied into its own fresh pages before anything reads them. The admission's
+        computed tokens count them.
     view() -> PoolView
         The pool as plain ints, read after every call.
 
@@ -75,6 +85,8 @@ CAPABILITIES = frozenset(
         "commit",
         "lease",
         "end_lease",
+        "demote",
+        "promote",
     }
 )
 TENANTS = 2  # with "tenants": how many tenants the harness's requests belong to
@@ -101,7 +113,8 @@ class PoolView:
     them from its cache (a radix tree's unlocked pages: not free, and not lost); a manager
     whose free set already holds its unheld cached pages (vLLM, nano-vllm) leaves it empty.
     `leased[page]` is how many leases (capability "lease") hold the page: a leased page is not
-    free, and its leases are not among its `holders`.
+    free, and its leases are not among its `holders`. `host` maps each page of the host tier
+    (capability "demote") that holds KV to its key.
     """
 
     holders: tuple[int, ...]
@@ -111,6 +124,7 @@ class PoolView:
     reserved: frozenset[int] = frozenset()
     evictable: frozenset[int] = frozenset()
     leased: Mapping[int, int] = field(default_factory=dict)
+    host: Mapping[int, object] = field(default_factory=dict)
 
 
 @runtime_checkable

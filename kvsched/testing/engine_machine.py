@@ -33,7 +33,7 @@ from kvsched.spec.sequence import FinishReason
 from kvsched.spec.step import apply
 from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture
 from kvsched.testing.component_machine import CheckedMachine
-from kvsched.testing.engine_model import VOCAB, HarnessModel, greedy_tokens
+from kvsched.testing.engine_model import DONE, FAILED, IN_FLIGHT, VOCAB, HarnessModel, greedy_tokens
 from kvsched.testing.registry import ENGINE
 
 EngineFactory = Callable[[EngineConfig, Any], Any]
@@ -76,7 +76,14 @@ SHAPES["cached"] = replace(SHAPES["default"], pages=9, prefill_reserve_pages=2, 
 SHAPES["cached_tight"] = replace(SHAPES["tight"], pages=5, prefix_caching=True)
 SHAPES["whole_prompt"] = replace(SHAPES["default"], admission="whole_prompt")  # the default policy
 SHAPES["whole_prompt_cached"] = replace(SHAPES["cached"], admission="whole_prompt")
+SHAPES["host"] = replace(SHAPES["cached"], pages=7, host_pages=6)  # a host tier: demotions, promotions, copies late
+SHAPES["host_tight"] = replace(SHAPES["cached_tight"], host_pages=2)
+SHAPES["host_small"] = replace(SHAPES["host"], host_pages=2)  # a full host tier: its pages taken back
 TENANTS = 2
+# how a step ends the copies between tiers in flight (each copy asked about, cycling)
+COPIES = st.sampled_from(
+    [(DONE,)] * 2 + [(IN_FLIGHT,), (IN_FLIGHT, DONE), (DONE, IN_FLIGHT), (FAILED,), (DONE, FAILED), (FAILED, DONE)]
+)
 
 
 def spec_engine(config: EngineConfig, model: Any) -> Any:
@@ -112,10 +119,16 @@ class Submission:
 
 
 def ghost_failure(model: HarnessModel, state: EngineState) -> CheckFailure | None:
-    """Every computed position of every running request reads its own history."""
+    """Every computed position of every running request reads its own history (a request
+    waiting for promotions, up to the first page one of them is still writing)."""
     memory = model.memory
+    written: dict[int, int] = {}
+    for copy in state.host.copies:
+        written[copy.transfer_id] = copy.depth * memory.page_size
     memory.histories = {
-        entry.request.request_id: sequence_of(entry.request, entry.generated)[: entry.computed]
+        entry.request.request_id: sequence_of(entry.request, entry.generated)[
+            : min([entry.computed, *(written[tid] for tid in entry.waiting if tid in written)])
+        ]
         for entry in state.running
     }
     mismatches = memory.mismatches(state.system.scheduler)
@@ -125,31 +138,34 @@ def ghost_failure(model: HarnessModel, state: EngineState) -> CheckFailure | Non
 def cache_failure(
     config: EngineConfig, model: HarnessModel, state: EngineState, salts: set[CacheSalt]
 ) -> CheckFailure | None:
-    """Every cached page holds, in the ghost KV, exactly the tokens its key names at exactly its
-    positions (its key is the chain of what it holds, for one of the `salts` in use); no running
-    request holds a page cached for another salt."""
+    """Every cached page, on the device and in the host tier, holds, in the ghost KV, exactly the
+    tokens its key names at exactly its positions (its key is the chain of what it holds, for one
+    of the `salts` in use); no running request holds a page cached for another salt."""
     page_size, digest = config.page_size, page_hash(config.page_hash)
     owner: dict[int, CacheSalt] = {}
-    for cached in state.system.cache.pages:
-        rows = model.memory.pages.get(cached.page, {})
-        end = (cached.depth + 1) * page_size
+    tiers = [("", model.memory, cached.page, cached.depth, cached.key) for cached in state.system.cache.pages]
+    tiers += [("host ", model.host, entry.page, entry.depth, entry.key) for entry in state.host.cache]
+    for tier, memory, page, depth, key in tiers:
+        rows = memory.pages.get(page, {})
+        end = (depth + 1) * page_size
         history = rows.get(page_size - 1) or ()
         full = len(history) == end and None not in history
         if not full or any(rows.get(row) != history[: end - page_size + row + 1] for row in range(page_size)):
-            return CheckFailure(FailureKind.CACHE, f"cached page {cached.page} (depth {cached.depth}) holds {rows}")
+            return CheckFailure(FailureKind.CACHE, f"cached {tier}page {page} (depth {depth}) holds {rows}")
         tokens = tuple(token for token in history if token is not None)
-        salt = next((salt for salt in salts if page_keys(tokens, page_size, salt, digest)[-1] == cached.key), None)
+        salt = next((salt for salt in salts if page_keys(tokens, page_size, salt, digest)[-1] == key), None)
         if salt is None:
-            return CheckFailure(FailureKind.CACHE, f"page {cached.page}'s key names none of {tokens} for any salt")
-        owner[cached.page] = salt
+            return CheckFailure(FailureKind.CACHE, f"{tier}page {page}'s key names none of {tokens} for any salt")
+        if not tier:
+            owner[page] = salt
     tables = {slot.request_id: slot.table for slot in state.system.scheduler.slots}
     for entry in state.running:
         mine = salt_of(config, entry.request)
-        for page in tables.get(entry.request.request_id, ()):
-            if page in owner and owner[page] != mine:
+        for mapped in tables.get(entry.request.request_id, ()):
+            if mapped is not None and mapped in owner and owner[mapped] != mine:
                 return CheckFailure(
                     FailureKind.ISOLATION,
-                    f"request {entry.request.request_id} ({mine}) reads page {page} of {owner[page]}",
+                    f"request {entry.request.request_id} ({mine}) reads page {mapped} of {owner[mapped]}",
                 )
     return None
 
@@ -173,6 +189,7 @@ class EngineMachine(CheckedMachine):
         self.submissions: dict[int, Submission] = {}
         self.submitted = 0
         self.published: list[tuple[tuple[int, ...], int]] = []  # (tokens, tenant) published so far
+        self.conversations: list[tuple[tuple[int, ...], int]] = []  # (a prompt, + its output once finished; tenant)
         self.salts = {CacheSalt(tenant, 0, config.model_id) for tenant in range(TENANTS)}
 
     def call(self, system: Any, event: Any) -> Outcome:
@@ -192,6 +209,7 @@ class EngineMachine(CheckedMachine):
     def _observe(self, event: ev.Event, value: Any, after: EngineState) -> CheckFailure | None:
         """Keep the submissions in step; check determinism and the preempted requests' places."""
         if isinstance(event, ev.Submit):
+            self.conversations.append((event.request.prompt, event.request.tenant))
             self.submitted += 1
             self.submissions[event.request.request_id] = Submission(event.request, self.submitted, [])
         if isinstance(event, ev.Cancel):
@@ -220,6 +238,7 @@ class EngineMachine(CheckedMachine):
                 continue  # forgotten when it was cancelled
             submission = self.submissions.pop(request_id)
             request = submission.request
+            self.conversations.append((request.prompt + tuple(submission.streamed), request.tenant))
             expected = greedy_tokens(request.prompt, request.max_new_tokens, request.eos_token_id)
             if submission.streamed != expected:
                 return CheckFailure(
@@ -284,6 +303,20 @@ class EngineMachine(CheckedMachine):
         )
         self.run(ev.Submit(request))
 
+    @rule(
+        request_id=st.integers(1, IDS),
+        pick=st.integers(0, 3),
+        tail=st.lists(st.integers(0, VOCAB - 1), max_size=3).map(tuple),
+        max_new_tokens=st.integers(1, 3),
+    )
+    def submit_next_turn(self, request_id: int, pick: int, tail: tuple[int, ...], max_new_tokens: int) -> None:
+        """A conversation's next turn: an earlier request's prompt (and its whole output, once it
+        finished), then more: with a host tier, what was evicted is asked for again."""
+        if not self.conversations:
+            return
+        history, tenant = self.conversations[-1 - pick % len(self.conversations)]
+        self.run(ev.Submit(EngineRequest(request_id, history + tail, max_new_tokens, tenant=tenant)))
+
     @rule(value=st.sampled_from([None, -1, "3", 2**64]))
     def submit_not_a_request(self, value: Any) -> None:
         self.run(ev.Submit(value))
@@ -319,9 +352,17 @@ class EngineMachine(CheckedMachine):
             + [ev.Fault.RAISE, ev.Fault.CORRUPT_IDENTITY, ev.Fault.WRONG_BATCH, ev.Fault.PARTIAL, ev.Fault.REJECT]
         ),
         prefill_fails=st.sampled_from([False] * 6 + [True]),
+        copies=COPIES,
     )
-    def step(self, fault: ev.Fault, prefill_fails: bool) -> None:
-        self.run(ev.Step(fault, prefill_fails))
+    def step(self, fault: ev.Fault, prefill_fails: bool, copies: tuple[int, ...]) -> None:
+        self.run(ev.Step(fault, prefill_fails, copies))
+
+    @rule(count=st.integers(2, 6), copies=COPIES)
+    def steps(self, count: int, copies: tuple[int, ...]) -> None:
+        """Several steps with a well-behaved model (copies between tiers end as `copies` says):
+        requests run to their ends, the cache fills and evicts, within one program."""
+        for _ in range(count):
+            self.run(ev.Step(copies=copies))
 
     def teardown(self) -> None:
         """Liveness: with no arrivals, every request finishes within a bound of steps; then

@@ -8,7 +8,11 @@ another request overwrote, a skipped copy) samples a wrong token as well as fail
 read check; `greedy_tokens` is what a request run alone and densely samples.
 
 A `Step` event arms the model: the decode round breaks its contract as `HarnessBackend` does for
-the event's `fault`, and the prefill call raises when `prefill_fails`.
+the event's `fault`, the prefill call raises when `prefill_fails`, and the copies between the
+tiers in flight end as its `copies` say. A copy happens when the model reports it done, not when
+it is issued: it reads its source then (so a source page handed to another owner meanwhile is
+read as that owner wrote it) and writes its destination then. A copy that fails writes poison
+into its destination (a partial write), which no one may read.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from typing import Any
 from kvsched.spec.batch import INVALID_BLOCK
 from kvsched.spec.errors import BackendRejected
 from kvsched.spec.events import Fault, Step
-from kvsched.spec.model import PrefillItem
+from kvsched.spec.model import HostCopy, PrefillItem
 from kvsched.testing.backends import HarnessBackend
 from kvsched.testing.ghost import GhostMemory, History
 
 VOCAB = 50
 UNKNOWN = 1000  # stands for a position whose KV was never written
+POISON = -1  # what a failed copy leaves in its destination's slots
+IN_FLIGHT, DONE, FAILED = 0, 1, 2  # how a step's `copies` ends each copy in flight
 
 
 def history_token(history: History) -> int:
@@ -54,6 +60,10 @@ class HarnessModel(HarnessBackend):
         super().__init__(Fault.NONE, page_size, GhostMemory(page_size))
         self.prefill_fails = False
         self.copies = 0
+        self.host = GhostMemory(page_size)  # the host tier's KV
+        self.completions: tuple[int, ...] = (DONE,)
+        self.in_flight: dict[int, tuple[bool, int, int]] = {}  # id -> (to the host, source, destination)
+        self.answers: dict[int, bool] = {}
 
     @property
     def memory(self) -> GhostMemory:
@@ -65,6 +75,31 @@ class HarnessModel(HarnessBackend):
         """Break the next step's model calls as `event` says."""
         self.fault = Fault(event.fault)
         self.prefill_fails = bool(event.prefill_fails)
+        self.completions = tuple(event.copies) or (DONE,)
+
+    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
+        for copy in copies:
+            self.in_flight[copy.transfer_id] = (True, copy.source, copy.destination)
+
+    def copy_to_device(self, copies: Sequence[HostCopy]) -> None:
+        for copy in copies:
+            self.in_flight[copy.transfer_id] = (False, copy.source, copy.destination)
+
+    def copies_done(self, transfer_ids: Sequence[int]) -> list[bool | None]:
+        """The i-th copy asked about ends as the armed `completions[i]` says (cycling), unless
+        it already ended; an ended copy's answer never changes."""
+        for index, transfer_id in enumerate(transfer_ids):
+            how = self.completions[index % len(self.completions)]
+            if transfer_id in self.answers or how == IN_FLIGHT:
+                continue
+            to_host, source, destination = self.in_flight.pop(transfer_id)
+            reads, writes = (self.memory, self.host) if to_host else (self.host, self.memory)
+            if how == DONE:
+                writes.pages[destination] = dict(reads.pages.get(source, {}))
+            else:
+                writes.pages[destination] = dict.fromkeys(range(writes.page_size), (POISON,))
+            self.answers[transfer_id] = how == DONE
+        return [self.answers.get(transfer_id) for transfer_id in transfer_ids]
 
     def copy_pages(self, pairs: Sequence[tuple[int, int]]) -> None:
         for source, destination in pairs:

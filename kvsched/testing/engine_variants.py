@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsched.impl.engine import Engine
+from kvsched.impl.host_tier import HostTier
 from kvsched.impl.prefix_cache import PrefixCache
 from kvsched.spec.engine_config import EngineConfig
 from kvsched.testing.checks import FailureKind
@@ -31,7 +32,8 @@ class EngineVariant:
     with_reference: FailureKind
     alone: FailureKind | None  # None: only the spec's lockstep can tell
     shape: str = "default"  # the engine machine's shape it runs on
-    target: type[Any] = Engine  # the class whose method is edited: Engine or PrefixCache
+    target: type[Any] = Engine  # the class whose method is edited: Engine, PrefixCache or HostTier
+    examples: int = 300  # the machine's search (make verify): programs tried
 
     def factory(self) -> Callable[[EngineConfig, Any], Engine]:
         """Build engines of this variant."""
@@ -42,7 +44,8 @@ class EngineVariant:
 
         def build(config: EngineConfig, model: Any) -> Engine:
             engine = Engine(config, model)
-            engine.cache.__class__ = broken
+            part = engine.cache if self.target is PrefixCache else engine.host
+            part.__class__ = broken
             return engine
 
         return build
@@ -178,5 +181,58 @@ ENGINE_VARIANTS = (
         FailureKind.LOCKSTEP,
         FailureKind.ISOLATION,
         shape="cached",
+    ),
+    EngineVariant(
+        "demotion_source_freed",
+        "a demoted page is evicted and reused while its copy to the host still reads it: the host keeps"
+        " another request's KV (DingoCache PR #76; TRT-LLM #8813's wrong-tokens class)",
+        "_evict",
+        (("self.pool.retain(page)", "pass"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.INVARIANT,
+        shape="host",
+    ),
+    EngineVariant(
+        "promotion_not_awaited",
+        "a request computes on pages whose copy from the host has not completed: it reads KV never"
+        " written (SGLang PR #33970's class)",
+        "_room_for_running",
+        (("if slot in self._waiting:", "if False:"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.DETERMINISM,
+        shape="host",
+    ),
+    EngineVariant(
+        "failed_promotion_served",
+        "a copy from the host that failed is taken as completed: the request reads the partial write"
+        " (TRT-LLM #8813: reused offloaded blocks restore the wrong KV)",
+        "_complete_copies",
+        (("ok = done.get(copy.transfer_id)", "ok = True if copy.transfer_id in done else None"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.CACHE,
+        shape="host",
+        examples=3000,  # a promotion must be in flight when a step fails copies
+    ),
+    EngineVariant(
+        "host_lookup_misses",
+        "host pages are never found by a lookup: every request recomputes what the host holds (vLLM #53498)",
+        "run",
+        (("entry = self._cache.get(key)", "entry = None"),),
+        FailureKind.LOCKSTEP,
+        None,
+        shape="host",
+        target=HostTier,
+    ),
+    EngineVariant(
+        "host_page_taken_while_read",
+        "a host page a promotion still reads is reclaimed for a demotion (SGLang PR #38480: the host"
+        " lock lost, host pages reclaimed mid-transfer)",
+        "demote",
+        (("if not self._users[entry[0]]", "if True"),),
+        FailureKind.LOCKSTEP,
+        FailureKind.INVARIANT,
+        shape="host_small",
+        target=HostTier,
+        examples=3000,  # the host full while a promotion reads its least recently used page
     ),
 )

@@ -42,6 +42,7 @@ from kvsched.testing.components.manager import (
     ManagerCommit,
     ManagerConfig,
     ManagerDecode,
+    ManagerDemote,
     ManagerEndLease,
     ManagerFinish,
     ManagerFork,
@@ -75,6 +76,8 @@ COVERAGE = (
     "reset",  # cache resets the manager accepted
     "committed",  # two-phase admissions the manager accepted (a lookup, other calls, then the commit)
     "leases_read",  # leases a reader read and ended (its pages' KV as they were when it began)
+    "demoted",  # pages the manager copied to its host tier
+    "promoted",  # pages an admission found in the host tier and copied back
 )
 
 
@@ -102,6 +105,8 @@ OPTIONAL_VERBS = {
     "commit": "commit",
     "lease": "lease",
     "end_lease": "end_lease",
+    "demote": "demote",
+    "promote": "promote",
 }
 
 
@@ -167,7 +172,7 @@ class SafetyMachine:
         unknown = self.capabilities - CAPABILITIES
         if unknown:
             raise ValueError(f"unknown capabilities {sorted(unknown)}; the harness knows {sorted(CAPABILITIES)}")
-        for pair in ({"lookup", "commit"}, {"lease", "end_lease"}):
+        for pair in ({"lookup", "commit"}, {"lease", "end_lease"}, {"demote", "promote"}):
             if len(self.capabilities & pair) == 1:
                 raise ValueError(f"capabilities {sorted(pair)} go together: declare both")
         self.sequences: dict[int, list[int]] = {}  # live request -> its tokens, every one computed
@@ -176,6 +181,7 @@ class SafetyMachine:
         self.answers: dict[int, tuple[list[int], object]] = {}  # looked-up request -> its prompt, the answer
         self.leases: dict[int, tuple[object, dict[int, dict[int, Context]]]] = {}  # number -> lease, KV it saw
         self.kv: dict[int, dict[int, Context]] = {}  # ghost KV: page -> slot -> the context written there
+        self.host_kv: dict[int, dict[int, Context]] = {}  # the host tier's ghost KV, likewise
         self.program: list[str] = []
         self.coverage: Counter[str] = Counter({name: 0 for name in COVERAGE})
         self.config = ManagerConfig(self.capabilities)
@@ -343,6 +349,21 @@ class SafetyMachine:
                         f" which now holds {'nothing' if found is None else f'the KV of context {found}'}",
                     )
 
+    def demote(self) -> int:
+        """The manager copies cached pages it would evict next into its host tier (capabilities
+        "demote" and "promote"); the harness copies their KV. How many it copied."""
+        self._record("machine.demote()")
+        if "demote" not in self.capabilities:
+            raise ValueError("no demote capability")
+        cached = self.manager.view().cached
+        pairs = self._step(ManagerDemote(), lambda: list(self.manager.demote()))
+        for page, host_page in pairs:
+            if page not in cached:
+                self._fail(FailureKind.INVARIANT, f"the manager demotes page {page}, which its cache does not hold")
+            self.host_kv[host_page] = dict(self.kv.get(page, {}))
+        self.coverage["demoted"] += len(pairs)
+        return len(pairs)
+
     def teardown(self) -> None:
         """End every lease and finish every live request; then no page may be left held or lost."""
         self._record("machine.teardown()")
@@ -377,6 +398,8 @@ class SafetyMachine:
         self.sequences[request_id] = tokens
         self.tenants.setdefault(request_id, tenant_of(request_id))
         self._require_valid(view)
+        if "promote" in self.capabilities:
+            self._promote(request_id, view, cached)
         if not 0 <= cached < len(tokens):
             self._fail(
                 FailureKind.FULL_HIT,
@@ -390,6 +413,26 @@ class SafetyMachine:
         self.coverage["hit_tokens"] += cached
         self.coverage["hit_pages"] += -(-cached // self.page_size)
         return True
+
+    def _promote(self, request_id: int, view: PoolView, cached: int) -> None:
+        """Make the copies from the host tier the admission asked for, into the request's own
+        pages among those holding its computed positions."""
+        pairs = list(self.manager.promote(request_id))
+        mine = view.tables[request_id][: -(-cached // self.page_size)]
+        for host_page, page in pairs:
+            others = [other for other, held in view.tables.items() if other != request_id and page in held]
+            if page not in mine or others:
+                self._fail(
+                    FailureKind.EXCLUSIVE,
+                    f"request {request_id} promotes host page {host_page} into page {page}, which is not"
+                    f" its own computed page (requests {others} hold it)",
+                )
+            if host_page not in view.host:
+                self._fail(
+                    FailureKind.GHOST, f"request {request_id} promotes host page {host_page}, which holds nothing"
+                )
+            self.kv[page] = dict(self.host_kv.get(host_page, {}))
+        self.coverage["promoted"] += len(pairs)
 
     def _compute(self, request_id: int, view: PoolView, position: int, read: bool = True) -> None:
         """The engine computes `position`: it reads every earlier one, then writes its KV."""

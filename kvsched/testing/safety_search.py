@@ -204,9 +204,22 @@ def machine_class(
             if held:
                 self.machine.end_lease(held[which % len(held)])
 
+    class TierRules:
+        machine: SafetyMachine
+
+        @rule()
+        def demote(self) -> None:
+            """The manager copies what it would evict next to its host tier; later admissions
+            of the same prompts find it there."""
+            self.machine.demote()
+
     mixins = [
         rules
-        for rules, needs in ((TwoPhaseRules, {"lookup", "commit"}), (LeaseRules, {"lease", "end_lease"}))
+        for rules, needs in (
+            (TwoPhaseRules, {"lookup", "commit"}),
+            (LeaseRules, {"lease", "end_lease"}),
+            (TierRules, {"demote", "promote"}),
+        )
         if needs <= declared
     ]
     if not mixins:

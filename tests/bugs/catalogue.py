@@ -475,6 +475,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "A host page a promotion still reads is reclaimed for a demotion (SGLang PR #38480).",
         tiers="sglang_38480_host_page_reclaimed_mid_copy",
         tiers_encoding="host_evict_under_a_copy",
+        engine="host_page_taken_while_read",
     ),
     Bug(
         "pin-trusts-device-lookup",
@@ -492,11 +493,13 @@ CATALOGUE: tuple[Bug, ...] = (
         "host-hashes-never-registered",
         "A completed demotion is never registered on the host: every host lookup misses (vLLM #53498).",
         tiers="vllm_53498_host_hashes_never_registered",
+        engine="host_lookup_misses",
     ),
     Bug(
         "reused-host-page-keeps-key",
         "An evicted host page keeps its key, so reusing it restores another block's KV (TRT-LLM #8813).",
         tiers="trtllm_8813_reused_host_page_keeps_its_key",
+        manager="promote_wrong_host_page",
     ),
     Bug(
         "same-block-twice-in-one-free",
@@ -508,6 +511,22 @@ CATALOGUE: tuple[Bug, ...] = (
         "copy-reads-unwritten-page",
         "An asynchronous reader starts on a page the forward pass has not written (SGLang PR #33970).",
         tiers="sglang_33970_copy_reads_an_unwritten_page",
+    ),
+    Bug(
+        "promotion-not-awaited",
+        "A request computes on pages whose copy from the host has not completed: it reads KV never written.",
+        engine="promotion_not_awaited",
+    ),
+    Bug(
+        "demotion-source-reused",
+        "A page being copied to the host is evicted and reused before the copy reads it: the host keeps"
+        " another request's KV (DingoCache PR #76's class).",
+        engine="demotion_source_freed",
+    ),
+    Bug(
+        "failed-copy-served",
+        "A copy from the host that failed is taken as completed: the request reads a partial write.",
+        engine="failed_promotion_served",
     ),
     Bug(
         "copy-keeps-its-hold",

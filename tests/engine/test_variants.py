@@ -15,6 +15,7 @@ import pytest
 
 from kvsched.spec import EngineRequest, PrefixIdentity
 from kvsched.spec import events as ev
+from kvsched.testing.bounded import bounded
 from kvsched.testing.checks import CheckFailed, FailureKind
 from kvsched.testing.engine_machine import SHAPES, EngineMachine, engine_machine, impl_engine, spec_engine
 from kvsched.testing.engine_variants import ENGINE_VARIANTS, EngineVariant
@@ -56,7 +57,7 @@ def search(variant: EngineVariant, reference: Any) -> tuple[FailureKind, list[ev
             programs[-1].append(event)
             return super().run(event)
 
-    Recording.TestCase.settings = SEARCH
+    Recording.TestCase.settings = bounded(variant.examples, SEARCH.stateful_step_count)
     with pytest.raises(CheckFailed) as caught:
         Recording.TestCase().runTest()
     return caught.value.failure.kind, programs[-1]  # hypothesis replays the shrunk program last

@@ -9,6 +9,12 @@ only the cache holds when the free stack is short, then makes the prompt's pages
 `written` publishes each full page once its KV is written. The cache's own reference is a holder
 in kvsched's counts, not in the protocol's, so the view subtracts it; a page only the cache holds
 is evictable, so it is free.
+
+With a host tier (`host_pages`, the engine's `kvsched.impl.host_tier`): `demote` copies every
+evictable cached page the host wants, in eviction order, to a host page; an admission's lookup
+continues past the device run into the host tier, and each page found there is copied into the
+request's fresh page (`promote` names the copies) and cached on the device. Copies complete as
+they are made: the harness makes them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvsched.impl.host_tier import HostTier
 from kvsched.impl.page_hash import PageHasher
 from kvsched.impl.pool import BlockPool, get_arrays
 from kvsched.impl.prefix import PrefixKvStore
@@ -44,7 +51,9 @@ class KvschedManager:
 
     capabilities = frozenset({"fork", "copy_on_write", "reset_cache", "atomic"})
 
-    def __init__(self, pages: int, page_size: int, requests: int = 16, logical_pages: int = 64) -> None:
+    def __init__(
+        self, pages: int, page_size: int, requests: int = 16, logical_pages: int = 64, host_pages: int = 0
+    ) -> None:
         self.pool = BlockPool(pages)
         self.store = PrefixKvStore(1, logical_pages, pool=self.pool)
         self.scheduler = RequestScheduler(
@@ -59,6 +68,8 @@ class KvschedManager:
         self._copies: list[tuple[int, int]] = []  # the last append's copy-on-write
         self.leases: dict[int, list[int]] = {}  # a reader's lease -> the pages it holds
         self._next_lease = 0
+        self.host = HostTier(host_pages)
+        self._promoted: dict[int, list[tuple[int, int]]] = {}  # the last admission's (host page, page) copies
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
         return self.commit(request_id, tokens, self.lookup(request_id, tokens))
@@ -85,7 +96,46 @@ class KvschedManager:
         self.scheduler.record_chunk(request_id, len(tokens) - len(hit) * size, self.pool)
         self.tokens[request_id], self.keys[request_id] = list(tokens), keys
         self.published[request_id] = len(hit)
-        return len(hit) * size
+        fetched = self._promote(request_id, keys[len(hit) : (len(tokens) - 1) // size], len(hit))
+        return (len(hit) + fetched) * size
+
+    def _promote(self, request_id: int, keys: list[Key], first: int) -> int:
+        """Copy the run of `keys` the host tier holds into the request's pages from logical page
+        `first`, and cache them; how many."""
+        fetch = self.host.run(keys) if self.host.pages else []
+        table = self.scheduler.page_table(request_id)
+        pairs, pages = [], []
+        for depth, (key, host_page, _) in enumerate(fetch, start=first):
+            page = table[depth]
+            assert page is not None
+            transfer_id = self.host.promote(key, page, request_id)
+            self.host.complete(self.host.copies[transfer_id], True)
+            pairs.append(self._promoted_pair(host_page, page))
+            pages.append(page)
+        if pages:
+            self.cache.insert(self.pool, [key for key, _, _ in fetch], pages, range(first, first + len(pages)))
+            self.published[request_id] = first + len(pages)
+        self._promoted[request_id] = pairs
+        return len(pages)
+
+    def _promoted_pair(self, host_page: int, page: int) -> tuple[int, int]:
+        return host_page, page
+
+    def promote(self, request_id: int) -> list[tuple[int, int]]:
+        return self._promoted.get(request_id, [])
+
+    def demote(self) -> list[tuple[int, int]]:
+        """Copy each evictable cached page the host tier wants, in eviction order, to it."""
+        self.cache.settle()
+        pairs = []
+        for page in self.cache.victims(self.pool, self.cache.cached_mask().shape[0]).tolist():
+            key, depth = self.cache.entry(page)
+            if self.host.wants(key):
+                self.host.demote(page, key, depth)
+                copy = self.host.copies[self.host.issued - 1]
+                self.host.complete(copy, True)
+                pairs.append((page, copy.host_page))
+        return pairs
 
     def append(self, request_id: int, token: int) -> bool:
         self.cache.settle()
@@ -125,6 +175,7 @@ class KvschedManager:
         self.cache.stamp(row[None, :])
         self.scheduler.finish(request_id, self.pool)
         del self.tokens[request_id], self.keys[request_id], self.published[request_id]
+        self._promoted.pop(request_id, None)
 
     # --8<-- [start:optional-verbs]
     def fork(self, parent_id: int, child_id: int) -> bool:
@@ -184,6 +235,7 @@ class KvschedManager:
             },
             cached={entry.page: entry.key for entry in spec.pages},
             leased={page: int(n) for page, n in enumerate(leased.tolist()) if n},
+            host={entry.page: entry.key for entry in self.host.to_spec().cache},
         )
 
     def _room(self, pages: int, keep: Sequence[int]) -> bool:
@@ -207,7 +259,15 @@ def manager(pages: int, page_size: int) -> KvschedManager:
 
 def every_verb(pages: int, page_size: int) -> KvschedManager:
     """kvsched's parts with every optional verb declared: two-phase admission (`lookup`, other
-    calls, `commit`) and leases (`lease`, other calls, `end_lease`) as well."""
-    manager = KvschedManager(pages, page_size)
-    manager.capabilities = KvschedManager.capabilities | {"lookup", "commit", "lease", "end_lease"}
+    calls, `commit`), leases (`lease`, other calls, `end_lease`) and a host tier (`demote`,
+    `promote`) as well."""
+    manager = KvschedManager(pages, page_size, host_pages=pages)
+    manager.capabilities = KvschedManager.capabilities | {"lookup", "commit", "lease", "end_lease", "demote", "promote"}
+    return manager
+
+
+def tiered(pages: int, page_size: int) -> KvschedManager:
+    """kvsched's parts with a host tier of as many pages as the device's (`demote`, `promote`)."""
+    manager = KvschedManager(pages, page_size, host_pages=pages)
+    manager.capabilities = KvschedManager.capabilities | {"demote", "promote"}
     return manager

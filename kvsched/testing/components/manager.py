@@ -146,6 +146,14 @@ class ManagerEndLease:
 
 
 @dataclass(frozen=True, slots=True)
+class ManagerDemote:
+    """The manager copies cached pages it would evict next into its host tier."""
+
+    def perform(self, machine: Any) -> Any:
+        return machine.demote()
+
+
+@dataclass(frozen=True, slots=True)
 class ManagerReset:
     """Drop every cached page."""
 
@@ -202,6 +210,11 @@ def view_problems(state: ManagerState) -> list[str]:
         if n and page in view.free
     ]
     problems += evictable_problems(view, counts)
+    keys = list(view.host.values())
+    problems += [
+        f"host pages {sorted(page for page, key in view.host.items() if key == twice)} hold one key"
+        for twice in {key for key in keys if keys.count(key) > 1}
+    ]
     if state.single_owner:
         problems += owner_problems(view, counts, pages)
     return problems
@@ -266,6 +279,8 @@ def view_changes(before: PoolView, after: PoolView) -> str:
         changes.append(f"evictable {sorted(before.evictable)} -> {sorted(after.evictable)}")
     if before.leased != after.leased:
         changes.append(f"leased {dict(before.leased)} -> {dict(after.leased)}")
+    if before.host != after.host:
+        changes.append(f"host {dict(before.host)} -> {dict(after.host)}")
     return "; ".join(changes)
 
 
@@ -303,6 +318,7 @@ MANAGER = Component(
         EventSpec(ManagerCommit),
         EventSpec(ManagerLease),
         EventSpec(ManagerEndLease),
+        EventSpec(ManagerDemote),
     ),
     invariants=(),
     violations=view_problems,
