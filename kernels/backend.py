@@ -8,6 +8,11 @@
                                               (append all, then causal attention); the logits
     copy_pages(pairs)                         copy-on-write: one launch for every layer's K and V
     execute_prefill(items)                    the engine's prefill call: every chunk, a token each
+    copy_to_host(copies), copy_to_device(copies), copies_done(ids)
+                                              a host tier (`host_pages`): its K and V in host
+                                              memory; one launch copies a batch of pages across
+                                              (`ops.copy_tier`), and each copy is reported done
+                                              at the next poll
 
 It serves both scheduler forms: the spec's tuples of records and impl's structured arrays (read
 through `kvsched.abi`). Ownership: the backend owns its caches
@@ -32,7 +37,7 @@ from kvsched.kernels.layout import INVALID_BLOCK, check_reachable_pages
 from kvsched.kernels.model import Transformer
 from kvsched.kernels.weights import Weights
 from kvsched.spec.batch import RaggedBatchReceipt
-from kvsched.spec.model import PrefillItem
+from kvsched.spec.model import HostCopy, PrefillItem
 
 F32 = npt.NDArray[np.float32]
 
@@ -40,9 +45,11 @@ F32 = npt.NDArray[np.float32]
 class PagedBackend:
     """A paged-KV model backend on one device; see the module docstring."""
 
-    def __init__(self, weights: Weights, pages: int, device: str = "cpu") -> None:
+    def __init__(self, weights: Weights, pages: int, device: str = "cpu", host_pages: int = 0) -> None:
         if not isinstance(pages, int) or pages < 1:
             raise ValueError(f"pages must be a positive int, got {pages!r}")
+        if not isinstance(host_pages, int) or host_pages < 0:
+            raise ValueError(f"host_pages must be an int >= 0, got {host_pages!r}")
         self.device = ops.check_device(device)
         self.model = Transformer(weights)
         self.config = weights.config
@@ -56,6 +63,11 @@ class PagedBackend:
             k_cache, v_cache = cuda.to_device(k_cache), cuda.to_device(v_cache)
         self.k_cache: Any = k_cache  # [layers, pages, page_size, kv_heads, head_dim], written by this backend
         self.v_cache: Any = v_cache
+        host_shape = self.config.cache_shape(host_pages)
+        self.host_k = np.zeros(host_shape, dtype=self.config.cache_numpy_dtype)  # the host tier, in host memory
+        self.host_v = np.zeros(host_shape, dtype=self.config.cache_numpy_dtype)
+        self.done: dict[int, bool] = {}  # copies between the tiers made and not yet reported
+        self.tier_copies = 0  # pages copied between the tiers so far
         self.rounds = 0  # decode rounds served (each one backend call)
         # The logits behind the latest decode round's tokens, [items, vocab] in item order: kept
         # so callers can check them against a reference (the protocol itself returns tokens only).
@@ -109,6 +121,30 @@ class PagedBackend:
         """Copy each (source, destination) page in every layer, K and V: do this when the
         scheduler answers `Copy(source, destination)`, before anything is written there."""
         ops.copy_pages(self.k_cache, self.v_cache, pairs, device=self.device)
+
+    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
+        """Copy each device page `source` into host page `destination` (one launch)."""
+        self._copy_tier((self.k_cache, self.v_cache), (self.host_k, self.host_v), copies)
+
+    def copy_to_device(self, copies: Sequence[HostCopy]) -> None:
+        """Copy each host page `source` into device page `destination` (one launch)."""
+        self._copy_tier((self.host_k, self.host_v), (self.k_cache, self.v_cache), copies)
+
+    def copies_done(self, transfer_ids: Sequence[int]) -> list[bool | None]:
+        """Every copy was made when it was issued: done, reported once asked (and again if asked
+        again: a step that fails asks again). The engine asks about every copy in flight, so one
+        older than all it asks about is applied: its answer is forgotten."""
+        if transfer_ids:
+            oldest = min(transfer_ids)
+            self.done = {tid: done for tid, done in self.done.items() if tid >= oldest}
+        return [self.done.get(transfer_id) for transfer_id in transfer_ids]
+
+    def _copy_tier(self, source: tuple[Any, Any], destination: tuple[Any, Any], copies: Sequence[HostCopy]) -> None:
+        pairs = np.asarray([(copy.source, copy.destination) for copy in copies], dtype=np.int64).reshape(-1, 2)
+        ops.copy_tier(source, destination, pairs, device=self.device)
+        for copy in copies:
+            self.done[copy.transfer_id] = True
+        self.tier_copies += len(copies)
 
     def _forward(
         self,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from kvsched.kernels.device import cuda, is_host, jit, kernel_options, on_device
-from kvsched.kernels.layout import check_append, check_copy
+from kvsched.kernels.layout import check_append, check_copy, check_tier_copy
 
 THREADS = 256  # threads per block for both kernels: a multiple of the warp size
 
@@ -75,6 +75,29 @@ def copy_pages_kernel(
     v_cache[layer, destination, e] = v_cache[layer, source, e]
 
 
+@jit(**kernel_options((THREADS,)))
+def copy_tier_kernel(
+    source_k: Any,  # [layers, source pages, page_elements] float16 | float32
+    source_v: Any,  # the same
+    destination_k: Any,  # [layers, destination pages, page_elements] same dtype, written
+    destination_v: Any,  # the same, written
+    pairs: Any,  # [copies, 2] int32 (source page, destination page), validated
+) -> None:
+    """Thread i copies one element of one layer of one pair's page from one tier to the other,
+    in K and in V."""
+    i = cuda.grid(1)
+    layers, page_elements = source_k.shape[0], source_k.shape[2]
+    if i >= pairs.shape[0] * layers * page_elements:
+        return
+    pair = i // (layers * page_elements)
+    rest = i - pair * layers * page_elements
+    layer = rest // page_elements
+    e = rest - layer * page_elements
+    source, destination = pairs[pair, 0], pairs[pair, 1]
+    destination_k[layer, destination, e] = source_k[layer, source, e]
+    destination_v[layer, destination, e] = source_v[layer, source, e]
+
+
 def launch_append_kv(
     k: Any,  # [queries, kv_heads, head_dim] float32, host
     v: Any,  # [queries, kv_heads, head_dim] float32, host
@@ -133,6 +156,31 @@ def launch_copy_pages(
     )
     _copy_back(device_k, k_cache)
     _copy_back(device_v, v_cache)
+
+
+def launch_copy_tier(source: tuple[Any, Any], destination: tuple[Any, Any], pairs: Any) -> None:
+    """Validate, launch one copy of every pair's page in every layer from the `source` tier's K
+    and V into the `destination` tier's (host or device arrays: a host one crosses the bus), and
+    copy a host destination back. Raises `ValueError` before any transfer or launch on bad input."""
+    table = check_tier_copy(source, destination, pairs)
+    layers, source_pages = (int(n) for n in source[0].shape[:2])
+    destination_pages = int(destination[0].shape[1])
+    page_elements = int(np.prod(source[0].shape[2:]))
+    elements = table.shape[0] * layers * page_elements
+    if elements == 0:
+        return
+    blocks_per_grid = (elements + THREADS - 1) // THREADS
+    source_k, source_v = on_device(source[0]), on_device(source[1])
+    destination_k, destination_v = on_device(destination[0]), on_device(destination[1])
+    copy_tier_kernel[blocks_per_grid, THREADS](
+        source_k.reshape(layers, source_pages, page_elements),
+        source_v.reshape(layers, source_pages, page_elements),
+        destination_k.reshape(layers, destination_pages, page_elements),
+        destination_v.reshape(layers, destination_pages, page_elements),
+        cuda.to_device(table),
+    )
+    _copy_back(destination_k, destination[0])
+    _copy_back(destination_v, destination[1])
 
 
 def _copy_back(device_array: Any, original: Any) -> None:

@@ -287,3 +287,37 @@ def check_copy(
     if overlap:
         raise ValueError(f"pages {sorted(overlap)} are both a source and a destination in one copy batch")
     return np.ascontiguousarray(table, dtype=np.int32)
+
+
+def check_tier_copy(
+    source: tuple[Any, Any],  # K and V, [layers, pages, page_size, kv_heads, head_dim] float16 | float32
+    destination: tuple[Any, Any],  # the other tier's K and V: the same but for the page count
+    pairs: Any,  # [copies, 2] integer (source page, destination page), or a sequence of pairs
+) -> npt.NDArray[np.int32]:
+    """Validate a batched copy of pages from one tier's caches into another's; returns the pairs
+    as a contiguous int32 `[copies, 2]` array. Every page is checked against its own tier's page
+    count (in Python's integers: no overflow), and a destination page may appear once (the copies
+    of one launch run concurrently)."""
+    source_pages = check_cache_pair(*source, 5)[0]
+    destination_pages = check_cache_pair(*destination, 5)[0]
+    shapes = tuple(source[0].shape), tuple(destination[0].shape)
+    if shapes[0][:1] + shapes[0][2:] != shapes[1][:1] + shapes[1][2:]:
+        raise ValueError(f"tiers of different page shapes: {shapes[0]} and {shapes[1]}")
+    if np.dtype(source[0].dtype) != np.dtype(destination[0].dtype):
+        raise ValueError(f"tiers of different dtypes: {np.dtype(source[0].dtype)} and {np.dtype(destination[0].dtype)}")
+    check_writable("destination k_cache", destination[0])
+    check_writable("destination v_cache", destination[1])
+    table = np.asarray(pairs)
+    if table.size == 0:
+        return np.zeros((0, 2), dtype=np.int32)
+    if table.ndim != 2 or table.shape[1] != 2 or table.dtype.kind not in "iu":
+        raise ValueError(f"pairs must be integer (source, destination) pairs, got shape {table.shape}")
+    for index, (page, target) in enumerate(table.tolist()):
+        if not 0 <= page < source_pages:
+            raise ValueError(f"pair {index} reads page {page}, outside the source tier's [0, {source_pages})")
+        if not 0 <= target < destination_pages:
+            raise ValueError(f"pair {index} writes page {target}, outside the destination tier's [0, {destination_pages})")
+    destinations = table[:, 1].tolist()
+    if len(set(destinations)) != len(destinations):
+        raise ValueError(f"pairs write a destination page twice: {destinations}")
+    return np.ascontiguousarray(table, dtype=np.int32)

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from kvsched.kernels import oracle, twins
 from kvsched.kernels.jit import parallel_chunksize
-from kvsched.kernels.layout import check_append, check_attention, check_copy
+from kvsched.kernels.layout import check_append, check_attention, check_copy, check_tier_copy
 
 Device = Literal["numpy", "cpu", "cuda"]
 DEVICES: tuple[Device, ...] = ("numpy", "cpu", "cuda")
@@ -133,6 +133,32 @@ def copy_pages(
             oracle.copy_pages_oracle(k_layer, v_layer, table)
         elif table.shape[0]:
             twins.copy_pages_twin(_numba_view(k_layer), _numba_view(v_layer), table)
+
+
+def copy_tier(
+    source: tuple[Any, Any],  # K and V of the tier read, [layers, pages, page_size, kv_heads, head_dim]
+    destination: tuple[Any, Any],  # K and V of the tier written (another page count), written
+    pairs: Any,  # [copies, 2] integer (source page, destination page), or a sequence of pairs
+    *,
+    device: str,
+) -> None:
+    """Copy each pair's page from one tier into the other (device to host or back), every layer,
+    K and V. On "cuda" one kernel launch does it (a host tier's arrays cross the bus); on "cpu"
+    its twin; on "numpy" the oracle. Raises `ValueError` (nothing copied) on a page outside its
+    tier, a destination named twice, or tiers whose pages differ in shape or dtype."""
+    kind = check_device(device)
+    if kind == "cuda":
+        from kvsched.kernels.cuda_cache import launch_copy_tier
+
+        launch_copy_tier(source, destination, pairs)
+        return
+    _require_host(*source, *destination)
+    table = check_tier_copy(source, destination, pairs)
+    if kind == "numpy":
+        oracle.copy_tier_oracle(source, destination, table)
+    elif table.shape[0]:
+        views = [_numba_view(cache) for cache in (*source, *destination)]
+        twins.copy_tier_twin(views[0], views[1], views[2], views[3], table)
 
 
 def _require_host(*caches: Any) -> None:

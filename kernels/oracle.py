@@ -83,3 +83,10 @@ def copy_pages_oracle(
     for source, destination in pairs.tolist():
         k_cache[destination] = k_cache[source]
         v_cache[destination] = v_cache[source]
+
+
+def copy_tier_oracle(source: tuple[Cache, Cache], destination: tuple[Cache, Cache], pairs: I32) -> None:
+    """Copy every pair's page from one tier's `[layers, pages, ...]` caches into the other's."""
+    for page, target in pairs.tolist():
+        destination[0][:, target] = source[0][:, page]
+        destination[1][:, target] = source[1][:, page]

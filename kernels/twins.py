@@ -584,3 +584,19 @@ def copy_pages_twin(
         source, destination = pairs[index, 0], pairs[index, 1]
         k_cache[destination] = k_cache[source]
         v_cache[destination] = v_cache[source]
+
+
+@njit(cache=True)
+def copy_tier_twin(
+    source_k: Any,  # [layers, source pages, page_size, kv_heads, head_dim] float32 | uint16
+    source_v: Any,  # the same
+    destination_k: Any,  # [layers, destination pages, ...] same dtype, written
+    destination_v: Any,  # the same, written
+    pairs: Any,  # [copies, 2] int32 (source page, destination page)
+) -> None:
+    """Copy every pair's page from one tier into the other, in every layer, K and V alike."""
+    for index in range(pairs.shape[0]):
+        source, destination = pairs[index, 0], pairs[index, 1]
+        for layer in range(source_k.shape[0]):
+            destination_k[layer, destination] = source_k[layer, source]
+            destination_v[layer, destination] = source_v[layer, source]
