@@ -17,6 +17,10 @@ With the automatic prefix cache (`CACHED`), the model is the engine machine's gh
 instead of the null model, the alphabet gains `ResetCache`, and every transition also checks
 the ghost reads, every cached page's content against its key and tenant isolation
 (`kvsched.testing.engine_machine`); determinism compares with that model's tokens alone.
+
+With a host tier (`HOSTED`), a step may also leave the copies between the tiers in flight, or
+fail them (the model armed as the engine machine arms it); states count the copies in flight by
+their rank, not their ids, and draining completes every copy.
 """
 
 from __future__ import annotations
@@ -33,13 +37,14 @@ from kvsched.proofs.search import Attempt, Node, Search
 from kvsched.spec import events as ev
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
 from kvsched.spec.engine_state import EngineState, Queued, Running, sequence_of
+from kvsched.spec.host_tier import HostStats
 from kvsched.spec.model import null_next_token
 from kvsched.spec.page_keys import CacheSalt
 from kvsched.spec.prefix import get_store_references
 from kvsched.spec.prefix_cache import EMPTY_CACHE, get_cache_references
 from kvsched.testing.checks import CheckFailure, FailureKind, capture
 from kvsched.testing.engine_machine import SHAPES, cache_failure, ghost_failure, prefix_for
-from kvsched.testing.engine_model import HarnessModel, greedy_tokens
+from kvsched.testing.engine_model import FAILED, IN_FLIGHT, HarnessModel, greedy_tokens
 from kvsched.testing.registry import ENGINE
 
 EngineFactory = Callable[[EngineConfig, Any], Any]
@@ -65,6 +70,7 @@ class EngineExploration:
     complete: bool = False  # every reachable state was explored
     preemptions: int = 0  # steps that preempted
     cache_hits: int = 0  # steps that admitted a request with pages from the prefix cache
+    host_hits: int = 0  # steps that admitted a request with pages from the host tier
     refusals: int = 0  # events refused (each checked to change nothing)
     violation: CheckFailure | None = None
     path: list[ev.Event] = field(default_factory=list)
@@ -96,13 +102,15 @@ def determinism(state: EngineState, ghost: bool = False) -> CheckFailure | None:
 
 
 def places(preempted: tuple[int, ...], state: EngineState) -> CheckFailure | None:
-    """Each preempted request is queued ahead of every request of its priority that never ran."""
+    """Each preempted request is queued ahead of every request of its priority that never ran
+    (generated nothing and was not preempted in the same step)."""
     queue = list(state.queue)
     for index, entry in enumerate(queue):
         if entry.request.request_id not in preempted:
             continue
         for earlier in queue[:index]:
-            if earlier.request.priority == entry.request.priority and not earlier.generated:
+            ran = earlier.generated or earlier.request.request_id in preempted
+            if earlier.request.priority == entry.request.priority and not ran:
                 detail = f"preempted {entry.request.request_id} queued behind {earlier.request.request_id}"
                 return CheckFailure(FailureKind.ORDER, detail)
     return None
@@ -111,6 +119,8 @@ def places(preempted: tuple[int, ...], state: EngineState) -> CheckFailure | Non
 def drained(engine: Any, bound: int) -> CheckFailure | None:
     """Liveness from the engine's state: it finishes everything within `bound` steps, leaving
     only published prefixes' pages held and no state slot."""
+    if hasattr(engine.model, "arm"):
+        engine.model.arm(ev.Step())  # every copy in flight completes
     for _ in range(bound):
         if not engine.has_work():
             break
@@ -145,13 +155,26 @@ def canonical(state: EngineState) -> EngineState:
     pages = tuple(replace(entry, last_used=used.index(entry.last_used)) for entry in cache.pages)
     cache = replace(EMPTY_CACHE, pages=pages, clock=len(used))  # the counters only ever grow
     system = replace(state.system, store=replace(store, entries=entries, clock=len(uses)), cache=cache)
-    return replace(state, system=system, running=running, admissions=len(stamps))
+    rank = {copy.transfer_id: index for index, copy in enumerate(state.host.copies)}  # ids by rank
+    copies = tuple(replace(copy, transfer_id=rank[copy.transfer_id]) for copy in state.host.copies)
+    host = replace(state.host, copies=copies, issued=len(copies), stats=HostStats())
+    running = tuple(replace(entry, waiting=tuple(rank[tid] for tid in entry.waiting)) for entry in running)
+    return replace(state, system=system, running=running, admissions=len(stamps), host=host)
 
 
 class EngineExplorer(Search):
     """Breadth-first search over an engine's reachable states (see the module docstring): the
     shared search (`kvsched.proofs.search.Search`) over the registered engine, a
     state keyed by its clock ranks and the candidates submitted so far."""
+
+    def attempt(self, at: Any, state: Any, event: Any) -> Attempt:
+        """Run `event` on copies of the node's systems, their models armed by a step's event."""
+        if isinstance(event, ev.Step) and self.ghost:
+            at = Node(copy.deepcopy(at.sut), copy.deepcopy(at.ref), at.history)
+            for system in (at.sut, at.ref):
+                if system is not None:
+                    system.model.arm(event)
+        return super().attempt(at, state, event)
 
     def __init__(self, bounds: EngineBounds, factory: EngineFactory, reference: EngineFactory | None = None) -> None:
         super().__init__(ENGINE, bounds.config)
@@ -175,6 +198,8 @@ class EngineExplorer(Search):
         """The alphabet in `state`: step, reset the cache, submit a candidate not yet submitted,
         cancel one that was, publish a running request's computed prompt."""
         events: list[ev.Event] = [ev.Step()]
+        if state.host.copies:  # the copies in flight stay so, or fail
+            events += [ev.Step(copies=(IN_FLIGHT,)), ev.Step(copies=(FAILED,))]
         if self.bounds.config.prefix_caching:
             events.append(ev.ResetCache())
         submitted: frozenset[int] = at.history
@@ -203,6 +228,7 @@ class EngineExplorer(Search):
             if failure is None and isinstance(outcome.value, StepOutput):
                 result.preemptions += bool(outcome.value.preempted)
                 result.cache_hits += outcome.value.cache.hits > 0
+                result.host_hits += outcome.value.host.hit_tokens > 0
                 failure = places(outcome.value.preempted, after)
         return failure
 
@@ -243,6 +269,17 @@ CACHED = EngineBounds(
     ),
 )
 
+# The cached engine with a host tier of two pages: a prompt's pages go to the host under another's
+# pressure, and come back for a longer prompt that starts with it.
+HOSTED = EngineBounds(
+    config=replace(CACHED.config, host_pages=2),
+    candidates=(
+        EngineRequest(1, (3, 1, 4, 1, 5), 1),
+        EngineRequest(2, (2, 7, 1, 8, 2, 8), 1),  # the whole pool: 1's cached pages go
+        EngineRequest(3, (3, 1, 4, 1, 9), 1),  # 1's first two pages, from wherever they are
+    ),
+)
+
 # The default admission policy (the whole rest of a prompt must fit) on the same engines.
 WHOLE = replace(SMALL, config=replace(SMALL.config, admission="whole_prompt"))
 WHOLE_CACHED = replace(CACHED, config=replace(CACHED.config, admission="whole_prompt"))
@@ -263,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--deep", action="store_true", help="also the wider configuration (tens of minutes)")
     args = parser.parse_args(argv)
-    runs = [("small", SMALL), ("cached", CACHED), ("whole", WHOLE), ("whole cached", WHOLE_CACHED)]
+    runs = [("small", SMALL), ("cached", CACHED), ("whole", WHOLE), ("whole cached", WHOLE_CACHED), ("hosted", HOSTED)]
     runs += [("wider", WIDER)] if args.deep else []
     failed = False
     for name, bounds in runs:
@@ -274,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"engine explorer {name}: {result.states:,} states, {result.transitions:,} transitions, "
             f"complete={result.complete}, {result.preemptions:,} preempting steps, {result.cache_hits:,} cache hits, "
+            f"{result.host_hits:,} host hits, "
             f"{time.perf_counter() - start:.1f} s: {verdict}",
             flush=True,
         )

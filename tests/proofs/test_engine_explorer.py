@@ -1,8 +1,9 @@
 """The engine explorer: every reachable state of a small engine (five candidate requests, a pool
 of four pages, two priorities, a state slot each, one prefix entry) is explored with every check
 and liveness from every state; so is every state of a small engine with the automatic prefix
-cache (three requests sharing pages, two tenants; ghost KV); impl in lockstep with the spec on a
-bounded part of each; and the broken engines each can see are caught by the named check."""
+cache (three requests sharing pages, two tenants; ghost KV), and of that engine with a host tier
+of two pages (copies completed, left in flight or failed at every step); impl in lockstep with the
+spec on a bounded part of each; and the broken engines each can see are caught by the named check."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvsched.proofs.engine_explorer import CACHED, SMALL, WHOLE, WHOLE_CACHED, EngineBounds, EngineExplorer
+from kvsched.proofs.engine_explorer import CACHED, HOSTED, SMALL, WHOLE, WHOLE_CACHED, EngineBounds, EngineExplorer
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.engine_machine import impl_engine, spec_engine
 from kvsched.testing.engine_variants import ENGINE_VARIANTS
@@ -25,6 +26,10 @@ CAUGHT = {
     "full_hit_prefills_nothing": (FailureKind.LIVENESS, FailureKind.LIVENESS),
     "skip_memory_guard": (FailureKind.LOCKSTEP, None),
     "state_slot_released_twice": (FailureKind.LOCKSTEP, FailureKind.INVARIANT),
+}
+# The host tier's broken engines on the hosted configuration.
+CAUGHT_HOSTED = {
+    "failed_promotion_served": (FailureKind.LOCKSTEP, FailureKind.CACHE),
 }
 # The same on the cached configuration, for the prefix cache's broken engines.
 CAUGHT_CACHED = {
@@ -41,8 +46,9 @@ CAUGHT_CACHED = {
         (CACHED, 3_000, ("cache_hits", "preemptions")),
         (WHOLE, 3_000, ("refusals",)),  # whole-prompt admission: no preemption is reachable here
         (WHOLE_CACHED, 1_000, ("cache_hits", "refusals")),
+        (HOSTED, 9_000, ("host_hits", "preemptions")),  # preemptions: a failed copy back preempts
     ],
-    ids=["small", "cached", "whole", "whole-cached"],
+    ids=["small", "cached", "whole", "whole-cached", "hosted"],
 )
 def test_every_reachable_state_of_the_spec_engine_passes_every_check(
     bounds: EngineBounds, states: int, reached: tuple[str, ...]
@@ -60,8 +66,9 @@ def test_every_reachable_state_of_the_spec_engine_passes_every_check(
         (CACHED, 1_000, 450, "cache_hits"),
         (WHOLE, 1_500, 700, "refusals"),
         (WHOLE_CACHED, 1_000, 450, "cache_hits"),
+        (HOSTED, 2_000, 900, "preemptions"),  # its host hits lie deeper: the machine's host shapes hold them
     ],
-    ids=["small", "cached", "whole", "whole-cached"],
+    ids=["small", "cached", "whole", "whole-cached", "hosted"],
 )
 def test_impl_engine_in_lockstep_on_the_first_states(
     bounds: EngineBounds, first: int, states: int, reached: str
@@ -76,7 +83,9 @@ def test_impl_engine_in_lockstep_on_the_first_states(
     [(name, SMALL, CAUGHT[name]) for name in sorted(CAUGHT)]
     + [(name, CACHED, CAUGHT_CACHED[name]) for name in sorted(CAUGHT_CACHED)]
     # Caching a page when it is allocated shows once a chunk leaves a page part-written.
-    + [("publish_on_allocation", CACHED_CHUNKED, (FailureKind.LOCKSTEP, FailureKind.CACHE))],
+    + [("publish_on_allocation", CACHED_CHUNKED, (FailureKind.LOCKSTEP, FailureKind.CACHE))]
+    # The host tier's: a failed copy back taken as done.
+    + [(name, HOSTED, CAUGHT_HOSTED[name]) for name in sorted(CAUGHT_HOSTED)],
     ids=lambda value: value if isinstance(value, str) else "",
 )
 def test_the_explorer_catches_a_broken_engine(
