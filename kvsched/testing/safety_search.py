@@ -213,6 +213,14 @@ def machine_class(
             of the same prompts find it there."""
             self.machine.demote()
 
+        @rule()
+        def demote_then_reset(self) -> None:
+            """Everything the device cache holds goes to the host, then the device cache is
+            dropped (with "reset_cache"): the next admissions of those prompts find them only
+            in the host tier."""
+            if self.machine.demote() and "reset_cache" in declared:
+                self.machine.reset_cache()
+
     mixins = [
         rules
         for rules, needs in (
@@ -290,6 +298,8 @@ def coverage_warnings(manager: object, coverage: dict[str, int]) -> tuple[str, .
         "atomic": "refused",
         "commit": "committed",
         "end_lease": "leases_read",
+        "demote": "demoted",
+        "promote": "promoted",
     }
     warnings = [
         f"capability {capability!r} is declared but the campaign never exercised it ({counter} = 0)"

@@ -33,10 +33,22 @@ def test_kvsched_parts_pass_a_safety_campaign_with_hits_forks_and_refusals() -> 
 
 
 def test_kvsched_parts_pass_a_campaign_that_admits_in_every_verbs() -> None:
-    """A lookup, other calls (admissions that evict what it found, frees, resets), then its commit."""
-    result = search_safety(kvsched_parts.every_verb, examples=150, seed_value=1)
+    """A lookup, other calls (admissions that evict what it found, frees, resets), then its commit;
+    leases read; pages demoted to the host tier and promoted back."""
+    result = search_safety(kvsched_parts.every_verb, examples=150, seed_value=3)
     assert result.passed, result.program
-    assert result.coverage["committed"] > 0 and result.coverage["evicted"] > 0
+    coverage = result.coverage
+    assert coverage["committed"] > 0 and coverage["evicted"] > 0 and coverage["leases_read"] > 0
+    assert coverage["demoted"] > 0 and coverage["promoted"] > 0
+    assert result.warnings == ()
+
+
+def test_kvsched_parts_with_a_host_tier_pass_a_campaign() -> None:
+    """Cached pages demoted to the host tier, the device cache dropped, prompts found in the host
+    tier and copied back: every read checked against the ghost KV."""
+    result = search_safety(kvsched_parts.tiered, examples=150, seed_value=2)
+    assert result.passed, result.program
+    assert result.coverage["demoted"] > 0 and result.coverage["promoted"] > 0
     assert result.warnings == ()
 
 
