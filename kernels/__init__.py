@@ -18,7 +18,7 @@ from kvsched.kernels.backend import PagedBackend
 from kvsched.kernels.config import ModelConfig
 from kvsched.kernels.layout import INVALID_BLOCK, MAX_GROUP, MAX_HEAD_DIM
 from kvsched.kernels.model import Transformer, greedy_reference, reference_logits
-from kvsched.kernels.ops import DEVICES, Device, append_kv, check_device, copy_pages, paged_attention
+from kvsched.kernels.ops import DEVICES, Device, append_kv, check_device, copy_pages, copy_tier, paged_attention
 from kvsched.kernels.weights import Weights, init_weights, load_npz, load_safetensors, save_npz, save_safetensors
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "append_kv",
     "check_device",
     "copy_pages",
+    "copy_tier",
     "greedy_reference",
     "init_weights",
     "load_npz",

@@ -118,6 +118,11 @@ def compile_reports(ptxas: Path | None = None) -> list[KernelReport]:
                     (array(cache, 3), array(cache, 3), array(i32, 2)),
                     (cuda_cache.THREADS,),
                 ),
+                (
+                    cuda_cache.copy_tier_kernel,
+                    (array(cache, 3), array(cache, 3), array(cache, 3), array(cache, 3), array(i32, 2)),
+                    (cuda_cache.THREADS,),
+                ),
             ]
             for kernel, signature, bounds in jobs:
                 ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=TARGET_CC, launch_bounds=bounds)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvsched.kernels import INVALID_BLOCK, append_kv, copy_pages, paged_attention
+from kvsched.kernels import INVALID_BLOCK, append_kv, copy_pages, ops, paged_attention
 from tests.kernels.kernel_batches import Batch, kv_rows, ragged_batch
 
 DEVICES = ["numpy", "cpu", "cuda"]
@@ -50,10 +50,11 @@ def device(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> I
     request.getfixturevalue("cuda_mode")
     from kvsched.kernels import cuda_attention, cuda_cache
 
-    spies = [LaunchSpy() for _ in range(3)]
+    spies = [LaunchSpy() for _ in range(4)]
     monkeypatch.setattr(cuda_attention, "paged_attention_kernel", spies[0])
     monkeypatch.setattr(cuda_cache, "append_kv_kernel", spies[1])
     monkeypatch.setattr(cuda_cache, "copy_pages_kernel", spies[2])
+    monkeypatch.setattr(cuda_cache, "copy_tier_kernel", spies[3])
     yield name
     assert sum(spy.launches for spy in spies) == 0
 
@@ -192,6 +193,23 @@ def test_bad_copies_copy_nothing(device: str, pairs: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         copy_pages(batch.k_cache, batch.v_cache, pairs, device=device)
     np.testing.assert_array_equal(batch.k_cache, k_before)
+
+
+@pytest.mark.parametrize(
+    ("pairs", "message"),
+    [
+        ([(0, 7)], "outside the destination tier"),
+        ([(2**40, 0)], "outside the source tier"),
+        ([(0, 1), (2, 1)], "destination page twice"),
+    ],
+)
+def test_bad_tier_copies_copy_nothing_and_launch_nothing(device: str, pairs: Any, message: str) -> None:
+    shape = (2, 5, 4, 1, 8)
+    source = (np.ones(shape, np.float32), np.ones(shape, np.float32))
+    host = (np.zeros((2, 7, *shape[2:]), np.float32), np.zeros((2, 7, *shape[2:]), np.float32))
+    with pytest.raises(ValueError, match=message):
+        ops.copy_tier(source, host, np.asarray(pairs, dtype=np.int64), device=device)
+    assert not host[0].any() and not host[1].any()
 
 
 def test_unknown_device_is_refused() -> None:

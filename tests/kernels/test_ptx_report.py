@@ -20,7 +20,7 @@ def reports() -> list[ptx.KernelReport]:
 
 def test_every_kernel_and_cache_dtype_is_compiled(reports: list[ptx.KernelReport]) -> None:
     compiled = {(r.kernel, r.cache_dtype) for r in reports}
-    kernels = {"paged_attention_kernel", "append_kv_kernel", "copy_pages_kernel"}
+    kernels = {"paged_attention_kernel", "append_kv_kernel", "copy_pages_kernel", "copy_tier_kernel"}
     assert compiled == {(kernel, dtype) for kernel in kernels for dtype in ("float16", "float32")}
 
 
