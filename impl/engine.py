@@ -65,7 +65,7 @@ from kvsched.impl.scheduler import (
 from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec import refusals
-from kvsched.spec.domain import require_u64
+from kvsched.spec.domain import as_int, require_u64
 from kvsched.spec.engine_calls import (
     Chunk,
     call_model,
@@ -84,7 +84,7 @@ from kvsched.spec.engine_config import (
     pages_for,
     salt_of,
 )
-from kvsched.spec.engine_state import EngineState, Queued, Running
+from kvsched.spec.engine_state import EngineState, Leased, Queued, Running, external_holds
 from kvsched.spec.errors import Exhausted
 from kvsched.spec.host_tier import PROMOTE
 from kvsched.spec.identity import PrefixIdentity
@@ -220,6 +220,7 @@ class Engine:
         "_saved": "the running step's checkpoint",
         "_step_state": "the last checkpoint, whose buffers the next reuses",
         "_fetching": "one step's newcomers' host runs, emptied when they are seated",
+        "_leases": "changed by lease and end_lease only, never by a step",
     }
 
     def __init__(self, config: EngineConfig, model: EngineModel) -> None:
@@ -259,6 +260,7 @@ class Engine:
         self.host = HostTier(config.host_pages)
         self._waiting: dict[int, tuple[int, ...]] = {}  # slot -> the promotions it waits for
         self._fetching: dict[int, list[tuple[Key, int, int]]] = {}  # newcomer slot -> its host run, until seated
+        self._leases: dict[int, tuple[int, ...]] = {}  # lease id -> the pages it holds
         if config.host_pages:
             copier(model, required=True)
 
@@ -270,7 +272,7 @@ class Engine:
             self.pool.to_spec(),
             self.store.to_spec(),
             self.scheduler.to_spec(),
-            self.host.device_holds(),
+            external_holds(self.host.to_spec(), self._leased()),
             self.cache.to_spec(),
         )
         queue = tuple(entry for priority in reversed(self._priorities) for entry in self._queue[priority])
@@ -293,7 +295,11 @@ class Engine:
             tuple(self._cancelled),
             self._admissions,
             self.host.to_spec(),
+            self._leased(),
         )
+
+    def _leased(self) -> tuple[Leased, ...]:
+        return tuple(Leased(lease_id, pages) for lease_id, pages in sorted(self._leases.items()))
 
     @property
     def state(self) -> EngineState:
@@ -385,6 +391,37 @@ class Engine:
         count = refusals.require_published_tokens(request_id, tokens, int(self._fields[slot, COMPUTED]))
         pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
         self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
+
+    def lease(self, request_id: int) -> int:
+        """An asynchronous reader holds the running request's written pages (the spec's `lease`)."""
+        request_id = require_u64("request_id", request_id)
+        slot = self._running.get(request_id)
+        if slot is None:
+            raise refusals.unknown_request(request_id)
+        if slot in self._waiting:
+            raise refusals.copy_pending(request_id, self._promoted_page(slot))
+        table = self.scheduler.page_table(request_id)[: pages_for(int(self._fields[slot, COMPUTED]), self.config.page_size)]
+        pages = tuple(page for page in table if page is not None)
+        taken: list[int] = []
+        try:
+            for page in pages:
+                self.pool.retain(page)
+                taken.append(page)
+        except BaseException:
+            for page in reversed(taken):
+                self.pool.release(page)
+            raise
+        lease_id = next(number for number in range(len(self._leases) + 1) if number not in self._leases)
+        self._leases[lease_id] = pages
+        return lease_id
+
+    def end_lease(self, lease_id: int) -> None:
+        """The reader lets go (the spec's `end_lease`)."""
+        number = as_int(lease_id)
+        if number is None or number not in self._leases:
+            raise refusals.unknown_lease(lease_id)
+        for page in self._leases.pop(number):
+            self.pool.release(page)
 
     def has_work(self) -> bool:
         """Something is queued or running, a cancellation is not yet reported, or a copy between

@@ -13,6 +13,9 @@ parts) and runs the loop an inference engine runs every iteration:
     step()           one iteration, below; returns a `StepOutput`
     has_work()       something is queued, running or not yet reported
     reset_cache()    drop every page of the automatic prefix cache (`CacheInUse` while held)
+    lease(id)        an asynchronous reader (a connector's save, a disaggregated send) holds a
+                     running request's written pages, whatever happens to the request, until
+    end_lease(lease) it has read them and lets go
 
 One step is a function on values, `run_step(state, config, model) -> (state, output)`, in three
 parts: `plan_step` decides everything the step does before the model runs (1-3), `run_model`
@@ -71,10 +74,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from kvsched.spec import host_tier
+from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix_cache as cache_ops
 from kvsched.spec import refusals
 from kvsched.spec.batch import RaggedBatchOutput
-from kvsched.spec.domain import require_u64
+from kvsched.spec.domain import as_int, require_u64
 from kvsched.spec.engine_calls import (
     NO_ANSWERS,
     Chunk,
@@ -99,9 +103,11 @@ from kvsched.spec.engine_config import (
 )
 from kvsched.spec.engine_state import (
     EngineState,
+    Leased,
     Queued,
     Running,
     enqueue,
+    external_holds,
     initial_engine,
     live_ids,
     prefill_order,
@@ -170,6 +176,7 @@ class Engine:
         self.digest = page_hash(config.page_hash)
         self.cache: CacheState = EMPTY_CACHE
         self.host: HostState = host_tier.initial_host(config.host_pages)
+        self._leases: tuple[Leased, ...] = ()
         if config.host_pages:
             copier(model, required=True)
         self._restore(initial_engine(self._system(), config))
@@ -177,14 +184,21 @@ class Engine:
     # -- the state ----------------------------------------------------------------------------
 
     def _system(self) -> SystemState:
-        external = host_tier.device_holds(self.host)
+        external = external_holds(self.host, self._leases)
         return SystemState(self.pool.state, self.store.state, self.scheduler.state, external, self.cache)
 
     @property
     def state(self) -> EngineState:
         """The whole engine as a value."""
         return EngineState(
-            self._system(), self._queue, self._running, self._state_slots, self._cancelled, self._admissions, self.host
+            self._system(),
+            self._queue,
+            self._running,
+            self._state_slots,
+            self._cancelled,
+            self._admissions,
+            self.host,
+            self._leases,
         )
 
     def to_spec(self) -> EngineState:
@@ -202,6 +216,7 @@ class Engine:
         self._cancelled = state.cancelled
         self._admissions = state.admissions
         self.host = state.host
+        self._leases = state.leases
 
     # -- intake -------------------------------------------------------------------------------
 
@@ -275,6 +290,40 @@ class Engine:
         count = refusals.require_published_tokens(request_id, tokens, entry.computed)
         pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
         self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
+
+    def lease(self, request_id: int) -> int:
+        """An asynchronous reader holds the pages of the running request's written tokens (one
+        reference each): they are never handed to another owner until `end_lease`, whatever
+        happens to the request. The lease's id (the least unused). `CopyPending` while the
+        request waits for copies from the host tier."""
+        request_id = require_u64("request_id", request_id)
+        entry = next((entry for entry in self._running if entry.request.request_id == request_id), None)
+        if entry is None:
+            raise refusals.unknown_request(request_id)
+        if entry.waiting:
+            raise refusals.copy_pending(request_id, self._promoted_page(entry))
+        table = self.scheduler.page_table(request_id)[: pages_for(entry.computed, self.config.page_size)]
+        pages = tuple(page for page in table if page is not None)
+        pool = self.pool.state
+        for page in pages:
+            pool = pool_ops.retain(pool, page)
+        self.pool.commit(pool)
+        ids = {lease.lease_id for lease in self._leases}
+        lease_id = next(number for number in range(len(ids) + 1) if number not in ids)
+        self._leases = (*self._leases, Leased(lease_id, pages))
+        return lease_id
+
+    def end_lease(self, lease_id: int) -> None:
+        """The reader has read its pages: it lets go (`UnknownLease` for an id not held)."""
+        number = as_int(lease_id)
+        lease = next((lease for lease in self._leases if lease.lease_id == number), None)
+        if lease is None:
+            raise refusals.unknown_lease(lease_id)
+        pool = self.pool.state
+        for page in lease.pages:
+            pool = pool_ops.release(pool, page)
+        self.pool.commit(pool)
+        self._leases = tuple(other for other in self._leases if other is not lease)
 
     def has_work(self) -> bool:
         """Something is queued or running, a cancellation is not yet reported, or a copy between

@@ -70,6 +70,22 @@ class EngineState:
     cancelled: tuple[int, ...]  # cancelled since the last step, in cancellation order
     admissions: int  # the admission clock: how many admissions so far
     host: HostState = NO_HOST  # the host tier and the copies in flight (none without one)
+    leases: tuple[Leased, ...] = ()  # asynchronous readers' holds, by id
+
+
+@dataclass(frozen=True, slots=True)
+class Leased:
+    """An asynchronous reader's hold (a connector's save, a disaggregated send) on the pages of
+    a request's written tokens, one reference each, until it ends."""
+
+    lease_id: int
+    pages: tuple[int, ...]
+
+
+def external_holds(host: HostState, leases: Sequence[Leased]) -> tuple[int, ...]:
+    """The device pages held outside the scheduler, store and cache: one per copy in flight
+    and one per leased page, sorted (the system's `external`)."""
+    return tuple(sorted((*host_tier.device_holds(host), *(page for lease in leases for page in lease.pages))))
 
 
 def sequence_of(request: EngineRequest, generated: Sequence[int]) -> tuple[int, ...]:
@@ -184,13 +200,15 @@ def inv_engine_generated_bounded(state: EngineState) -> bool:
 
 def inv_engine_host_tier(state: EngineState) -> bool:
     """The host tier's pages are exact, its cache and its copies well formed, and the device
-    pages the copies hold are exactly the system's external holds (one per copy)."""
+    pages the copies and the leases hold are exactly the system's external holds; lease ids
+    are unique."""
     host = state.host
     return (
         host_tier.inv_host_pages_exact(host)
         and host_tier.inv_host_cache_well_formed(host)
         and host_tier.inv_host_copies_well_formed(host)
-        and state.system.external == host_tier.device_holds(host)
+        and state.system.external == external_holds(host, state.leases)
+        and len({lease.lease_id for lease in state.leases}) == len(state.leases)
     )
 
 

@@ -403,6 +403,26 @@ class PublishRunning:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseRunning:
+    """`engine.lease(request_id)`: an asynchronous reader holds a running request's written pages."""
+
+    request_id: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.lease(self.request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class EndLease:
+    """`engine.end_lease(lease_id)`: the reader read its pages and lets go."""
+
+    lease_id: Any
+
+    def perform(self, system: Any) -> Any:
+        return system.end_lease(self.lease_id)
+
+
+@dataclass(frozen=True, slots=True)
 class ForkRunning:
     """`engine.fork(parent, child)`."""
 
@@ -500,8 +520,19 @@ Event = (
     | Cancel
     | PublishRunning
     | ForkRunning
+    | LeaseRunning
+    | EndLease
     | ResetCache
     | Step
 )
-ENGINE_EVENTS: tuple[type[Any], ...] = (Submit, Cancel, PublishRunning, ForkRunning, ResetCache, Step)
+ENGINE_EVENTS: tuple[type[Any], ...] = (
+    Submit,
+    Cancel,
+    PublishRunning,
+    ForkRunning,
+    LeaseRunning,
+    EndLease,
+    ResetCache,
+    Step,
+)
 EVENTS: tuple[type[Any], ...] = Event.__args__

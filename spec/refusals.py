@@ -352,8 +352,8 @@ def unknown_transfer(transfer_id: int) -> UnknownTransfer:
     return UnknownTransfer(f"no copy {transfer_id} is in flight")
 
 
-def unknown_lease(lease_id: int) -> UnknownLease:
-    return UnknownLease(f"no lease {lease_id} is held")
+def unknown_lease(lease_id: object) -> UnknownLease:
+    return UnknownLease(f"no lease {lease_id!r} is held")
 
 
 def not_written(page: int) -> NotWritten:

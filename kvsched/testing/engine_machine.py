@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import rule
 
 from kvsched.spec import events as ev
-from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, salt_of
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, pages_for, salt_of
 from kvsched.spec.engine_state import EngineState, sequence_of
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.page_keys import CacheSalt, page_hash, page_keys
@@ -190,6 +190,7 @@ class EngineMachine(CheckedMachine):
         self.submitted = 0
         self.published: list[tuple[tuple[int, ...], int]] = []  # (tokens, tenant) published so far
         self.conversations: list[tuple[tuple[int, ...], int]] = []  # (a prompt, + its output once finished; tenant)
+        self.leases: dict[int, dict[int, dict[int, Any]]] = {}  # lease id -> page -> the KV it saw
         self.salts = {CacheSalt(tenant, 0, config.model_id) for tenant in range(TENANTS)}
 
     def call(self, system: Any, event: Any) -> Outcome:
@@ -219,6 +220,15 @@ class EngineMachine(CheckedMachine):
             parent = self.submissions[int(event.parent)]
             child = replace(parent.request, request_id=int(event.child))
             self.submissions[child.request_id] = Submission(child, self.submitted, list(parent.streamed))
+        if isinstance(event, ev.LeaseRunning):  # the pages of its written tokens, as its table maps them
+            entry = next(entry for entry in after.running if entry.request.request_id == event.request_id)
+            slot = next(slot for slot in after.system.scheduler.slots if slot.request_id == event.request_id)
+            pages = [
+                page for page in slot.table[: pages_for(entry.computed, self.config.page_size)] if page is not None
+            ]
+            self.leases[value] = {page: dict(self.model.memory.pages.get(page, {})) for page in pages}
+        if isinstance(event, ev.EndLease):
+            return self._read_lease(int(event.lease_id))
         if isinstance(event, ev.PublishRunning):
             entry = next(entry for entry in after.running if entry.request.request_id == event.request_id)
             self.published.append((sequence_of(entry.request, entry.generated)[: event.tokens], entry.request.tenant))
@@ -245,6 +255,14 @@ class EngineMachine(CheckedMachine):
                     FailureKind.DETERMINISM, f"request {request_id} finished with {submission.streamed}"
                 )
         return self._places(value.preempted, after)
+
+    def _read_lease(self, lease_id: int) -> CheckFailure | None:
+        """The reader reads its pages: each holds the KV it held when the lease began."""
+        for page, seen in sorted(self.leases.pop(lease_id).items()):
+            now = self.model.memory.pages.get(page, {})
+            if now != seen:
+                return CheckFailure(FailureKind.GHOST, f"lease {lease_id} reads page {page}: {now}, not {seen}")
+        return None
 
     def _places(self, preempted: tuple[int, ...], after: EngineState) -> CheckFailure | None:
         queue = [entry.request.request_id for entry in after.queue]
@@ -342,6 +360,18 @@ class EngineMachine(CheckedMachine):
         parent = running[pick % len(running)].request.request_id if running else pick
         self.run(ev.ForkRunning(parent, child))
 
+    @rule(pick=st.integers(0, 5))
+    def lease(self, pick: int) -> None:
+        """A connector's save or a disaggregated send holds a running request's written pages."""
+        running = self.engine.to_spec().running
+        self.run(ev.LeaseRunning(running[pick % len(running)].request.request_id if running else pick))
+
+    @rule(pick=st.integers(0, 3))
+    def end_lease(self, pick: int) -> None:
+        """Some events later the reader reads what it holds and lets go (or names no lease)."""
+        held = sorted(self.leases)
+        self.run(ev.EndLease(held[pick % len(held)] if held else pick))
+
     @rule()
     def reset_cache(self) -> None:
         self.run(ev.ResetCache())
@@ -369,6 +399,8 @@ class EngineMachine(CheckedMachine):
         only published prefixes hold pages, and no state slot is held."""
         if self.failed:
             return
+        for lease_id in sorted(self.leases):
+            self.run(ev.EndLease(lease_id))
         state = self.engine.to_spec()
         work = [*state.queue, *state.running]
         bound = 8 + sum(4 * (len(entry.request.prompt) + entry.request.max_new_tokens) for entry in work)

@@ -235,4 +235,14 @@ ENGINE_VARIANTS = (
         target=HostTier,
         examples=3000,  # the host full while a promotion reads its least recently used page
     ),
+    EngineVariant(
+        "lease_holds_nothing",
+        "a connector's save takes no hold on the pages it reads: a finish frees them and another"
+        " request's KV reaches the save (DingoCache PR #76, SGLang #24527)",
+        "lease",
+        (("self.pool.retain(page)", "pass"), ("self._leases[lease_id] = pages", "self._leases[lease_id] = ()")),
+        FailureKind.LOCKSTEP,
+        FailureKind.GHOST,
+        shape="cached",
+    ),
 )

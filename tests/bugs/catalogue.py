@@ -469,6 +469,7 @@ CATALOGUE: tuple[Bug, ...] = (
         tiers="dingocache_76_preemption_frees_pages_a_lease_reads",
         manager="free_drops_leases",
         tiers_encoding="release_lets_go_of_the_lease",
+        engine="lease_holds_nothing",
     ),
     Bug(
         "host-page-reclaimed-mid-copy",

@@ -67,6 +67,18 @@ ENGINE = Component(
             },
         ),
         EventSpec(ev.ResetCache, z3=("cache_conservation:evict",), gaps={C: ENGINE_NOT_CONTRACTS}),
+        *(
+            EventSpec(
+                event,
+                ids=ids,
+                gaps={
+                    E: "not in the engine explorer's alphabet; the engine machine drives leases",
+                    Z: "the tiered cache's z3 model proves a lease's holds (kvsched.proofs.tier_safety)",
+                    C: ENGINE_NOT_CONTRACTS,
+                },
+            )
+            for event, ids in ((ev.LeaseRunning, ("request_id",)), (ev.EndLease, ("lease_id",)))
+        ),
         EventSpec(
             ev.Step,
             z3=(
