@@ -310,7 +310,7 @@ class Engine:
         self.pool.commit(pool)
         ids = {lease.lease_id for lease in self._leases}
         lease_id = next(number for number in range(len(ids) + 1) if number not in ids)
-        self._leases = (*self._leases, Leased(lease_id, pages))
+        self._leases = tuple(sorted((*self._leases, Leased(lease_id, pages)), key=lambda lease: lease.lease_id))
         return lease_id
 
     def end_lease(self, lease_id: int) -> None:

@@ -70,7 +70,7 @@ class EngineState:
     cancelled: tuple[int, ...]  # cancelled since the last step, in cancellation order
     admissions: int  # the admission clock: how many admissions so far
     host: HostState = NO_HOST  # the host tier and the copies in flight (none without one)
-    leases: tuple[Leased, ...] = ()  # asynchronous readers' holds, by id
+    leases: tuple[Leased, ...] = ()  # asynchronous readers' holds, in id order
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,15 +200,15 @@ def inv_engine_generated_bounded(state: EngineState) -> bool:
 
 def inv_engine_host_tier(state: EngineState) -> bool:
     """The host tier's pages are exact, its cache and its copies well formed, and the device
-    pages the copies and the leases hold are exactly the system's external holds; lease ids
-    are unique."""
+    pages the copies and the leases hold are exactly the system's external holds; leases are
+    in id order, each id once."""
     host = state.host
     return (
         host_tier.inv_host_pages_exact(host)
         and host_tier.inv_host_cache_well_formed(host)
         and host_tier.inv_host_copies_well_formed(host)
         and state.system.external == external_holds(host, state.leases)
-        and len({lease.lease_id for lease in state.leases}) == len(state.leases)
+        and [lease.lease_id for lease in state.leases] == sorted({lease.lease_id for lease in state.leases})
     )
 
 
