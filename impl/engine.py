@@ -400,7 +400,9 @@ class Engine:
             raise refusals.unknown_request(request_id)
         if slot in self._waiting:
             raise refusals.copy_pending(request_id, self._promoted_page(slot))
-        table = self.scheduler.page_table(request_id)[: pages_for(int(self._fields[slot, COMPUTED]), self.config.page_size)]
+        table = self.scheduler.page_table(request_id)[
+            : pages_for(int(self._fields[slot, COMPUTED]), self.config.page_size)
+        ]
         pages = tuple(page for page in table if page is not None)
         taken: list[int] = []
         try:

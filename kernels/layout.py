@@ -316,7 +316,9 @@ def check_tier_copy(
         if not 0 <= page < source_pages:
             raise ValueError(f"pair {index} reads page {page}, outside the source tier's [0, {source_pages})")
         if not 0 <= target < destination_pages:
-            raise ValueError(f"pair {index} writes page {target}, outside the destination tier's [0, {destination_pages})")
+            raise ValueError(
+                f"pair {index} writes page {target}, outside the destination tier's [0, {destination_pages})"
+            )
     destinations = table[:, 1].tolist()
     if len(set(destinations)) != len(destinations):
         raise ValueError(f"pairs write a destination page twice: {destinations}")

@@ -73,10 +73,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from kvsched.spec import host_tier
+from kvsched.spec import host_tier, refusals
 from kvsched.spec import pool as pool_ops
 from kvsched.spec import prefix_cache as cache_ops
-from kvsched.spec import refusals
 from kvsched.spec.batch import RaggedBatchOutput
 from kvsched.spec.domain import as_int, require_u64
 from kvsched.spec.engine_calls import (
@@ -704,9 +703,7 @@ class Engine:
 
     def _waiting_on(self, request_id: int | None, transfer_id: int) -> Running | None:
         """The running request waiting for copy `transfer_id`, if any."""
-        return next(
-            (e for e in self._running if e.request.request_id == request_id and transfer_id in e.waiting), None
-        )
+        return next((e for e in self._running if e.request.request_id == request_id and transfer_id in e.waiting), None)
 
     def _promoted_page(self, entry: Running) -> int:
         """A page `entry` waits for."""

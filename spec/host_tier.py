@@ -157,7 +157,9 @@ def promote(host: HostState, entry: HostPage, page: int, request_id: int) -> tup
     copy = Copy(host.issued, PROMOTE, page, entry.page, entry.key, entry.depth, request_id)
     cache = (*(other for other in host.cache if other != entry), entry)
     stats = replace(host.stats, promoted=host.stats.promoted + 1)
-    return replace(host, cache=cache, copies=(*host.copies, copy), issued=host.issued + 1, stats=stats), copy.transfer_id
+    return replace(
+        host, cache=cache, copies=(*host.copies, copy), issued=host.issued + 1, stats=stats
+    ), copy.transfer_id
 
 
 def count_hit(host: HostState, tokens: int) -> HostState:
@@ -234,7 +236,9 @@ def inv_host_copies_well_formed(host: HostState) -> bool:
     demoted = [copy.host_page for copy in host.copies if copy.kind == DEMOTE]
     cached = {entry.page: entry.key for entry in host.cache}
     promotions = all(
-        copy.request_id is not None and copy.host_page not in demoted and cached.get(copy.host_page, copy.key) == copy.key
+        copy.request_id is not None
+        and copy.host_page not in demoted
+        and cached.get(copy.host_page, copy.key) == copy.key
         for copy in host.copies
         if copy.kind == PROMOTE
     )
