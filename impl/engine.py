@@ -383,11 +383,7 @@ class Engine:
     def publish(self, request_id: int, tokens: int, identity: PrefixIdentity) -> None:
         """Publish a running request's KV for its first `tokens` tokens (the spec's `publish`)."""
         request_id = require_u64("request_id", request_id)
-        slot = self._running.get(request_id)
-        if slot is None:
-            raise refusals.unknown_request(request_id)
-        if slot in self._waiting:
-            raise refusals.copy_pending(request_id, self._promoted_page(slot))
+        slot = self._readable(request_id)
         count = refusals.require_published_tokens(request_id, tokens, int(self._fields[slot, COMPUTED]))
         pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
         self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
@@ -395,11 +391,7 @@ class Engine:
     def lease(self, request_id: int) -> int:
         """An asynchronous reader holds the running request's written pages (the spec's `lease`)."""
         request_id = require_u64("request_id", request_id)
-        slot = self._running.get(request_id)
-        if slot is None:
-            raise refusals.unknown_request(request_id)
-        if slot in self._waiting:
-            raise refusals.copy_pending(request_id, self._promoted_page(slot))
+        slot = self._readable(request_id)
         table = self.scheduler.page_table(request_id)[
             : pages_for(int(self._fields[slot, COMPUTED]), self.config.page_size)
         ]
@@ -1015,6 +1007,15 @@ class Engine:
         for slot in sorted(failed, key=self._victim_order):  # the latest first: places kept
             self._preempt(slot, record)
         return bool(failed)
+
+    def _readable(self, request_id: int) -> int:
+        """The spec's `_readable`: the slot of a running request that waits for no copy."""
+        slot = self._running.get(request_id)
+        if slot is None:
+            raise refusals.unknown_request(request_id)
+        if slot in self._waiting:
+            raise refusals.copy_pending(request_id, self._promoted_page(slot))
+        return slot
 
     def _promoted_page(self, slot: int) -> int:
         """A page `slot`'s request waits for."""

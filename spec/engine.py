@@ -281,11 +281,7 @@ class Engine:
         store takes its own references to those pages, and a later request naming `identity`
         attaches them (`EngineRequest.prefix`). `identity` must name exactly those tokens."""
         request_id = require_u64("request_id", request_id)
-        entry = next((entry for entry in self._running if entry.request.request_id == request_id), None)
-        if entry is None:
-            raise refusals.unknown_request(request_id)
-        if entry.waiting:
-            raise refusals.copy_pending(request_id, self._promoted_page(entry))
+        entry = self._readable(request_id)
         count = refusals.require_published_tokens(request_id, tokens, entry.computed)
         pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
         self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
@@ -296,11 +292,7 @@ class Engine:
         happens to the request. The lease's id (the least unused). `CopyPending` while the
         request waits for copies from the host tier."""
         request_id = require_u64("request_id", request_id)
-        entry = next((entry for entry in self._running if entry.request.request_id == request_id), None)
-        if entry is None:
-            raise refusals.unknown_request(request_id)
-        if entry.waiting:
-            raise refusals.copy_pending(request_id, self._promoted_page(entry))
+        entry = self._readable(request_id)
         table = self.scheduler.page_table(request_id)[: pages_for(entry.computed, self.config.page_size)]
         pages = tuple(page for page in table if page is not None)
         pool = self.pool.state
@@ -704,6 +696,16 @@ class Engine:
     def _waiting_on(self, request_id: int | None, transfer_id: int) -> Running | None:
         """The running request waiting for copy `transfer_id`, if any."""
         return next((e for e in self._running if e.request.request_id == request_id and transfer_id in e.waiting), None)
+
+    def _readable(self, request_id: int) -> Running:
+        """The running request `request_id`, once every page of its written tokens holds their
+        KV (it waits for no copy from the host tier); else `UnknownRequest` or `CopyPending`."""
+        entry = next((entry for entry in self._running if entry.request.request_id == request_id), None)
+        if entry is None:
+            raise refusals.unknown_request(request_id)
+        if entry.waiting:
+            raise refusals.copy_pending(request_id, self._promoted_page(entry))
+        return entry
 
     def _promoted_page(self, entry: Running) -> int:
         """A page `entry` waits for."""
