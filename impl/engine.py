@@ -1035,9 +1035,7 @@ class Engine:
         if evicted:
             return evicted
         spare = self.cache.cached_mask().astype(np.uint32) if self.config.prefix_caching else None
-        if spare is not None and keep:
-            spare[keep] = 0  # pages an admission is about to reuse are not spare for it
-        return self.store.reclaim(self.pool, pages, spare)
+        return self.store.reclaim(self.pool, pages, spare, keep or ())  # `keep`: reused, never counted freed
 
 
 def _pairs(plan: ArrayWritePlan) -> tuple[tuple[int, int], ...]:

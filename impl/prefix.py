@@ -18,7 +18,7 @@ arrays are.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -138,11 +138,18 @@ class PrefixKvStore:
         self.bind_pool(pool)
         return removed
 
-    def reclaim(self, pool: BlockPool, pages: int, spare: Mapping[int, int] | npt.NDArray[Any] | None = None) -> int:
+    def reclaim(
+        self,
+        pool: BlockPool,
+        pages: int,
+        spare: Mapping[int, int] | npt.NDArray[Any] | None = None,
+        keep: Sequence[int] = (),
+    ) -> int:
         """Evict idle entries LRU-first until `pages` pages are free (the spec's `reclaim`: with
-        `spare`, references other evicting owners hold, per page); the pages freed."""
+        `spare`, references other evicting owners hold, per page; `keep`, pages never counted
+        available); the pages freed."""
         pool = self.check_pool(pool)
-        freed = self._reclaim(pool, pages, _spare_array(spare, pool.physical_pages))
+        freed = self._reclaim(pool, pages, _spare_array(spare, pool.physical_pages), keep)
         self.bind_pool(pool)
         return freed
 
@@ -234,7 +241,9 @@ class PrefixKvStore:
         self._last_used[entry] = 0
         heapq.heappush(self._empty, entry)
 
-    def _reclaim(self, pool: BlockPool, pages: int, spare: npt.NDArray[np.uint32] | None = None) -> int:
+    def _reclaim(
+        self, pool: BlockPool, pages: int, spare: npt.NDArray[np.uint32] | None = None, keep: Sequence[int] = ()
+    ) -> int:
         """Evict idle entries, least recently used first, until `pages` pages are free (or
         only `spare`'s holders hold them).
 
@@ -244,9 +253,11 @@ class PrefixKvStore:
         refs = get_arrays(pool).refs
         if spare is None:
             spare = np.zeros(refs.shape[0], dtype=np.uint32)
+        counted = np.ones(refs.shape[0], dtype=np.bool_)
+        counted[[page for page in keep if 0 <= page < refs.shape[0]]] = False
 
         def available() -> int:
-            return pool.free_count() + int(np.count_nonzero((spare > 0) & (refs == spare)))
+            return pool.free_count() + int(np.count_nonzero((spare > 0) & (refs == spare) & counted))
 
         before = available()
         if before >= pages:

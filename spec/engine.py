@@ -719,9 +719,7 @@ class Engine:
         if evicted:
             return evicted
         spare = cache_ops.get_cache_references(self.cache)
-        for page in keep:  # pages an admission is about to reuse are not spare for it
-            spare.pop(page, None)
-        return self.store.reclaim(self.pool, pages, spare)
+        return self.store.reclaim(self.pool, pages, spare, keep)  # `keep`: reused, so never counted freed
 
     def _drop_for_the_last(self) -> bool:
         """With one request left to preempt, remove a published prefix that alone holds a page it

@@ -12,7 +12,7 @@ replaced set only after; a full registry replaces round-robin; `reclaim` evicts 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from kvsched.spec import pool as pool_ops
@@ -187,9 +187,12 @@ def droppable(state: StoreState, pool: PoolState, spare: Mapping[int, int] | Non
     return entry.page_set.identity
 
 
-def available_pages(pool: PoolState, spare: Mapping[int, int]) -> int:
-    """Free pages, and pages only `spare`'s holders hold (as good as free: they evict them)."""
-    return len(pool.free) + sum(1 for page, count in spare.items() if count and pool.refs[page] == count)
+def available_pages(pool: PoolState, spare: Mapping[int, int], keep: Collection[int] = ()) -> int:
+    """Free pages, and pages only `spare`'s holders hold (as good as free: they evict them),
+    but for those in `keep` (an admission is about to reuse them: they stay)."""
+    return len(pool.free) + sum(
+        1 for page, count in spare.items() if count and pool.refs[page] == count and page not in keep
+    )
 
 
 def require_reclaim_target(pages: object) -> int:
@@ -201,18 +204,23 @@ def require_reclaim_target(pages: object) -> int:
 
 
 def reclaim(
-    state: StoreState, pool: PoolState, pages: int, spare: Mapping[int, int] | None = None
+    state: StoreState,
+    pool: PoolState,
+    pages: int,
+    spare: Mapping[int, int] | None = None,
+    keep: Collection[int] = (),
 ) -> tuple[StoreState, PoolState, int]:
     """Evict idle entries, least recently used first, until `pages` pages are free (or, with
-    `spare`, available: see `available_pages`).
+    `spare`, available: see `available_pages`; a page in `keep` is never counted available,
+    though `spare`'s hold on it still leaves its entry idle).
 
     Stops early when no idle entry is left (a partial reclaim is still useful under pressure);
     returns how many pages became free (available).
     """
     pages = require_reclaim_target(pages)
     spare = spare or {}
-    before = available_pages(pool, spare)
-    while available_pages(pool, spare) < pages:
+    before = available_pages(pool, spare, keep)
+    while available_pages(pool, spare, keep) < pages:
         idle = [
             (entry.last_used, index)
             for index, entry in enumerate(state.entries)
@@ -223,7 +231,7 @@ def reclaim(
         _, index = min(idle)
         pool = _release_set(pool, state.entries[index])
         state = replace(state, entries=_with_entry(state, index, None))
-    return state, pool, available_pages(pool, spare) - before
+    return state, pool, available_pages(pool, spare, keep) - before
 
 
 class PrefixKvStore:
@@ -285,10 +293,12 @@ class PrefixKvStore:
         self.bind_pool(pool)
         return removed
 
-    def reclaim(self, pool: BlockPool, pages: int, spare: Mapping[int, int] | None = None) -> int:
+    def reclaim(
+        self, pool: BlockPool, pages: int, spare: Mapping[int, int] | None = None, keep: Collection[int] = ()
+    ) -> int:
         """Evict idle entries LRU-first until `pages` pages are free (`reclaim`); the pages freed."""
         pool = self.check_pool(pool)
-        self._state, pool_state, freed = reclaim(self._state, pool.state, pages, spare)
+        self._state, pool_state, freed = reclaim(self._state, pool.state, pages, spare, keep)
         pool.commit(pool_state)
         self.bind_pool(pool)
         return freed

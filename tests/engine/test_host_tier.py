@@ -165,3 +165,33 @@ def test_a_lease_holds_its_pages_through_a_finish_until_it_ends(flavour: Any) ->
         engine.lease(1)
     engine.end_lease(0)
     assert all(count == 0 for count in engine.to_spec().system.pool.refs)
+
+
+def found_by_the_machine(state: Any) -> None:
+    """A program the engine machine found (host shape, random seed): request 1 is preempted, the
+    prefix it named is dropped, and readmitted it hits a cached page that an idle published
+    prefix also holds. Relief then refused to reclaim that prefix (the page the admission keeps
+    was not counted as the cache's), so request 1 waited forever: LIVENESS at teardown."""
+    base = {"base": (3, 1, 4, 1, 5, 9, 2, 6), "eos": None, "prefix": 0}
+    every = {"copies": (1,)}
+    state.submit(max_new_tokens=7, priority=0, request_id=2, shared=2, tail=(0, 0), tenant=1, **base)
+    state.steps(count=6, **every)
+    state.submit(max_new_tokens=3, priority=0, request_id=3, shared=5, tail=(0, 0), tenant=1, **base)
+    state.fork(child=0, pick=0)
+    state.publish(pick=0, tokens=6)
+    state.steps(count=2, **every)
+    state.submit(max_new_tokens=5, priority=1, request_id=1, shared=5, tail=(), tenant=0, **base)
+    state.steps(count=13, **every)
+    state.submit_after_published(max_new_tokens=4, pick=0, request_id=1, tail=())
+    state.lease(pick=0)
+    state.publish(pick=0, tokens=7)
+    state.steps(count=6, **every)
+    state.teardown()
+
+
+@pytest.mark.parametrize("lockstep", [False, True], ids=["spec-alone", "impl-lockstep"])
+def test_an_idle_prefix_holding_an_admissions_hit_is_reclaimed_for_it(lockstep: bool) -> None:
+    from kvsched.testing.engine_machine import SHAPES, engine_machine, spec_engine
+
+    machine = engine_machine(config=SHAPES["host"]) if lockstep else engine_machine(spec_engine, None, SHAPES["host"])
+    found_by_the_machine(machine())
