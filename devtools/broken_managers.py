@@ -9,10 +9,11 @@ manager it derives from passes the same calls. Listed, with every other corpus, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from devtools import cow_toy
+from kvsched.spec.host_tier import Copy as HostCopy
 from kvsched.testing.adapter import ManagerFactory, PoolView
 from kvsched.testing.adapters import kvsched_parts
 from kvsched.testing.outcome import FailureKind
@@ -46,7 +47,31 @@ class Broken(kvsched_parts.KvschedManager):
     def _promoted_pair(self, host_page: int, page: int) -> tuple[int, int]:
         if self.fault == "promote_wrong_host_page":  # TRT-LLM #8813: another block's KV restored
             return min(self.host.to_spec().cache, key=lambda entry: entry.page).page, page
+        others = sorted(held for table in self.view().tables.values() if page not in table for held in table)
+        if self.fault == "promote_into_other" and others:  # SGLang #24527: the copy lands in another's page
+            return host_page, others[0]
         return super()._promoted_pair(host_page, page)
+
+    def commit(self, request_id: int, tokens: Any, found: kvsched_parts.Found) -> int | None:
+        cached = super().commit(request_id, tokens, found)
+        if self.fault == "promote_reclaimed" and self.promote(request_id):  # SGLang PR #38480
+            self.host.reset()  # the host pages the promotion's copies read, reclaimed before they are made
+        return cached
+
+    def demote(self) -> list[tuple[int, int]]:
+        pairs = super().demote()
+        if self.fault == "demote_unwritten":  # SGLang PR #33970: a page copied before its KV is written
+            for request_id, table in sorted(self.view().tables.items()):
+                pairs += [(page, 0) for page in table[self.published[request_id] :][:1]]
+        if self.fault == "host_freed_twice":  # TRT-LLM PR #12834: a host page taken, still counted free
+            self.host._free += [host_page for _, host_page in pairs]
+        return pairs
+
+    def _complete_demotion(self, copy: HostCopy) -> None:
+        if self.fault == "host_page_lost":  # TRT-LLM PR #12834: a host page taken, counted nowhere
+            return
+        # vLLM #53498: the copy made, its key never registered (the host page back on the free stack)
+        self.host.complete(copy, self.fault != "demote_never_registers")
 
     def append(self, request_id: int, token: int) -> bool:
         if self.fault == "no_copy":  # a fork's shared last page written in place
@@ -60,6 +85,11 @@ class Broken(kvsched_parts.KvschedManager):
         tables = dict(view.tables)
         if self.fault == "leak" and self.lost:
             return PoolView(view.holders, view.free - self.lost, tables, view.cached)
+        if self.fault == "host_key_twice" and view.host and view.host_free:  # a key re-demoted, the old copy kept
+            page, key = min(view.host.items(), key=lambda item: str(item[1]))
+            spare = min(view.host_free)
+            host = {**view.host, spare: key}
+            return replace(view, host=host, host_free=view.host_free - {spare})
         if self.fault == "holder_count" and tables:
             page = next(iter(tables.values()))[0]
             holders = list(view.holders)
@@ -170,6 +200,40 @@ def promote_wrong_host_page(pages: int, page_size: int) -> Broken:
     return manager
 
 
+def tiered_broken(fault: str, doc: str) -> Callable[[int, int], Broken]:
+    """A factory of kvsched's parts with a host tier (as `kvsched_parts.tiered`) and `fault`."""
+
+    def factory(pages: int, page_size: int) -> Broken:
+        manager = broken(fault)(pages, page_size)
+        tiered = kvsched_parts.tiered(pages, page_size)
+        manager.host, manager.capabilities = tiered.host, tiered.capabilities
+        return manager
+
+    factory.__doc__ = doc
+    return factory
+
+
+demote_unwritten = tiered_broken(
+    "demote_unwritten", "SGLang PR #33970's shape: a live request's page is copied out before its KV is written."
+)
+demote_never_registers = tiered_broken(
+    "demote_never_registers", "vLLM #53498's shape: a demotion's copy is made, but the host never registers its key."
+)
+host_freed_twice = tiered_broken(
+    "host_freed_twice", "TRT-LLM PR #12834's shape: a host page a demotion took stays counted as free."
+)
+host_page_lost = tiered_broken(
+    "host_page_lost", "TRT-LLM PR #12834's other half: a host page a demotion took is counted nowhere."
+)
+host_key_twice = tiered_broken("host_key_twice", "A key demoted again to a second host page, the first one kept.")
+promote_into_other = tiered_broken(
+    "promote_into_other", "SGLang #24527's shape: a promotion's copy lands in a page another request holds."
+)
+promote_reclaimed = tiered_broken(
+    "promote_reclaimed", "SGLang PR #38480's shape: the host pages a promotion reads are reclaimed mid-copy."
+)
+
+
 def demote_evict_then_return(machine: SafetyMachine) -> None:
     """Two prompts cached, both demoted, evicted by a third, then the second asked for again."""
     machine.submit(1, (0, 0, 0, 0, 1))
@@ -180,6 +244,30 @@ def demote_evict_then_return(machine: SafetyMachine) -> None:
     machine.submit(3, (2,) * 16)  # every page: the cached ones evicted
     machine.finish(3)
     machine.submit(4, (1, 1, 1, 1, 1))  # found in the host tier only
+
+
+def demote_a_live_request(machine: SafetyMachine) -> None:
+    """A live request with a partly written page, then a demotion."""
+    machine.submit(1, (0, 0, 1))
+    machine.demote()
+
+
+def demote_one(machine: SafetyMachine) -> None:
+    """A finished prompt's cached pages demoted."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+
+
+def promote_beside_a_live_request(machine: SafetyMachine) -> None:
+    """As `demote_evict_then_return`, with another request live when the host pages come back."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+    machine.submit(3, (2,) * 16)  # every page: the cached ones evicted
+    machine.finish(3)
+    machine.submit(5, (7, 7, 7))
+    machine.submit(4, (0, 0, 0, 0, 1))  # found in the host tier only
 
 
 @dataclass(frozen=True)
@@ -226,6 +314,33 @@ MANAGERS: dict[str, BrokenManager] = {
         BrokenManager(
             "promote_wrong_host_page",
             promote_wrong_host_page,
+            kvsched_parts.tiered,
+            demote_evict_then_return,
+            FailureKind.GHOST,
+        ),
+        BrokenManager(
+            "demote_unwritten", demote_unwritten, kvsched_parts.tiered, demote_a_live_request, FailureKind.INVARIANT
+        ),
+        BrokenManager(
+            "demote_never_registers",
+            demote_never_registers,
+            kvsched_parts.tiered,
+            demote_one,
+            FailureKind.INVARIANT,
+        ),
+        BrokenManager("host_freed_twice", host_freed_twice, kvsched_parts.tiered, demote_one, FailureKind.INVARIANT),
+        BrokenManager("host_page_lost", host_page_lost, kvsched_parts.tiered, demote_one, FailureKind.INVARIANT),
+        BrokenManager("host_key_twice", host_key_twice, kvsched_parts.tiered, demote_one, FailureKind.INVARIANT),
+        BrokenManager(
+            "promote_into_other",
+            promote_into_other,
+            kvsched_parts.tiered,
+            promote_beside_a_live_request,
+            FailureKind.EXCLUSIVE,
+        ),
+        BrokenManager(
+            "promote_reclaimed",
+            promote_reclaimed,
             kvsched_parts.tiered,
             demote_evict_then_return,
             FailureKind.GHOST,

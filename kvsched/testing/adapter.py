@@ -41,8 +41,8 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
     demote() -> Sequence[tuple[int, int]]        (capabilities "demote" and "promote", together)
         The manager copies cached device pages it would evict next into its host tier: the
         (device page, host page) copies it asks the engine to make (the harness copies its ghost
-        KV along). The host tier then holds each under its page's key; the device pages stay
-        where they were (cached, evictable). Its host pages are the view's `host`.
+        KV along). The host tier then holds each under its page's key (the view's `host`); the
+        device pages stay where they were (cached, evictable).
     promote(request_id) -> Sequence[tuple[int, int]]
         The (host page, device page) copies the last successful `admit` or `commit` of the
         request asked for: pages its prompt found in the host tier, past those found on the
@@ -113,8 +113,10 @@ class PoolView:
     them from its cache (a radix tree's unlocked pages: not free, and not lost); a manager
     whose free set already holds its unheld cached pages (vLLM, nano-vllm) leaves it empty.
     `leased[page]` is how many leases (capability "lease") hold the page: a leased page is not
-    free, and its leases are not among its `holders`. `host` maps each page of the host tier
-    (capability "demote") that holds KV to its key.
+    free, and its leases are not among its `holders`. With a host tier (capability "demote"),
+    `host_pages` is its size, `host` maps each host page that holds KV to its key (the key its
+    device page was cached under), and `host_free` are the host pages the tier may hand out
+    next. Between calls no copy is in flight, so every host page is exactly one of the two.
     """
 
     holders: tuple[int, ...]
@@ -125,6 +127,8 @@ class PoolView:
     evictable: frozenset[int] = frozenset()
     leased: Mapping[int, int] = field(default_factory=dict)
     host: Mapping[int, object] = field(default_factory=dict)
+    host_free: frozenset[int] = frozenset()
+    host_pages: int = 0
 
 
 @runtime_checkable

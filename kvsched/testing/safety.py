@@ -357,9 +357,17 @@ class SafetyMachine:
             raise ValueError("no demote capability")
         cached = self.manager.view().cached
         pairs = self._step(ManagerDemote(), lambda: list(self.manager.demote()))
+        host = self.manager.view().host
+        last = {host_page: page for page, host_page in pairs}  # a later copy to a host page replaces an earlier one
         for page, host_page in pairs:
             if page not in cached:
                 self._fail(FailureKind.INVARIANT, f"the manager demotes page {page}, which its cache does not hold")
+            if last[host_page] == page and host.get(host_page) != cached[page]:
+                self._fail(
+                    FailureKind.INVARIANT,
+                    f"the manager demotes page {page} to host page {host_page}, but its host tier then holds"
+                    f" {'nothing' if host_page not in host else repr(host[host_page])} there, not page {page}'s key",
+                )
             self.host_kv[host_page] = dict(self.kv.get(page, {}))
         self.coverage["demoted"] += len(pairs)
         return len(pairs)

@@ -462,6 +462,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "abort-frees-pages-under-a-copy",
         "An abort frees a page a copy is still writing; the late write lands in the next owner's page (SGLang #24527).",
         tiers="sglang_24527_abort_frees_pages_under_a_copy",
+        manager="promote_into_other",
     ),
     Bug(
         "preemption-frees-leased-pages",
@@ -477,6 +478,7 @@ CATALOGUE: tuple[Bug, ...] = (
         tiers="sglang_38480_host_page_reclaimed_mid_copy",
         tiers_encoding="host_evict_under_a_copy",
         engine="host_page_taken_while_read",
+        manager="promote_reclaimed",
     ),
     Bug(
         "pin-trusts-device-lookup",
@@ -495,6 +497,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "A completed demotion is never registered on the host: every host lookup misses (vLLM #53498).",
         tiers="vllm_53498_host_hashes_never_registered",
         engine="host_lookup_misses",
+        manager="demote_never_registers",
     ),
     Bug(
         "reused-host-page-keeps-key",
@@ -512,6 +515,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "copy-reads-unwritten-page",
         "An asynchronous reader starts on a page the forward pass has not written (SGLang PR #33970).",
         tiers="sglang_33970_copy_reads_an_unwritten_page",
+        manager="demote_unwritten",
     ),
     Bug(
         "promotion-not-awaited",
@@ -528,6 +532,21 @@ CATALOGUE: tuple[Bug, ...] = (
         "failed-copy-served",
         "A copy from the host that failed is taken as completed: the request reads a partial write.",
         engine="failed_promotion_served",
+    ),
+    Bug(
+        "host-page-counted-free",
+        "A host page a demotion took stays on the host's free list: the tier counts it twice (TRT-LLM PR #12834).",
+        manager="host_freed_twice",
+    ),
+    Bug(
+        "host-page-lost",
+        "A host page a demotion took is counted neither free nor cached: the tier loses it (TRT-LLM PR #12834).",
+        manager="host_page_lost",
+    ),
+    Bug(
+        "host-key-on-two-pages",
+        "A key demoted again lands on a second host page while the first keeps it: two pages, one key.",
+        manager="host_key_twice",
     ),
     Bug(
         "copy-keeps-its-hold",

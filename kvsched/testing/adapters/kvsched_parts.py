@@ -31,6 +31,7 @@ from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.prefix_cache import PrefixCache
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.spec.errors import CacheInUse, Exhausted
+from kvsched.spec.host_tier import Copy as HostCopy
 from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, sha256
 from kvsched.spec.pool import Copy
 from kvsched.testing.adapter import PoolView
@@ -133,9 +134,12 @@ class KvschedManager:
             if self.host.wants(key):
                 self.host.demote(page, key, depth)
                 copy = self.host.copies[self.host.issued - 1]
-                self.host.complete(copy, True)
+                self._complete_demotion(copy)
                 pairs.append((page, copy.host_page))
         return pairs
+
+    def _complete_demotion(self, copy: HostCopy) -> None:
+        self.host.complete(copy, True)
 
     def append(self, request_id: int, token: int) -> bool:
         self.cache.settle()
@@ -225,7 +229,7 @@ class KvschedManager:
         for pages in self.leases.values():
             np.add.at(leased, pages, 1)
         holders = refs - cached - leased
-        spec = self.cache.to_spec()
+        spec, host = self.cache.to_spec(), self.host.to_spec()
         tables = {request_id: self.scheduler.page_table(request_id) for request_id in self.tokens}
         return PoolView(
             holders=tuple(holders.tolist()),
@@ -235,7 +239,9 @@ class KvschedManager:
             },
             cached={entry.page: entry.key for entry in spec.pages},
             leased={page: int(n) for page, n in enumerate(leased.tolist()) if n},
-            host={entry.page: entry.key for entry in self.host.to_spec().cache},
+            host={entry.page: entry.key for entry in host.cache},
+            host_free=frozenset(host.free),
+            host_pages=host.pages,
         )
 
     def _room(self, pages: int, keep: Sequence[int]) -> bool:

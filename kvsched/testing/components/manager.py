@@ -210,13 +210,29 @@ def view_problems(state: ManagerState) -> list[str]:
         if n and page in view.free
     ]
     problems += evictable_problems(view, counts)
+    problems += host_problems(view)
+    if state.single_owner:
+        problems += owner_problems(view, counts, pages)
+    return problems
+
+
+def host_problems(view: PoolView) -> list[str]:
+    """The host tier, between calls: each of its pages holds one key or is free, never both
+    and never neither (the tier's free count is exact), and no key is on two host pages."""
     keys = list(view.host.values())
-    problems += [
+    problems = [
         f"host pages {sorted(page for page, key in view.host.items() if key == twice)} hold one key"
         for twice in {key for key in keys if keys.count(key) > 1}
     ]
-    if state.single_owner:
-        problems += owner_problems(view, counts, pages)
+    problems += [
+        f"host page {page} is free while it holds key {view.host[page]!r}"
+        for page in sorted(view.host_free & set(view.host))
+    ]
+    pages, named = set(range(view.host_pages)), view.host_free | set(view.host)
+    if pages - named:
+        problems.append(f"host pages {sorted(pages - named)} are neither free nor hold a key: the tier lost them")
+    if named - pages:
+        problems.append(f"host pages {sorted(named - pages)} are outside the tier's {view.host_pages} pages")
     return problems
 
 
@@ -281,6 +297,8 @@ def view_changes(before: PoolView, after: PoolView) -> str:
         changes.append(f"leased {dict(before.leased)} -> {dict(after.leased)}")
     if before.host != after.host:
         changes.append(f"host {dict(before.host)} -> {dict(after.host)}")
+    if before.host_free != after.host_free:
+        changes.append(f"host free {sorted(before.host_free)} -> {sorted(after.host_free)}")
     return "; ".join(changes)
 
 
