@@ -1,0 +1,166 @@
+"""vLLM's `BlockPool` with vLLM's CPU offloading manager as its host tier, behind the adapter
+protocol (capabilities "demote" and "promote"; vLLM 0.32.0 to 0.34.0, in the venvs `make vllm`
+builds).
+
+The device side is `kvsched.testing.adapters.vllm.VllmPool`: the pool driven as vLLM's
+full-attention manager drives it. The host tier is vLLM's own `CPUOffloadingManager`
+(`vllm.v1.kv_offload.cpu.manager`, LRU policy), one chunk per host page, called the way vLLM's
+offloading connector calls it (`OffloadingConnectorScheduler`), with the copies completing
+within the call (the harness makes them):
+
+- demote: each cached block only the pool's cache holds, in the order the pool would evict
+  them, whose key the host lacks (`lookup` misses), is offered alone to `prepare_store`; the
+  chunk it names is the copy's destination, and `complete_store` makes it loadable. A refused
+  store (the host's chunks all pinned) ends the demotion.
+- admit: the device run of `get_cached_block` hits, then the host run after it (`lookup` hits,
+  as `get_num_new_matched_tokens` counts them), both capped before the prompt's last token;
+  once the pool has the blocks, `prepare_load` pins the host run's chunks and names them (as
+  `update_state_after_alloc` does), each is copied into the request's fresh block in its
+  position, and `complete_load` unpins them. A refusal (too few free blocks) happens before
+  any of it: nothing changes.
+- free: `on_request_finished`; reset_cache: the pool's `reset_prefix_cache` alone, as vLLM's
+  scheduler resets by default (`reset_connector=False`): the host tier keeps its chunks.
+
+Keys: a host chunk's `OffloadKey` is its block's hash with its group index (0), the same bytes as
+the device block's `BlockHashWithGroupId`, so the view's `host` and `cached` compare directly.
+The view's `host` is the chunks `lookup` would serve (ready); `host_free` the chunks the manager
+would hand out next (its free list and the chunks it has never allocated).
+
+Broken variants of the host tier (each an upstream bug's shape) are in
+`devtools/vllm/offload_variants.py`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from kvsched.testing.adapter import PoolView
+from kvsched.testing.adapters.vllm import VllmPool, pool_view
+
+OFFLOAD_GROUP = 0  # the one KV-cache group the harness's pool has
+
+
+class _Offload:
+    """vLLM's offloading modules, imported once (vLLM is optional)."""
+
+    def __init__(self) -> None:
+        self.base: Any = importlib.import_module("vllm.v1.kv_offload.base")
+        self.cpu: Any = importlib.import_module("vllm.v1.kv_offload.cpu.manager")
+
+
+_modules: _Offload | None = None
+
+
+def _offload() -> _Offload:
+    global _modules
+    if _modules is None:
+        _modules = _Offload()
+    return _modules
+
+
+class VllmOffloaded(VllmPool):
+    """vLLM's `BlockPool` over `pages` blocks and vLLM's `CPUOffloadingManager` over `host_pages`
+    chunks; see the module docstring."""
+
+    capabilities = frozenset({"atomic", "reset_cache", "demote", "promote"})
+
+    def __init__(self, pages: int, page_size: int, host_pages: int | None = None, host_class: Any = None) -> None:
+        super().__init__(pages, page_size)
+        self.offload = _offload()
+        self.host_pages = pages if host_pages is None else host_pages
+        self.host = (host_class or self.offload.cpu.CPUOffloadingManager)(self.host_pages, cache_policy="lru")
+        self.contexts: dict[int, Any] = {}  # each live request's offloading context
+        self._promoted: dict[int, list[tuple[int, int]]] = {}  # the last admission's (host page, page) copies
+        self._stores = 0  # demotions so far: each store has its own context
+        self.probe = self.offload.base.ReqContext(req_id="lookup")  # a lookup's context (lookups read none)
+
+    def _context(self, name: str) -> Any:
+        context = self.offload.base.ReqContext(req_id=name)
+        self.host.on_new_request(context)
+        return context
+
+    def _key(self, block_hash: bytes) -> Any:
+        return self.offload.base.make_offload_key(block_hash, OFFLOAD_GROUP)
+
+    def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
+        request = self.vllm.request_for(request_id, tokens, self.page_size)
+        limit = (len(tokens) - 1) // self.page_size
+        hits = []
+        for block_hash in request.block_hashes[:limit]:
+            found = self.pool.get_cached_block(block_hash, [OFFLOAD_GROUP])
+            if found is None:
+                break
+            hits.append(found[0])
+        hit = self.offload.base.LookupResult.HIT
+        loads = []
+        for block_hash in request.block_hashes[len(hits) : limit]:
+            key = self._key(block_hash)
+            if self.host.lookup(key, self.probe) is not hit:
+                break
+            loads.append(key)
+        fresh = -(-len(tokens) // self.page_size) - len(hits)
+        if fresh > self.pool.get_num_free_blocks() - sum(block.ref_cnt == 0 for block in hits):
+            return None
+        context = self._context(str(request_id))
+        self.pool.touch(hits)
+        blocks = self.pool.get_new_blocks(fresh)
+        self.requests[request_id] = (request, hits + blocks)
+        self.cached[request_id] = len(hits)
+        self.contexts[request_id] = context
+        pairs = []
+        if loads:
+            chunks = self.host.prepare_load(loads, context).block_ids
+            pairs = [(int(chunk), block.block_id) for chunk, block in zip(chunks, blocks[: len(loads)], strict=True)]
+            self.host.complete_load(loads, context)
+        self._promoted[request_id] = pairs
+        return (len(hits) + len(loads)) * self.page_size
+
+    def promote(self, request_id: int) -> list[tuple[int, int]]:
+        return self._promoted.get(request_id, [])
+
+    def demote(self) -> list[tuple[int, int]]:
+        """Offer each block only the cache holds, in eviction order, to the host tier."""
+        pairs = []
+        miss = self.offload.base.LookupResult.MISS
+        for block in self.pool.free_block_queue.get_all_free_blocks():
+            if block.block_hash is None:
+                continue
+            key = self.offload.base.OffloadKey(bytes(block.block_hash))
+            if self.host.lookup(key, self.probe) is not miss:
+                continue
+            self._stores += 1
+            context = self._context(f"store-{self._stores}")
+            stored = self.host.prepare_store([key], context)
+            if stored is None:
+                break
+            chunks = stored.store_spec.block_ids
+            self.host.complete_store(stored.keys_to_store, context)
+            self.host.on_request_finished(context)
+            pairs += [(block.block_id, int(chunk)) for chunk in chunks]
+        return pairs
+
+    def free(self, request_id: int) -> None:
+        super().free(request_id)
+        self._promoted.pop(request_id, None)
+        self.host.on_request_finished(self.contexts.pop(request_id))
+
+    def view(self) -> PoolView:
+        tables = {rid: tuple(block.block_id for block in blocks) for rid, (_, blocks) in self.requests.items()}
+        host = self.host
+        chunks = host._policy.chunks.items()
+        never_allocated = range(host._num_allocated_chunks, host._num_chunks)
+        return replace(
+            pool_view(self.pool, tables),
+            host={int(chunk.chunk_id): bytes(key) for key, chunk in chunks if chunk.is_ready},
+            host_free=frozenset(host._free_list) | frozenset(never_allocated),
+            host_pages=self.host_pages,
+        )
+
+
+def offloaded(pages: int, page_size: int) -> VllmOffloaded:
+    """vLLM's `BlockPool` with vLLM's `CPUOffloadingManager` as its host tier (as many chunks as
+    blocks), as installed."""
+    return VllmOffloaded(pages, page_size)
