@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from kvsched.spec import host_tier
 from kvsched.spec.engine_config import EngineConfig, EngineRequest
+from kvsched.spec.engine_tiers import is_a_tiered_cache
 from kvsched.spec.host_tier import NO_HOST, PROMOTE, HostState
 from kvsched.spec.invariants import INVARIANTS
 from kvsched.spec.slots import RequestState, is_live
@@ -232,6 +233,13 @@ def inv_engine_waits_for_promotions(state: EngineState) -> bool:
     return True
 
 
+def inv_engine_is_a_tiered_cache(state: EngineState) -> bool:
+    """As a tiered cache (`engine_tiers.as_tiers`), every device and host page's count is its
+    holders and each free stack is exactly the unheld pages: the invariants z3 proves the tiered
+    cache keeps at every size (`kvsched.proofs.tier_safety`)."""
+    return is_a_tiered_cache(state.system, state.host, [lease.pages for lease in state.leases])
+
+
 EngineInvariant = Callable[[EngineState], bool]
 
 ENGINE_INVARIANTS: tuple[EngineInvariant, ...] = (
@@ -244,6 +252,7 @@ ENGINE_INVARIANTS: tuple[EngineInvariant, ...] = (
     inv_engine_generated_bounded,
     inv_engine_host_tier,
     inv_engine_waits_for_promotions,
+    inv_engine_is_a_tiered_cache,
 )
 
 

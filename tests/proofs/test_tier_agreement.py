@@ -13,10 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from kvsched import spec
 from kvsched.proofs import tier_safety
 from kvsched.proofs.component_explorer import ComponentExplorer
+from kvsched.proofs.engine_explorer import HOSTED, EngineExplorer
+from kvsched.spec import EngineRequest
+from kvsched.spec.engine_state import EngineState, inv_engine_is_a_tiered_cache
+from kvsched.spec.engine_tiers import as_tiers
 from kvsched.spec.tiers import Tier, TierState
 from kvsched.testing.components.tiers import TierConfig, spec_tiers
+from kvsched.testing.engine_machine import spec_engine
+from kvsched.testing.engine_model import HarnessModel
 from kvsched.testing.registry import TIERS
 
 CONFIG = TierConfig(device_pages=2, host_pages=1, chains=(("a",),), requests=2)
@@ -75,3 +82,68 @@ def test_the_model_rejects_every_corruption() -> None:
         for state in corrupted:
             assert not carried(state), (name, state)  # the spec sees it...
             assert not tier_safety.holds(state), (name, state)  # ...and the model sees it
+
+
+# -- the engine as a tiered cache ---------------------------------------------------------------
+
+
+def engine_states() -> list[EngineState]:
+    """The hosted engine explorer's first states (copies in flight among them), and an engine's
+    states around a lease (held through its request's finish)."""
+    explorer = EngineExplorer(replace(HOSTED, max_states=500), spec_engine)
+    assert explorer.run().violation is None
+    states: list[EngineState] = list(explorer.states)
+    engine = spec.Engine(HOSTED.config, HarnessModel(HOSTED.config.page_size))
+    engine.submit(EngineRequest(1, (3, 1, 4, 1, 5), 3))
+    engine.step()
+    lease = engine.lease(1)
+    states.append(engine.to_spec())
+    while engine.has_work():
+        engine.step()
+        states.append(engine.to_spec())
+    engine.end_lease(lease)
+    states.append(engine.to_spec())
+    assert any(state.host.copies for state in states) and any(state.leases for state in states)
+    return states
+
+
+def tiers_of(state: EngineState) -> TierState:
+    return as_tiers(state.system, state.host, [lease.pages for lease in state.leases])
+
+
+def _pool_count(state: EngineState, page: int, by: int) -> EngineState:
+    pool = state.system.pool
+    refs = list(pool.refs)
+    refs[page] += by
+    return replace(state, system=replace(state.system, pool=replace(pool, refs=tuple(refs))))
+
+
+ENGINE_CORRUPTIONS: dict[str, Callable[[EngineState], Iterator[EngineState]]] = {
+    "a leased page's hold dropped (the lease-free reuse)": lambda s: (
+        _pool_count(s, page, -1) for lease in s.leases[:1] for page in lease.pages[-1:]
+    ),
+    "a device page counted once more": lambda s: (
+        _pool_count(s, page, 1) for page, n in enumerate(s.system.pool.refs) if n
+    ),
+    "a host page on the free stack under a copy": lambda s: (
+        replace(s, host=replace(s.host, free=(*s.host.free, copy.host_page))) for copy in s.host.copies[-1:]
+    ),
+}
+
+
+def test_every_engine_state_is_a_tiered_cache_state_the_model_accepts() -> None:
+    """The tiers' z3 invariant (proved inductive at every size) holds on the engine's states,
+    through the abstraction the engine's own invariant checks (`inv_engine_is_a_tiered_cache`)."""
+    for state in engine_states():
+        assert inv_engine_is_a_tiered_cache(state), state
+        assert tier_safety.holds(tiers_of(state)), state
+
+
+def test_a_corrupted_engine_state_is_rejected_by_the_invariant_and_the_model() -> None:
+    states = engine_states()
+    for name, corrupt in ENGINE_CORRUPTIONS.items():
+        corrupted = [bad for state in states for bad in corrupt(state)][-20:]  # the last: leases, copies
+        assert corrupted, f"no engine state to corrupt with {name!r}"
+        for state in corrupted:
+            assert not inv_engine_is_a_tiered_cache(state), (name, state)
+            assert not tier_safety.holds(tiers_of(state)), (name, state)
