@@ -14,8 +14,9 @@ the check named on its pinned program.
                       restores the other's KV -> GHOST (the view maps a host page to one key,
                       so the two keys show only when one is read)
 
-Each pinned program passes on vLLM's own manager with the same host size. Then a safety campaign
-of `--examples` programs on the reference adapter must pass, with demotions and promotions seen.
+Each pinned program passes on vLLM's own manager with the same host size. A search of
+`--examples` programs must also find each broken manager (by whichever check fails first), and
+the same search on the reference adapter must pass, with demotions and promotions seen.
 
     python offload_teeth.py [--examples N] [--json OUT]   (vLLM's venv; run from outside the checkout)
 """
@@ -143,8 +144,18 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"variants": {}}
     for name, variant in VARIANTS.items():
         detail = caught(variant)
-        results["variants"][name] = {"bug": variant.bug, "kind": variant.kind.value, "detail": detail}
+        found = search_safety(factory(variant, variant.host_pages), examples=args.examples, seed_value=2).failure
+        if found is None:
+            print(f"{name} ({variant.bug}): the search of {args.examples} programs did not find it", file=sys.stderr)
+            return 1
+        results["variants"][name] = {
+            "bug": variant.bug,
+            "kind": variant.kind.value,
+            "detail": detail,
+            "searched": found.kind.value,
+        }
         print(f"{name} ({variant.bug}): caught by {variant.kind.value}: {detail}", file=sys.stderr)
+        print(f"  and found by the search: {found.kind.value}: {found.detail[:160]}", file=sys.stderr)
     started = time.process_time()
     campaign = search_safety(factory(None, 8), examples=args.examples, seed_value=2)
     seconds = time.process_time() - started
