@@ -270,22 +270,36 @@ def check_copy(
     pages = check_cache_pair(k_cache, v_cache, 5 if layered else 4)[0]
     check_writable("k_cache", k_cache)
     check_writable("v_cache", v_cache)
-    table = np.asarray(pairs)
-    if table.size == 0:
-        return np.zeros((0, 2), dtype=np.int32)
-    if table.ndim != 2 or table.shape[1] != 2 or table.dtype.kind not in "iu":
-        raise ValueError(f"pairs must be integer (source, destination) pairs, got shape {table.shape}")
+    table = _pair_table(pairs)
     for index, (source, destination) in enumerate(table.tolist()):
         if not (0 <= source < pages and 0 <= destination < pages):
             raise ValueError(f"pair {index} ({source} -> {destination}) names a page outside [0, {pages})")
         if source == destination:
             raise ValueError(f"pair {index} copies page {source} onto itself")
+    checked = _written_once(table)
+    overlap = set(table[:, 1].tolist()) & set(table[:, 0].tolist())
+    if overlap:
+        raise ValueError(f"pages {sorted(overlap)} are both a source and a destination in one copy batch")
+    return checked
+
+
+def _pair_table(pairs: Any) -> npt.NDArray[Any]:
+    """`pairs` as a `[copies, 2]` integer array, as given (its pages are the caller's to check,
+    against its tiers, before `_written_once` narrows it)."""
+    table = np.asarray(pairs)
+    if table.size == 0:
+        return np.zeros((0, 2), dtype=np.int32)
+    if table.ndim != 2 or table.shape[1] != 2 or table.dtype.kind not in "iu":
+        raise ValueError(f"pairs must be integer (source, destination) pairs, got shape {table.shape}")
+    return table
+
+
+def _written_once(table: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
+    """The checked pairs as a contiguous int32 array, once no destination is named twice (the
+    copies of one launch run concurrently)."""
     destinations = table[:, 1].tolist()
     if len(set(destinations)) != len(destinations):
         raise ValueError(f"pairs write a destination page twice: {destinations}")
-    overlap = set(destinations) & set(table[:, 0].tolist())
-    if overlap:
-        raise ValueError(f"pages {sorted(overlap)} are both a source and a destination in one copy batch")
     return np.ascontiguousarray(table, dtype=np.int32)
 
 
@@ -307,11 +321,7 @@ def check_tier_copy(
         raise ValueError(f"tiers of different dtypes: {np.dtype(source[0].dtype)} and {np.dtype(destination[0].dtype)}")
     check_writable("destination k_cache", destination[0])
     check_writable("destination v_cache", destination[1])
-    table = np.asarray(pairs)
-    if table.size == 0:
-        return np.zeros((0, 2), dtype=np.int32)
-    if table.ndim != 2 or table.shape[1] != 2 or table.dtype.kind not in "iu":
-        raise ValueError(f"pairs must be integer (source, destination) pairs, got shape {table.shape}")
+    table = _pair_table(pairs)
     for index, (page, target) in enumerate(table.tolist()):
         if not 0 <= page < source_pages:
             raise ValueError(f"pair {index} reads page {page}, outside the source tier's [0, {source_pages})")
@@ -319,7 +329,4 @@ def check_tier_copy(
             raise ValueError(
                 f"pair {index} writes page {target}, outside the destination tier's [0, {destination_pages})"
             )
-    destinations = table[:, 1].tolist()
-    if len(set(destinations)) != len(destinations):
-        raise ValueError(f"pairs write a destination page twice: {destinations}")
-    return np.ascontiguousarray(table, dtype=np.int32)
+    return _written_once(table)

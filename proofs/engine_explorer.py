@@ -167,14 +167,12 @@ class EngineExplorer(Search):
     shared search (`kvsched.proofs.search.Search`) over the registered engine, a
     state keyed by its clock ranks and the candidates submitted so far."""
 
-    def attempt(self, at: Any, state: Any, event: Any) -> Attempt:
-        """Run `event` on copies of the node's systems, their models armed by a step's event."""
+    def prepare(self, mine: Any, theirs: Any, event: Any) -> None:
+        """A step's event arms the copies' models (the copies it reports done, in flight or failed)."""
         if isinstance(event, ev.Step) and self.ghost:
-            at = Node(copy.deepcopy(at.sut), copy.deepcopy(at.ref), at.history)
-            for system in (at.sut, at.ref):
+            for system in (mine, theirs):
                 if system is not None:
                     system.model.arm(event)
-        return super().attempt(at, state, event)
 
     def __init__(self, bounds: EngineBounds, factory: EngineFactory, reference: EngineFactory | None = None) -> None:
         super().__init__(ENGINE, bounds.config)

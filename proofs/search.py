@@ -125,10 +125,15 @@ class Search(ABC):
     def attempt(self, at: Any, state: Any, event: Any) -> Attempt:
         """Run `event` on copies of the node's systems."""
         mine, theirs = copy.deepcopy(at.sut), copy.deepcopy(at.ref)
+        self.prepare(mine, theirs, event)
         outcome = run_event(mine, event)
         reference = None if theirs is None else (run_event(theirs, event), self.component.abstraction(theirs))
         child = Node(mine, theirs, self.history(at, event))
         return Attempt(event, outcome, self.component.abstraction(mine), reference, child)
+
+    def prepare(self, mine: Any, theirs: Any, event: Any) -> None:
+        """Called on the copies an attempt runs `event` on, before it runs (default: nothing)."""
+        return None
 
     def history(self, node: Node, event: Any) -> Any:
         """What the child of `node` by `event` keeps of its history."""
