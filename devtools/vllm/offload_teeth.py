@@ -1,12 +1,15 @@
 """The safety harness on vLLM's CPU offloading manager (`kvsched.testing.adapters.vllm_offload`):
-the reference adapter passes, and each broken host tier, the shape of a shipped bug, is caught by
-the check named on its pinned program.
+the reference adapter passes, and each broken host tier or connector save, the shape of a shipped
+bug, is caught by the check named on its pinned program.
 
     never_registers   `complete_store` never makes a stored chunk loadable: its key is never
                       registered, every host lookup misses (vLLM #53498) -> INVARIANT (the host
                       page a demotion took is neither free nor holds the key)
     loads_sorted      `prepare_load` names the chunks in chunk order, not in the keys' order: a
                       promotion restores another block's KV (TRT-LLM #8813) -> GHOST
+    save_without_hold a connector's save notes the blocks it will read but takes no reference:
+                      its request finishes, another takes the blocks, the save reads that
+                      request's KV (DingoCache PR #76, SGLang #24527) -> GHOST
     evicted_freed_twice
                       an evicted chunk goes on the free list twice, so the host's free count is
                       one too many (TRT-LLM PR #12834's per-tier counters): the next store takes
@@ -63,15 +66,27 @@ def demote_past_the_host(machine: SafetyMachine) -> None:
         machine.finish(request_id)
 
 
+def save_then_finish_then_reuse(machine: SafetyMachine) -> None:
+    """A connector's save holds a request's blocks; the request finishes; another takes blocks."""
+    machine.submit(1, (0, 1, 2, 0, 1, 2))
+    lease = machine.lease(1)
+    machine.finish(1)
+    machine.submit(2, (2,) * 14)  # every block but the null one: the saved ones too, if unheld
+    assert lease is not None
+    machine.end_lease(lease)
+
+
 @dataclass(frozen=True)
 class Variant:
-    """A broken host tier: how it breaks vLLM's manager, the program and the check that catches it."""
+    """A broken host tier or connector: how it breaks vLLM's offloading manager (or the
+    adapter's save), the program and the check that catches it."""
 
     bug: str
     breaks: Callable[[Any], Any]  # vLLM's CPUOffloadingManager class -> the broken subclass
     drive: Drive
     kind: FailureKind
     host_pages: int
+    save_holds: bool = True  # False: a connector's save takes no hold on the blocks it reads
 
 
 def never_registers(base: Any) -> Any:
@@ -100,13 +115,37 @@ def evicted_freed_twice(base: Any) -> Any:
     return EvictedFreedTwice
 
 
+def unchanged(base: Any) -> Any:
+    return base
+
+
 VARIANTS: dict[str, Variant] = {
     "never_registers": Variant("vLLM #53498", never_registers, demote_evict_then_return, FailureKind.INVARIANT, 8),
     "loads_sorted": Variant("TRT-LLM #8813", loads_sorted, demote_evict_then_return, FailureKind.GHOST, 8),
     "evicted_freed_twice": Variant(
         "TRT-LLM PR #12834", evicted_freed_twice, demote_past_the_host, FailureKind.GHOST, 2
     ),
+    "save_without_hold": Variant(
+        "DingoCache PR #76", unchanged, save_then_finish_then_reuse, FailureKind.GHOST, 8, save_holds=False
+    ),
 }
+
+
+def saves_without_hold() -> Any:
+    """The reference adapter whose connector's save notes the blocks it will read but takes no
+    reference on them (DingoCache PR #76's shape): nothing keeps them from their next owner."""
+    from kvsched.testing.adapters import vllm_offload
+
+    class Unheld(vllm_offload.VllmOffloaded):
+        def lease(self, request_id: int) -> int:
+            self._next_lease += 1
+            self.unheld = {**getattr(self, "unheld", {}), self._next_lease: self.requests[request_id][1]}
+            return self._next_lease
+
+        def end_lease(self, lease: int) -> None:
+            self.unheld.pop(lease)
+
+    return Unheld
 
 
 def factory(variant: Variant | None, host_pages: int) -> Callable[[int, int], Any]:
@@ -116,7 +155,8 @@ def factory(variant: Variant | None, host_pages: int) -> Callable[[int, int], An
     def make(pages: int, page_size: int) -> Any:
         base = vllm_offload._offload().cpu.CPUOffloadingManager
         host_class = base if variant is None else variant.breaks(base)
-        return vllm_offload.VllmOffloaded(pages, page_size, host_pages=host_pages, host_class=host_class)
+        adapter_class = vllm_offload.VllmOffloaded if variant is None or variant.save_holds else saves_without_hold()
+        return adapter_class(pages, page_size, host_pages=host_pages, host_class=host_class)
 
     return make
 

@@ -313,8 +313,13 @@ class SafetyMachine:
         self._record(f"machine.lease({request_id})")
         if "lease" not in self.capabilities:
             raise ValueError("no lease capability")
-        self._live(request_id)
-        seen = {page: dict(self.kv.get(page, {})) for page in self.manager.view().tables[request_id]}
+        tokens = self._live(request_id)
+        table = self.manager.view().tables[request_id]
+        seen: dict[int, dict[int, Context]] = {}  # the KV of the request's written positions, by page and slot
+        for position in range(len(tokens)):
+            page, slot = table[position // self.page_size], position % self.page_size
+            if slot in self.kv.get(page, {}):
+                seen.setdefault(page, {})[slot] = self.kv[page][slot]
         number = len(self.program)  # the lease's call in the program: unique
         handle = self._step(ManagerLease(request_id), lambda: self._lease(request_id))
         if handle is False:

@@ -93,3 +93,24 @@ def test_a_capability_the_harness_does_not_know_is_refused_not_ignored() -> None
 
     with pytest.raises(ValueError, match="forks"):
         SafetyMachine(Misspelt)
+
+
+def test_a_lease_reads_only_what_its_request_had_written() -> None:
+    """A lease taken while the request's last page is half written holds what the request wrote,
+    not the stale KV of the page's previous owner in the other slot: a manager that lets the
+    request write that slot in place (vLLM's pool: no copy-on-write) must pass. Found on vLLM's
+    pool, where a campaign failed GHOST on it."""
+    machine = SafetyMachine(kvsched_parts.every_verb)
+    machine.submit(1, (7, 8, 9, 6))
+    machine.finish(1)
+    assert machine.reset_cache()  # both pages free again, their KV still there
+    machine.submit(2, (1, 2, 3))  # its second page: slot 0 written, slot 1 the old KV
+    last = machine.manager.view().tables[2][1]
+    assert machine.kv[last][1] == (7, 8)  # the stale KV the lease must not count as read
+    lease = machine.lease(2)
+    assert lease is not None
+    _, seen = machine.leases[lease]
+    assert seen == {machine.manager.view().tables[2][0]: {0: (1,), 1: (1, 2)}, last: {0: (1, 2, 3)}}
+    machine.decode(2)
+    machine.end_lease(lease)
+    machine.teardown()

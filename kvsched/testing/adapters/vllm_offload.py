@@ -20,6 +20,10 @@ within the call (the harness makes them):
   any of it: nothing changes.
 - free: `on_request_finished`; reset_cache: the pool's `reset_prefix_cache` alone, as vLLM's
   scheduler resets by default (`reset_connector=False`): the host tier keeps its chunks.
+- lease: a connector's save holding a request's blocks, as vLLM's scheduler holds a finished
+  request's blocks until its connector reports the save done: the pool's `touch` takes one
+  more reference on each, and end_lease gives them back with `free_blocks`. The view's
+  `leased` counts them, and its holders are the counts less the leases.
 
 Keys: a host chunk's `OffloadKey` is its block's hash with its group index (0), the same bytes as
 the device block's `BlockHashWithGroupId`, so the view's `host` and `cached` compare directly.
@@ -33,6 +37,7 @@ Broken variants of the host tier (each an upstream bug's shape) are in
 from __future__ import annotations
 
 import importlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -65,7 +70,7 @@ class VllmOffloaded(VllmPool):
     """vLLM's `BlockPool` over `pages` blocks and vLLM's `CPUOffloadingManager` over `host_pages`
     chunks; see the module docstring."""
 
-    capabilities = frozenset({"atomic", "reset_cache", "demote", "promote"})
+    capabilities = frozenset({"atomic", "reset_cache", "demote", "promote", "lease", "end_lease"})
 
     def __init__(self, pages: int, page_size: int, host_pages: int | None = None, host_class: Any = None) -> None:
         super().__init__(pages, page_size)
@@ -76,6 +81,8 @@ class VllmOffloaded(VllmPool):
         self._promoted: dict[int, list[tuple[int, int]]] = {}  # the last admission's (host page, page) copies
         self._stores = 0  # demotions so far: each store has its own context
         self.probe = self.offload.base.ReqContext(req_id="lookup")  # a lookup's context (lookups read none)
+        self.leases: dict[int, list[Any]] = {}  # a save's lease -> the blocks it holds
+        self._next_lease = 0
 
     def _context(self, name: str) -> Any:
         context = self.offload.base.ReqContext(req_id=name)
@@ -142,6 +149,16 @@ class VllmOffloaded(VllmPool):
             pairs += [(block.block_id, int(chunk)) for chunk in chunks]
         return pairs
 
+    def lease(self, request_id: int) -> int:
+        _, blocks = self.requests[request_id]
+        self.pool.touch(list(blocks))
+        self._next_lease += 1
+        self.leases[self._next_lease] = list(blocks)
+        return self._next_lease
+
+    def end_lease(self, lease: int) -> None:
+        self.pool.free_blocks(reversed(self.leases.pop(lease)))
+
     def free(self, request_id: int) -> None:
         super().free(request_id)
         self._promoted.pop(request_id, None)
@@ -152,8 +169,13 @@ class VllmOffloaded(VllmPool):
         host = self.host
         chunks = host._policy.chunks.items()
         never_allocated = range(host._num_allocated_chunks, host._num_chunks)
+        view = pool_view(self.pool, tables)
+        leased = Counter(block.block_id for blocks in self.leases.values() for block in blocks)
+        holders = tuple(count - leased[page] for page, count in enumerate(view.holders))
         return replace(
-            pool_view(self.pool, tables),
+            view,
+            holders=holders,
+            leased=dict(leased),
             host={int(chunk.chunk_id): bytes(key) for key, chunk in chunks if chunk.is_ready},
             host_free=frozenset(host._free_list) | frozenset(never_allocated),
             host_pages=self.host_pages,
