@@ -31,7 +31,7 @@ The view's `host` is the chunks `lookup` would serve (ready); `host_free` the ch
 would hand out next (its free list and the chunks it has never allocated).
 
 Broken variants of the host tier (each an upstream bug's shape) are in
-`devtools/vllm/offload_variants.py`.
+`devtools/vllm/offload_teeth.py`.
 """
 
 from __future__ import annotations
