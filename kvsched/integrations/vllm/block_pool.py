@@ -49,6 +49,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     KVCacheBlock,
     make_block_hash_with_group_id,
 )
+from vllm.v1.core.single_type_kv_cache_manager import SingleTypeKVCacheManager  # noqa: E402
 
 from kvsched.impl.reserve import Reserve  # noqa: E402
 from kvsched.integrations.vllm.hash_map import read_hash_map  # noqa: E402
@@ -60,6 +61,7 @@ logger = vllm_block_pool.logger  # vLLM's own pool logger: its logging settings 
 
 VLLM_BLOCK_POOL: type[Any] = vllm_block_pool.BlockPool  # vLLM's own, kept before any rebinding
 VLLM_CACHE_FULL_BLOCKS = VLLM_BLOCK_POOL.cache_full_blocks  # called directly: a hot path
+VLLM_COUNT_EVICTABLE = SingleTypeKVCacheManager._get_num_evictable_blocks.__func__  # vLLM's own, unbound
 
 F = TypeVar("F", bound=Callable[..., Any])
 BLOCK_ID = operator.attrgetter("block_id")
@@ -229,6 +231,12 @@ class KvschedBlockPool(VLLM_BLOCK_POOL):  # type: ignore[misc]
 
     reserve_class: Callable[..., Reserve] = Reserve
     debug: bool = DEBUG
+
+    def count_evictable(self, blocks: Sequence[KVCacheBlock]) -> int:
+        """How many of `blocks` only the cache holds (count 0) and are not the null block: vLLM's
+        `SingleTypeKVCacheManager._get_num_evictable_blocks`, read from the reserve's counts."""
+        refs = self.reserve.refs
+        return sum(1 for block in blocks if not refs[block.block_id] and not block.is_null)
 
     def __init__(
         self, num_gpu_blocks: int, enable_caching: bool, hash_block_size: int, *args: Any, **kwargs: Any
@@ -473,8 +481,16 @@ class KvschedKVCacheManager(KVCacheManager):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         with substituted():
             super().__init__(*args, **kwargs)
-        if not isinstance(self.block_pool, KvschedBlockPool):
-            raise TypeError(f"the manager's block pool is {type(self.block_pool).__qualname__}, not KvschedBlockPool")
+        pool = self.block_pool
+        if not isinstance(pool, KvschedBlockPool):
+            raise TypeError(f"the manager's block pool is {type(pool).__qualname__}, not KvschedBlockPool")
+        # Each admission asks its single-type managers how many of its prefix hits only the cache
+        # holds; vLLM's count reads every hit's `ref_cnt`, a property here. This manager's own
+        # single-type managers count them from the reserve's counts instead (an instance
+        # attribute: vLLM's class, and every other manager, keep vLLM's count).
+        for manager in self.coordinator.single_type_managers:
+            if getattr(type(manager)._get_num_evictable_blocks, "__func__", None) is VLLM_COUNT_EVICTABLE:
+                manager._get_num_evictable_blocks = pool.count_evictable
 
 
 def install() -> None:

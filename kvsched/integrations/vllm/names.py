@@ -125,6 +125,7 @@ TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
         "SingleTypeKVCacheManager.num_cached_block": ((131, 132, 137), None),
         "SingleTypeKVCacheManager.kv_cache_group_id": ((133, 134, 139), None),
         "SingleTypeKVCacheManager.block_size": ((108, 109, 110), None),
+        "SingleTypeKVCacheManager._get_num_evictable_blocks": ((160, 161, 166), "blocks"),
     },
     "vllm.v1.core.kv_cache_manager": {
         "KVCacheManager": ((131, 131, 131), None),
