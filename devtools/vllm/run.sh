@@ -107,7 +107,7 @@ KVSCHED_VLLM_DEBUG=1 kvsched_check kvsched.testing.adapters.vllm:kvsched_manager
 step "safety: a BlockPool that keeps a reused block's hash (must fail)"
 status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 || status=$?
 [ "$status" -eq 1 ] || { echo "the stale pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }
-step "safety with a host tier: vLLM's BlockPool with vLLM's CPUOffloadingManager; three broken offloading managers caught by name"
+step "safety with a host tier: vLLM's BlockPool with vLLM's CPUOffloadingManager; four broken managers caught by name"
 (cd / && "$py" "$here/offload_teeth.py" --examples 3000 --json "$results/offload.json")
 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
