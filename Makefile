@@ -102,7 +102,7 @@ bench: setup
 
 ## On a machine with a GPU: the kernels natively, the ptxas report and the GPU bench.
 gpu-check: setup
-	bash tests/kernels/gpu_check.sh
+	PYTHON=$(BIN)/python bash tests/kernels/gpu_check.sh
 
 ## Remove the .venv and every cache.
 clean:

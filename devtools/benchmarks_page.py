@@ -219,6 +219,58 @@ def decode(report: dict[str, Any]) -> str:
     )
 
 
+def decode_gpu(report: dict[str, Any]) -> str:
+    shape, tests = report["shape"], report["tests"]
+    decode = [
+        [
+            f"{row['requests']} x {row['context']:,}",
+            row["launches"],
+            f"{row['seconds'] * 1000:,.2f}",
+            f"{row['gbps']:,.0f}",
+            f"{row['fraction_of_hbm_peak']:.1%}",
+            f"{row['max_abs_error_first_two']:.1e}",
+        ]
+        for row in report["decode"]
+    ]
+    registers = [
+        [
+            row["kernel"],
+            row["cache_dtype"],
+            row["registers"],
+            row["spill_stores"] + row["spill_loads"],
+            f"{row['shared_bytes']:,}",
+        ]
+        for row in report["ptxas"]
+    ]
+    copies = [
+        [
+            row["direction"],
+            row["cache_dtype"],
+            row["pages"],
+            row["megabytes"],
+            f"{row['seconds'] * 1000:.1f}",
+            f"{row['gbps']:.1f}",
+        ]
+        for row in report["tier_copies"]
+    ]
+    return section(
+        f"The CUDA kernels on a GPU ({report['machine']['gpu'].split(',')[0]})",
+        f"`make gpu-check`: {tests['passed']} kernel tests passed natively ({tests['failed']} failed,"
+        f" {tests['seconds']:.0f} s); then the decode-attention kernel alone on caches resident on the GPU"
+        f" (float16, {shape['q_heads']} query heads over {shape['kv_heads']} kv heads of {shape['head_dim']},"
+        f" pages of {shape['page_size']}), timed with CUDA events, as a fraction of the HBM peak"
+        f" ({report['hbm_peak_gbps']:,.0f} GB/s). Packages: {report['machine']['python_packages']}.",
+        report,
+        table(
+            ["requests x context", "launches timed", "ms per launch", "GB/s of K+V", "of HBM peak", "max error"], decode
+        ),
+        table(["kernel", "cache", "registers", "spilled bytes", "shared bytes"], registers),
+        "Tier copies (`copy_tier`, 4 layers, pages of 16 x 8 x 128, K and V; wall clock around one warm call,"
+        " the host side in pageable numpy memory):",
+        table(["direction", "cache", "pages", "MB", "ms", "GB/s"], copies),
+    )
+
+
 def thrash(report: dict[str, Any]) -> str:
     verdict = report["verdict"]
     return section(
@@ -325,6 +377,7 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("tiers.json", tiers),
     ("rounds.json", rounds),
     ("decode.json", decode),
+    ("decode-gpu.json", decode_gpu),
     *((f"vllm-pool-{release}.json", vllm_pool(release)) for release in ("0.32.0", "0.33.0", "0.34.0")),
 ]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvsched.kernels.device import cuda, is_host, jit, kernel_options, on_device
 from kvsched.kernels.layout import check_append, check_copy, check_tier_copy
@@ -160,27 +161,55 @@ def launch_copy_pages(
 
 def launch_copy_tier(source: tuple[Any, Any], destination: tuple[Any, Any], pairs: Any) -> None:
     """Validate, launch one copy of every pair's page in every layer from the `source` tier's K
-    and V into the `destination` tier's (host or device arrays: a host one crosses the bus), and
-    copy a host destination back. Raises `ValueError` before any transfer or launch on bad input."""
+    and V into the `destination` tier's (host or device arrays). Only the pages moved cross the
+    bus: a host source's pages are gathered before the launch, a host destination's are staged on
+    the device and scattered after it. Raises `ValueError` before any transfer or launch on bad input."""
     table = check_tier_copy(source, destination, pairs)
-    layers, source_pages = (int(n) for n in source[0].shape[:2])
-    destination_pages = int(destination[0].shape[1])
+    for name, tier in (("source", source), ("destination", destination)):
+        if is_host(tier[0]) != is_host(tier[1]):
+            raise ValueError(f"the {name} tier's K and V must both be host arrays or both device arrays")
+    layers = int(source[0].shape[0])
     page_elements = int(np.prod(source[0].shape[2:]))
     elements = table.shape[0] * layers * page_elements
     if elements == 0:
         return
     blocks_per_grid = (elements + THREADS - 1) // THREADS
-    source_k, source_v = on_device(source[0]), on_device(source[1])
-    destination_k, destination_v = on_device(destination[0]), on_device(destination[1])
+    source_k, source_v, reads = _read_side(source, table[:, 0])
+    destination_k, destination_v, writes = _write_side(destination, table[:, 1])
     copy_tier_kernel[blocks_per_grid, THREADS](
-        source_k.reshape(layers, source_pages, page_elements),
-        source_v.reshape(layers, source_pages, page_elements),
-        destination_k.reshape(layers, destination_pages, page_elements),
-        destination_v.reshape(layers, destination_pages, page_elements),
-        cuda.to_device(table),
+        source_k.reshape(layers, source_k.shape[1], page_elements),
+        source_v.reshape(layers, source_v.shape[1], page_elements),
+        destination_k.reshape(layers, destination_k.shape[1], page_elements),
+        destination_v.reshape(layers, destination_v.shape[1], page_elements),
+        cuda.to_device(np.ascontiguousarray(np.stack([reads, writes], axis=1))),
     )
-    _copy_back(destination_k, destination[0])
-    _copy_back(destination_v, destination[1])
+    if is_host(destination[0]):
+        pages = table[:, 1]
+        destination[0][:, pages] = destination_k.copy_to_host()
+        destination[1][:, pages] = destination_v.copy_to_host()
+
+
+def _read_side(tier: tuple[Any, Any], pages: npt.NDArray[np.int32]) -> tuple[Any, Any, npt.NDArray[np.int32]]:
+    """The tier's K and V as the kernel reads them, and the page each copy reads there: a device
+    tier as it is; a host tier's moved pages alone, gathered and sent (copy i reads page i)."""
+    if not is_host(tier[0]):
+        return tier[0], tier[1], pages
+    staged = np.arange(pages.shape[0], dtype=np.int32)
+    return (
+        cuda.to_device(np.ascontiguousarray(tier[0][:, pages])),
+        cuda.to_device(np.ascontiguousarray(tier[1][:, pages])),
+        staged,
+    )
+
+
+def _write_side(tier: tuple[Any, Any], pages: npt.NDArray[np.int32]) -> tuple[Any, Any, npt.NDArray[np.int32]]:
+    """The tier's K and V as the kernel writes them, and the page each copy writes there: a device
+    tier as it is; for a host tier, a device staging buffer of one page per copy."""
+    if not is_host(tier[0]):
+        return tier[0], tier[1], pages
+    shape = (tier[0].shape[0], pages.shape[0], *tier[0].shape[2:])
+    staged = np.arange(pages.shape[0], dtype=np.int32)
+    return cuda.device_array(shape, tier[0].dtype), cuda.device_array(shape, tier[1].dtype), staged
 
 
 def _copy_back(device_array: Any, original: Any) -> None:

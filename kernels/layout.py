@@ -122,9 +122,9 @@ def check_block_table(block_table: Any) -> None:
 
 
 def check_writable(name: str, array: Any) -> None:
-    """Reject a host array that cannot be written (device arrays always can)."""
-    flags = getattr(array, "flags", None)
-    if flags is not None and not callable(flags) and not flags["WRITEABLE"]:
+    """Reject a host array that cannot be written (device arrays always can: a native numba-cuda
+    array's `flags` has no WRITEABLE entry at all)."""
+    if isinstance(array, np.ndarray) and not array.flags.writeable:
         raise ValueError(f"{name} is read-only: the kernel writes it")
 
 

@@ -6,6 +6,7 @@ kernel tests, natively) on a GPU machine.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -62,3 +63,39 @@ def test_decode_bandwidth_is_measured_against_hbm_peak() -> None:
     assert result["max_abs_error_first_two"] < 1e-4
     assert 0.0 < result["fraction_of_hbm_peak"] <= 1.0
     print(f"\nGPU decode attention: {result['gbps']:.0f} GB/s = {result['fraction_of_hbm_peak']:.0%} of HBM peak")
+
+
+def _host(array: Any) -> Any:
+    return array if isinstance(array, np.ndarray) else array.copy_to_host()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_tier_copies_at_serving_sizes_cross_the_bus_both_ways(dtype: Any) -> None:
+    from kvsched.kernels import copy_tier
+    from kvsched.kernels.device import cuda
+
+    rng = np.random.default_rng(11)
+    layers, device_pages, host_pages, moved, page = 4, 2048, 1024, 256, (16, 8, 128)
+    device_tier = [rng.standard_normal((layers, device_pages, *page)).astype(dtype) for _ in range(2)]
+    host = [rng.standard_normal((layers, host_pages, *page)).astype(dtype) for _ in range(2)]
+    host_tier: tuple[Any, Any] = (host[0], host[1])
+    on_gpu: tuple[Any, Any] = (cuda.to_device(device_tier[0]), cuda.to_device(device_tier[1]))
+    down = np.stack([rng.permutation(device_pages)[:moved], rng.permutation(host_pages)[:moved]], axis=1)
+    up = np.stack([rng.permutation(host_pages)[:moved], rng.permutation(device_pages)[:moved]], axis=1)
+    megabytes = moved * 2 * layers * int(np.prod(page)) * np.dtype(dtype).itemsize / 1e6
+    for name, source, destination, pairs in (
+        ("device -> host", on_gpu, host_tier, down),
+        ("host -> device", host_tier, on_gpu, up),
+    ):
+        expected = (_host(destination[0]).copy(), _host(destination[1]).copy())
+        copy_tier((_host(source[0]), _host(source[1])), expected, pairs, device="numpy")
+        copy_tier(source, destination, pairs[:1], device="cuda")  # compiles; rewritten below
+        cuda.synchronize()
+        started = time.perf_counter()
+        copy_tier(source, destination, pairs, device="cuda")
+        cuda.synchronize()
+        seconds = time.perf_counter() - started
+        rate = megabytes / seconds / 1e3
+        print(f"\n{name}: {moved} pages, {megabytes:.0f} MB in {seconds * 1e3:.1f} ms ({rate:.1f} GB/s)")
+        for got, want in zip(destination, expected, strict=True):
+            np.testing.assert_array_equal(_host(got), want)

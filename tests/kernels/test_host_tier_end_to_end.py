@@ -154,3 +154,15 @@ def test_tiers_of_different_page_shapes_are_refused() -> None:
         ops.copy_tier(source, (other[0], other[1]), [(0, 0)], device="cpu")
     with pytest.raises(ValueError, match="host_pages"):
         PagedBackend(WEIGHTS, 4, "cpu", -1)
+
+
+def test_a_tier_split_between_host_and_device_is_refused(cuda_mode: str) -> None:
+    from kvsched.kernels.device import cuda
+
+    (device_k, device_v), host = tiers("float32", host_pages=5)
+    split = (device_k, cuda.to_device(device_v))
+    before = [array.copy() for array in host]
+    with pytest.raises(ValueError, match="must both be host arrays or both device arrays"):
+        ops.copy_tier(split, host, [(0, 0)], device="cuda")
+    for array, kept in zip(host, before, strict=True):
+        np.testing.assert_array_equal(array, kept)

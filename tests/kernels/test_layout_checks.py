@@ -216,3 +216,22 @@ def test_unknown_device_is_refused() -> None:
     batch = small_batch()
     with pytest.raises(ValueError, match="device must be one of numpy, cpu, cuda; got 'tpu'"):
         paged_attention(*batch.attention_args(), scale=batch.scale, device="tpu")
+
+
+class _NativeDeviceArray:
+    """What the checks see of a native numba-cuda `DeviceNDArray` (which needs a GPU to build):
+    its `flags` is a dict of the contiguity flags alone, with no WRITEABLE entry."""
+
+    def __init__(self, array: Any) -> None:
+        self.shape, self.dtype = array.shape, array.dtype
+        self.flags = {"C_CONTIGUOUS": True, "F_CONTIGUOUS": array.ndim <= 1}
+
+
+def test_a_native_device_array_is_writable_and_a_read_only_host_array_is_not() -> None:
+    from kvsched.kernels.layout import check_writable
+
+    check_writable("k_cache", _NativeDeviceArray(np.zeros((2, 3), np.float16)))
+    frozen = np.zeros((2, 3), np.float16)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="k_cache is read-only"):
+        check_writable("k_cache", frozen)
