@@ -10,6 +10,9 @@ bug, is caught by the check named on its pinned program.
     save_without_hold a connector's save notes the blocks it will read but takes no reference:
                       its request finishes, another takes the blocks, the save reads that
                       request's KV (DingoCache PR #76, SGLang #24527) -> GHOST
+    commit_trusts_lookup
+                      a commit pins the device blocks its lookup named without asking the pool
+                      again; one was evicted and reused in between (vLLM #37076) -> GHOST
     evicted_freed_twice
                       an evicted chunk goes on the free list twice, so the host's free count is
                       one too many (TRT-LLM PR #12834's per-tier counters): the next store takes
@@ -66,6 +69,16 @@ def demote_past_the_host(machine: SafetyMachine) -> None:
         machine.finish(request_id)
 
 
+def look_up_then_reuse_then_commit(machine: SafetyMachine) -> None:
+    """A block a lookup found is evicted and reused for another prompt before the commit."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)  # two blocks cached, only the cache holds them
+    machine.lookup(2, (0, 0, 0, 0, 1))  # finds them
+    machine.submit(3, (2,) * 14)  # every block but the null one: they are evicted and rewritten
+    machine.finish(3)
+    machine.commit(2)
+
+
 def save_then_finish_then_reuse(machine: SafetyMachine) -> None:
     """A connector's save holds a request's blocks; the request finishes; another takes blocks."""
     machine.submit(1, (0, 1, 2, 0, 1, 2))
@@ -74,6 +87,37 @@ def save_then_finish_then_reuse(machine: SafetyMachine) -> None:
     machine.submit(2, (2,) * 14)  # every block but the null one: the saved ones too, if unheld
     assert lease is not None
     machine.end_lease(lease)
+
+
+def saves_without_hold() -> Any:
+    """The reference adapter whose connector's save notes the blocks it will read but takes no
+    reference on them (DingoCache PR #76's shape): nothing keeps them from their next owner."""
+    from kvsched.testing.adapters import vllm_offload
+
+    class Unheld(vllm_offload.VllmOffloaded):
+        def lease(self, request_id: int) -> int:
+            self._next_lease += 1
+            self.unheld = {**getattr(self, "unheld", {}), self._next_lease: self.requests[request_id][1]}
+            return self._next_lease
+
+        def end_lease(self, lease: int) -> None:
+            self.unheld.pop(lease)
+
+    return Unheld
+
+
+def commits_as_looked_up() -> Any:
+    """The reference adapter whose commit pins the device blocks its lookup named, without asking
+    the pool again (vLLM #37076's shape): a block evicted and reused between the two is attached."""
+    from kvsched.testing.adapters import vllm_offload
+
+    class Trusting(vllm_offload.VllmOffloaded):
+        def commit(self, request_id: int, tokens: Any, found: Any) -> int | None:
+            request = self.vllm.request_for(request_id, tokens, self.page_size)
+            hits = [self.pool.blocks[block_id] for block_id in found.blocks]
+            return self._admit(request_id, request, len(tokens), vllm_offload.Match(hits, []))
+
+    return Trusting
 
 
 @dataclass(frozen=True)
@@ -86,7 +130,7 @@ class Variant:
     drive: Drive
     kind: FailureKind
     host_pages: int
-    save_holds: bool = True  # False: a connector's save takes no hold on the blocks it reads
+    adapter: Callable[[], Any] | None = None  # a broken adapter class (the save, the commit); None: the reference
 
 
 def never_registers(base: Any) -> Any:
@@ -126,26 +170,12 @@ VARIANTS: dict[str, Variant] = {
         "TRT-LLM PR #12834", evicted_freed_twice, demote_past_the_host, FailureKind.GHOST, 2
     ),
     "save_without_hold": Variant(
-        "DingoCache PR #76", unchanged, save_then_finish_then_reuse, FailureKind.GHOST, 8, save_holds=False
+        "DingoCache PR #76", unchanged, save_then_finish_then_reuse, FailureKind.GHOST, 8, saves_without_hold
+    ),
+    "commit_trusts_lookup": Variant(
+        "vLLM #37076", unchanged, look_up_then_reuse_then_commit, FailureKind.GHOST, 8, commits_as_looked_up
     ),
 }
-
-
-def saves_without_hold() -> Any:
-    """The reference adapter whose connector's save notes the blocks it will read but takes no
-    reference on them (DingoCache PR #76's shape): nothing keeps them from their next owner."""
-    from kvsched.testing.adapters import vllm_offload
-
-    class Unheld(vllm_offload.VllmOffloaded):
-        def lease(self, request_id: int) -> int:
-            self._next_lease += 1
-            self.unheld = {**getattr(self, "unheld", {}), self._next_lease: self.requests[request_id][1]}
-            return self._next_lease
-
-        def end_lease(self, lease: int) -> None:
-            self.unheld.pop(lease)
-
-    return Unheld
 
 
 def factory(variant: Variant | None, host_pages: int) -> Callable[[int, int], Any]:
@@ -155,7 +185,7 @@ def factory(variant: Variant | None, host_pages: int) -> Callable[[int, int], An
     def make(pages: int, page_size: int) -> Any:
         base = vllm_offload._offload().cpu.CPUOffloadingManager
         host_class = base if variant is None else variant.breaks(base)
-        adapter_class = vllm_offload.VllmOffloaded if variant is None or variant.save_holds else saves_without_hold()
+        adapter_class = vllm_offload.VllmOffloaded if variant is None or variant.adapter is None else variant.adapter()
         return adapter_class(pages, page_size, host_pages=host_pages, host_class=host_class)
 
     return make
@@ -207,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     if not campaign.passed:
         print(campaign.program, file=sys.stderr)
         return 1
-    if not coverage["demoted"] or not coverage["promoted"]:
-        print("the campaign never demoted, or never promoted", file=sys.stderr)
+    if not coverage["demoted"] or not coverage["promoted"] or not coverage["committed"]:
+        print("the campaign never demoted, never promoted, or never committed a lookup", file=sys.stderr)
         return 1
     results["campaign"] = {"examples": args.examples, "cpu_seconds": round(seconds, 1), "coverage": coverage}
     if args.json:

@@ -189,6 +189,20 @@ def machine_class(
             if request_id in self.machine.answers and not self._known(request_id):
                 self.machine.commit(request_id)
 
+        @rule(request_id=IDS, other=IDS, start=st.integers(0, len(starts) - 1), keep=st.integers(1, 3 * page_size))
+        def lookup_then_reuse(self, request_id: int, other: int, start: int, keep: int) -> None:
+            """A lookup; then another prompt takes every page it can and writes it (the pages the
+            lookup found among them, when only the cache held them) and finishes; then the commit:
+            the race between a lookup and its pin, which the separate rules rarely line up."""
+            if request_id == other or self._known(request_id) or self._known(other):
+                return
+            self.machine.lookup(request_id, starts[start][:keep])
+            view = self.machine.manager.view()
+            tokens = len(view.free | view.evictable) * page_size
+            if tokens and self.machine.submit(other, (VOCABULARY - 1,) * tokens):
+                self.machine.finish(other)
+            self.machine.commit(request_id)
+
     class LeaseRules:
         machine: SafetyMachine
 

@@ -119,10 +119,28 @@ def test_require_names_lists_every_drift(package: Path, monkeypatch: pytest.Monk
     assert "Pool.gone: not defined" in str(raised.value) and "helper: defined at line 22, not 21" in str(raised.value)
 
 
+def test_require_offload_names_checks_the_offload_table_alone(package: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The offloading manager's names fail the adapter on vLLM's offloading manager, not the pool."""
+    use(monkeypatch, TABLE)
+    offload = {f"fakevllm.pool:{name}": {"9.9.9": seen} for name, seen in {**TABLE, "Pool.gone": (3, None)}.items()}
+    monkeypatch.setattr(names, "OFFLOAD_NAMES", offload)
+    monkeypatch.setattr(names, "require_tested_vllm", lambda: "9.9.9")
+    monkeypatch.setitem(names.RELEASES, "9.9.9", names.RELEASES["0.34.0"])
+    names.require_names.cache_clear()
+    names.require_offload_names.cache_clear()
+    try:
+        with pytest.raises(UnsupportedVllm, match=r"Pool\.gone: not defined"):
+            names.require_offload_names()
+        names.require_names()  # the pool's table has no drift
+    finally:
+        names.require_names.cache_clear()
+        names.require_offload_names.cache_clear()
+
+
 def test_the_table_names_every_tested_release_and_nothing_else() -> None:
     assert names.RELEASE_ORDER == integration.TESTED_VLLM
     assert set(names.RELEASES) == set(integration.TESTED_VLLM)
-    for name, seen in names.NAMES.items():
+    for name, seen in {**names.NAMES, **names.OFFLOAD_NAMES}.items():
         assert ":" in name and seen, name
         assert set(seen) <= set(integration.TESTED_VLLM), name
         assert all(line > 0 for line, _ in seen.values()), name

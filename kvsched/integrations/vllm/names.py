@@ -53,6 +53,7 @@ RELEASE_ORDER = tuple(RELEASES)  # the columns of TABLE's lines
 POOL_ARGS = "num_gpu_blocks enable_caching hash_block_size enable_kv_cache_events metrics_collector"
 POOL_LOOKAHEAD = f"{POOL_ARGS} num_hash_lookahead_tokens medium"
 CONNECTOR = "vllm.distributed.kv_transfer.kv_connector"
+OFFLOAD_ARGS = "num_chunks cache_policy cache_policy_module_path enable_events store_threshold max_tracker_size"
 
 Lines = tuple[int | None, int | None, int | None]
 Params = str | tuple[str | None, str | None, str | None] | None
@@ -161,6 +162,50 @@ TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
 }
 # fmt: on
 
+# The names the reference adapter on vLLM's CPU offloading manager touches
+# (`kvsched.testing.adapters.vllm_offload`, and the broken managers of `devtools/vllm/offload_teeth.py`),
+# its private fields among them: checked when the adapter first imports vLLM's offloading modules.
+# fmt: off
+OFFLOAD_TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
+    "vllm.v1.kv_offload.base": {
+        "ReqContext": ((91, 92, 101), None),
+        "make_offload_key": ((29, 30, 39), "block_hash group_idx"),
+        "OffloadKey": ((26, 27, 36), None),
+        "LookupResult": ((120, 121, 155), None),
+        "LookupResult.MISS": ((123, 124, 158), None),
+        "LookupResult.HIT": ((124, 125, 159), None),
+        "PrepareStoreOutput": ((159, 160, 194), None),
+        "PrepareStoreOutput.keys_to_store": ((160, 161, 195), None),
+        "PrepareStoreOutput.store_spec": ((161, 162, 196), None),
+    },
+    "vllm.v1.kv_offload.cpu.manager": {
+        "CPUOffloadingManager": ((47, 49, 53), None),
+        "CPUOffloadingManager.__init__": ((58, 60, 64), (OFFLOAD_ARGS, f"{OFFLOAD_ARGS} info", f"{OFFLOAD_ARGS} info")),
+        "CPUOffloadingManager.on_new_request": ((184, 194, 205), "req_context"),
+        "CPUOffloadingManager.lookup": ((189, 199, 210), "key req_context"),
+        "CPUOffloadingManager.prepare_load": ((204, 214, 225), "keys req_context"),
+        "CPUOffloadingManager.complete_load": ((238, 248, 255), "keys req_context"),
+        "CPUOffloadingManager.prepare_store": ((251, 261, 268), "keys req_context"),
+        "CPUOffloadingManager.complete_store": ((365, 375, 381), "keys req_context success"),
+        "CPUOffloadingManager.on_request_finished": ((400, 422, 430), "req_context"),
+        "CPUOffloadingManager._free_chunk": ((113, 119, 123), "chunk"),
+        "CPUOffloadingManager._policy": ((75, 81, 85), None),
+        "CPUOffloadingManager._free_list": ((70, 76, 80), None),
+        "CPUOffloadingManager._num_allocated_chunks": ((69, 75, 79), None),
+        "CPUOffloadingManager._num_chunks": ((68, 71, 75), None),
+    },
+    "vllm.v1.kv_offload.cpu.policies.lru": {
+        "LRUCachePolicy": ((16, 26, 26), None),
+        "LRUCachePolicy.chunks": ((31, 44, 44), None),
+    },
+    "vllm.v1.kv_offload.cpu.policies.base": {
+        "ChunkStatus": ((25, 25, 25), None),
+        "ChunkStatus.chunk_id": ((40, 40, 40), None),
+        "ChunkStatus.is_ready": ((43, 43, 43), None),
+    },
+}
+# fmt: on
+
 Seen = tuple[int, str | None]  # the line of the definition, and the parameters (None: an attribute)
 
 
@@ -178,6 +223,7 @@ def _per_release(table: dict[str, dict[str, tuple[Lines, Params]]]) -> dict[str,
 
 
 NAMES = _per_release(TABLE)
+OFFLOAD_NAMES = _per_release(OFFLOAD_TABLE)
 
 
 def _defines(member: ast.stmt, name: str) -> bool:
@@ -261,12 +307,12 @@ def _live_parameters(module: Any, qualified: str) -> str | None:
     return " ".join(names[1:] if names[:1] in (["self"], ["cls"]) else names)
 
 
-def check_names(release: str) -> list[str]:
-    """Every way the installed vLLM differs from `NAMES` for `release`: a name it lacks, a
-    definition on another line, a callable taking other parameters."""
+def check_names(release: str, table: dict[str, dict[str, Seen]] | None = None) -> list[str]:
+    """Every way the installed vLLM differs from `table` (`NAMES` by default) for `release`: a
+    name it lacks, a definition on another line, a callable taking other parameters."""
     drift: list[str] = []
     trees: dict[str, tuple[Any, ast.Module]] = {}
-    for name, seen in NAMES.items():
+    for name, seen in (NAMES if table is None else table).items():
         if release not in seen:
             continue
         line, params = seen[release]
@@ -295,8 +341,18 @@ def check_names(release: str) -> list[str]:
 def require_names() -> Release:
     """The installed release's behaviour, once its names are checked; `UnsupportedVllm` listing
     every drift otherwise (an untested release is refused first, by `require_tested_vllm`)."""
+    return _required(None)
+
+
+@functools.cache
+def require_offload_names() -> Release:
+    """As `require_names`, for the names of `OFFLOAD_TABLE` (vLLM's CPU offloading manager)."""
+    return _required(OFFLOAD_NAMES)
+
+
+def _required(table: dict[str, dict[str, Seen]] | None) -> Release:
     release = require_tested_vllm().split("+")[0]
-    drift = check_names(release)
+    drift = check_names(release, table)
     if drift:
         listed = "".join(f"\n  {line}" for line in drift)
         raise UnsupportedVllm(f"the installed vLLM {release} differs from the release kvsched was tested with:{listed}")
@@ -306,10 +362,10 @@ def require_names() -> Release:
 def main() -> int:
     """`python -m kvsched.integrations.vllm.names`: check the installed vLLM against the table."""
     release = require_tested_vllm().split("+")[0]
-    drift = check_names(release)
+    drift = check_names(release) + check_names(release, OFFLOAD_NAMES)
     for line in drift:
         print(line)
-    checked = sum(release in seen for seen in NAMES.values())
+    checked = sum(release in seen for table in (NAMES, OFFLOAD_NAMES) for seen in table.values())
     print(f"vLLM {release}: {checked} names checked, {len(drift)} differ")
     return 1 if drift else 0
 
@@ -317,4 +373,14 @@ def main() -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-__all__ = ["NAMES", "RELEASES", "TABLE", "Release", "check_names", "require_names"]
+__all__ = [
+    "NAMES",
+    "OFFLOAD_NAMES",
+    "OFFLOAD_TABLE",
+    "RELEASES",
+    "TABLE",
+    "Release",
+    "check_names",
+    "require_names",
+    "require_offload_names",
+]

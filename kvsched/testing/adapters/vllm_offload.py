@@ -1,6 +1,6 @@
 """vLLM's `BlockPool` with vLLM's CPU offloading manager as its host tier, behind the adapter
 protocol (capabilities "demote" and "promote"; vLLM 0.32.0 to 0.34.0, in the venvs `make vllm`
-builds).
+builds), with two-phase admission (capabilities "lookup" and "commit").
 
 The device side is `kvsched.testing.adapters.vllm.VllmPool`: the pool driven as vLLM's
 full-attention manager drives it. The host tier is vLLM's own `CPUOffloadingManager`
@@ -18,6 +18,10 @@ within the call (the harness makes them):
   `update_state_after_alloc` does), each is copied into the request's fresh block in its
   position, and `complete_load` unpins them. A refusal (too few free blocks) happens before
   any of it: nothing changes.
+- lookup and commit: a lookup counts the device and host runs and names the device blocks; its
+  commit, with other calls between, keeps the device blocks that are still the ones the pool
+  caches under their hashes (an evicted or reused block ends the run), asks the host again from
+  there, no further than the lookup reached, and admits as above.
 - free: `on_request_finished`; reset_cache: the pool's `reset_prefix_cache` alone, as vLLM's
   scheduler resets by default (`reset_connector=False`): the host tier keeps its chunks.
 - lease: a connector's save holding a request's blocks, as vLLM's scheduler holds a finished
@@ -39,7 +43,7 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvsched.testing.adapter import PoolView
@@ -48,10 +52,31 @@ from kvsched.testing.adapters.vllm import VllmPool, pool_view
 OFFLOAD_GROUP = 0  # the one KV-cache group the harness's pool has
 
 
+@dataclass(frozen=True)
+class Match:
+    """A prompt's cached run as found: the pool's blocks, then the host tier's keys after them."""
+
+    hits: list[Any]
+    loads: list[Any]
+
+
+@dataclass(frozen=True)
+class Found:
+    """A lookup's answer, kept by the harness until the commit: the device blocks found, by id,
+    and how many host chunks followed them."""
+
+    blocks: tuple[int, ...]
+    host: int
+
+
 class _Offload:
-    """vLLM's offloading modules, imported once (vLLM is optional)."""
+    """vLLM's offloading modules, imported once (vLLM is optional), their names checked first
+    (`kvsched.integrations.vllm.names.OFFLOAD_TABLE`)."""
 
     def __init__(self) -> None:
+        from kvsched.integrations.vllm.names import require_offload_names
+
+        require_offload_names()  # each name used here is where this release has it, or UnsupportedVllm
         self.base: Any = importlib.import_module("vllm.v1.kv_offload.base")
         self.cpu: Any = importlib.import_module("vllm.v1.kv_offload.cpu.manager")
 
@@ -70,7 +95,7 @@ class VllmOffloaded(VllmPool):
     """vLLM's `BlockPool` over `pages` blocks and vLLM's `CPUOffloadingManager` over `host_pages`
     chunks; see the module docstring."""
 
-    capabilities = frozenset({"atomic", "reset_cache", "demote", "promote", "lease", "end_lease"})
+    capabilities = frozenset({"atomic", "reset_cache", "demote", "promote", "lease", "end_lease", "lookup", "commit"})
 
     def __init__(self, pages: int, page_size: int, host_pages: int | None = None, host_class: Any = None) -> None:
         super().__init__(pages, page_size)
@@ -92,11 +117,12 @@ class VllmOffloaded(VllmPool):
     def _key(self, block_hash: bytes) -> Any:
         return self.offload.base.make_offload_key(block_hash, OFFLOAD_GROUP)
 
-    def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
-        request = self.vllm.request_for(request_id, tokens, self.page_size)
-        limit = (len(tokens) - 1) // self.page_size
+    def _match(self, request: Any, tokens: int, device: int | None = None, total: int | None = None) -> Match:
+        """The prompt's cached run: device blocks (at most `device`), then the host chunks' keys
+        after them, `total` pages at most, both capped before the prompt's last token."""
+        limit = (tokens - 1) // self.page_size if total is None else min(total, (tokens - 1) // self.page_size)
         hits = []
-        for block_hash in request.block_hashes[:limit]:
+        for block_hash in request.block_hashes[: limit if device is None else min(device, limit)]:
             found = self.pool.get_cached_block(block_hash, [OFFLOAD_GROUP])
             if found is None:
                 break
@@ -108,7 +134,36 @@ class VllmOffloaded(VllmPool):
             if self.host.lookup(key, self.probe) is not hit:
                 break
             loads.append(key)
-        fresh = -(-len(tokens) // self.page_size) - len(hits)
+        return Match(hits, loads)
+
+    def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
+        request = self.vllm.request_for(request_id, tokens, self.page_size)
+        return self._admit(request_id, request, len(tokens), self._match(request, len(tokens)))
+
+    def lookup(self, request_id: int, tokens: Sequence[int]) -> Found:
+        """What the pool and the host tier hold for the prompt now (as the scheduler's
+        `get_computed_blocks` and the connector's `get_num_new_matched_tokens` count it)."""
+        request = self.vllm.request_for(request_id, tokens, self.page_size)
+        match = self._match(request, len(tokens))
+        return Found(tuple(block.block_id for block in match.hits), len(match.loads))
+
+    def commit(self, request_id: int, tokens: Sequence[int], found: Found) -> int | None:
+        """Admit with what the lookup found, as far as it still holds: a device block must still
+        be the one the pool caches under its hash (one evicted, or reused, since ends the run),
+        and the host run is asked again from there, no further than the lookup reached."""
+        request = self.vllm.request_for(request_id, tokens, self.page_size)
+        now = self._match(request, len(tokens), total=len(found.blocks))
+        kept = 0
+        for block, block_id in zip(now.hits, found.blocks, strict=False):
+            if block.block_id != block_id:
+                break
+            kept += 1
+        match = self._match(request, len(tokens), device=kept, total=len(found.blocks) + found.host)
+        return self._admit(request_id, request, len(tokens), match)
+
+    def _admit(self, request_id: int, request: Any, tokens: int, match: Match) -> int | None:
+        hits, loads = match.hits, match.loads
+        fresh = -(-tokens // self.page_size) - len(hits)
         if fresh > self.pool.get_num_free_blocks() - sum(block.ref_cnt == 0 for block in hits):
             return None
         context = self._context(str(request_id))
