@@ -73,6 +73,21 @@ class Broken(kvsched_parts.KvschedManager):
         # vLLM #53498: the copy made, its key never registered (the host page back on the free stack)
         self.host.complete(copy, self.fault != "demote_never_registers")
 
+    def end_lease(self, lease: int) -> list[tuple[int, int]]:
+        if self.fault == "save_never_registers":  # vLLM #53498 on the save side: copies made, never registered
+            saving = self.saves.pop(lease)
+            for page in self.leases.pop(lease):
+                self.pool.release(page)
+            return [(copy.page, copy.host_page) for copy in saving]
+        held = self.leases[lease]
+        pairs = super().end_lease(lease)
+        if self.fault == "save_unwritten" and pairs:  # SGLang PR #33970: a page saved before its KV is written
+            return [*pairs, (held[-1], pairs[-1][1])]
+        if self.fault == "save_crossed" and len(pairs) >= 2:  # TRT-LLM #8813 on the store side
+            (first, one), (second, other), *rest = pairs
+            return [(first, other), (second, one), *rest]
+        return pairs
+
     def append(self, request_id: int, token: int) -> bool:
         if self.fault == "no_copy":  # a fork's shared last page written in place
             self.scheduler.record_tokens(request_id, 1)
@@ -200,13 +215,25 @@ def promote_wrong_host_page(pages: int, page_size: int) -> Broken:
     return manager
 
 
-def tiered_broken(fault: str, doc: str) -> Callable[[int, int], Broken]:
-    """A factory of kvsched's parts with a host tier (as `kvsched_parts.tiered`) and `fault`."""
+def save_two_pages(machine: SafetyMachine) -> None:
+    """A save of a request with two full cached pages, ended; then every request finished."""
+    machine.submit(1, (0, 1, 2, 0, 1))
+    lease = machine.lease(1)
+    assert lease is not None
+    machine.end_lease(lease)
+    machine.teardown()
+
+
+def tiered_broken(
+    fault: str, doc: str, correct: Callable[[int, int], kvsched_parts.KvschedManager] = kvsched_parts.tiered
+) -> Callable[[int, int], Broken]:
+    """A factory of kvsched's parts with a host tier (as `correct`: `kvsched_parts.tiered`, or
+    `every_verb`, whose leases are saves) and `fault`."""
 
     def factory(pages: int, page_size: int) -> Broken:
         manager = broken(fault)(pages, page_size)
-        tiered = kvsched_parts.tiered(pages, page_size)
-        manager.host, manager.capabilities = tiered.host, tiered.capabilities
+        like = correct(pages, page_size)
+        manager.host, manager.capabilities = like.host, like.capabilities
         return manager
 
     factory.__doc__ = doc
@@ -317,6 +344,39 @@ MANAGERS: dict[str, BrokenManager] = {
             kvsched_parts.tiered,
             demote_evict_then_return,
             FailureKind.GHOST,
+        ),
+        BrokenManager(
+            "save_never_registers",
+            tiered_broken(
+                "save_never_registers",
+                "vLLM #53498's shape: a save's copies made, never registered.",
+                kvsched_parts.every_verb,
+            ),
+            kvsched_parts.every_verb,
+            save_two_pages,
+            FailureKind.INVARIANT,
+        ),
+        BrokenManager(
+            "save_unwritten",
+            tiered_broken(
+                "save_unwritten",
+                "SGLang PR #33970's shape: a save copies a page not yet written.",
+                kvsched_parts.every_verb,
+            ),
+            kvsched_parts.every_verb,
+            save_two_pages,
+            FailureKind.INVARIANT,
+        ),
+        BrokenManager(
+            "save_crossed",
+            tiered_broken(
+                "save_crossed",
+                "TRT-LLM #8813's shape: a save copies two pages each into the other's.",
+                kvsched_parts.every_verb,
+            ),
+            kvsched_parts.every_verb,
+            save_two_pages,
+            FailureKind.INVARIANT,
         ),
         BrokenManager(
             "demote_unwritten", demote_unwritten, kvsched_parts.tiered, demote_a_live_request, FailureKind.INVARIANT

@@ -34,7 +34,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvsched.testing import CheckFailed, SafetyMachine, search_safety
@@ -69,6 +69,15 @@ def demote_past_the_host(machine: SafetyMachine) -> None:
         machine.finish(request_id)
 
 
+def save_two_blocks(machine: SafetyMachine) -> None:
+    """A connector's save of a request with two full blocks, ended; then the prompt again."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    lease = machine.lease(1)
+    assert lease is not None
+    machine.end_lease(lease)
+    machine.finish(1)
+
+
 def look_up_then_reuse_then_commit(machine: SafetyMachine) -> None:
     """A block a lookup found is evicted and reused for another prompt before the commit."""
     machine.submit(1, (0, 0, 0, 0, 1))
@@ -91,19 +100,43 @@ def save_then_finish_then_reuse(machine: SafetyMachine) -> None:
 
 def saves_without_hold() -> Any:
     """The reference adapter whose connector's save notes the blocks it will read but takes no
-    reference on them (DingoCache PR #76's shape): nothing keeps them from their next owner."""
+    reference on them (DingoCache PR #76's shape): nothing keeps them from their next owner, and
+    the store keeps whatever they then hold."""
     from kvsched.testing.adapters import vllm_offload
 
     class Unheld(vllm_offload.VllmOffloaded):
-        def lease(self, request_id: int) -> int:
-            self._next_lease += 1
-            self.unheld = {**getattr(self, "unheld", {}), self._next_lease: self.requests[request_id][1]}
-            return self._next_lease
+        unheld: dict[int, Any]
 
-        def end_lease(self, lease: int) -> None:
-            self.unheld.pop(lease)
+        def lease(self, request_id: int) -> int:
+            number = super().lease(request_id)
+            save = self.leases.pop(number)
+            self.pool.free_blocks(reversed(save.blocks))  # the hold given back at once
+            self.unheld = {**getattr(self, "unheld", {}), number: save}
+            return number
+
+        def end_lease(self, lease: int) -> list[tuple[int, int]]:
+            self.leases[lease] = replace(self.unheld.pop(lease), blocks=[])
+            return super().end_lease(lease)
 
     return Unheld
+
+
+def stores_crossed() -> Any:
+    """The reference adapter whose save copies its first two blocks each into the chunk the
+    other's key was given (TRT-LLM #8813's shape, on the store side): a later load restores the
+    other block's KV."""
+    from kvsched.testing.adapters import vllm_offload
+
+    class Crossed(vllm_offload.VllmOffloaded):
+        def lease(self, request_id: int) -> int:
+            number = super().lease(request_id)
+            save = self.leases[number]
+            if len(save.pairs) >= 2:
+                (first, one), (second, other), *rest = save.pairs
+                self.leases[number] = replace(save, pairs=[(first, other), (second, one), *rest])
+            return number
+
+    return Crossed
 
 
 def commits_as_looked_up() -> Any:
@@ -172,6 +205,9 @@ VARIANTS: dict[str, Variant] = {
     "save_without_hold": Variant(
         "DingoCache PR #76", unchanged, save_then_finish_then_reuse, FailureKind.GHOST, 8, saves_without_hold
     ),
+    "stores_crossed": Variant(
+        "TRT-LLM #8813 (store side)", unchanged, save_two_blocks, FailureKind.INVARIANT, 8, stores_crossed
+    ),
     "commit_trusts_lookup": Variant(
         "vLLM #37076", unchanged, look_up_then_reuse_then_commit, FailureKind.GHOST, 8, commits_as_looked_up
     ),
@@ -237,8 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     if not campaign.passed:
         print(campaign.program, file=sys.stderr)
         return 1
-    if not coverage["demoted"] or not coverage["promoted"] or not coverage["committed"]:
-        print("the campaign never demoted, never promoted, or never committed a lookup", file=sys.stderr)
+    if not all(coverage[counter] for counter in ("demoted", "promoted", "committed", "saved")):
+        print("the campaign never demoted, promoted, committed a lookup or saved", file=sys.stderr)
         return 1
     results["campaign"] = {"examples": args.examples, "cpu_seconds": round(seconds, 1), "coverage": coverage}
     if args.json:

@@ -35,9 +35,13 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
         An asynchronous reader (a connector's save, a disaggregated send, an offload) takes hold
         of the request's pages as they are now; an opaque lease, or None when refused. The pages
         stay the reader's whatever happens to the request (a finish, a preemption) until
-    end_lease(lease)
+    end_lease(lease) -> Sequence[tuple[int, int]] | None
         the reader has read them: the manager lets go. The view's `leased` counts each page's
-        leases.
+        leases. A reader that saves into the host tier (a connector's store, with "demote")
+        returns the (device page, host page) copies it made: each device page one the lease
+        held, cached when the lease began, its host page then holding that key (the harness
+        copies the KV the lease read). Until then the view's `host_pending` names those host
+        pages.
     demote() -> Sequence[tuple[int, int]]        (capabilities "demote" and "promote", together)
         The manager copies cached device pages it would evict next into its host tier: the
         (device page, host page) copies it asks the engine to make (the harness copies its ghost
@@ -115,8 +119,9 @@ class PoolView:
     `leased[page]` is how many leases (capability "lease") hold the page: a leased page is not
     free, and its leases are not among its `holders`. With a host tier (capability "demote"),
     `host_pages` is its size, `host` maps each host page that holds KV to its key (the key its
-    device page was cached under), and `host_free` are the host pages the tier may hand out
-    next. Between calls no copy is in flight, so every host page is exactly one of the two.
+    device page was cached under), `host_free` are the host pages the tier may hand out next,
+    and `host_pending` the host pages a save still in flight (a lease's, see `end_lease`) will
+    write: every host page is exactly one of the three.
     """
 
     holders: tuple[int, ...]
@@ -129,6 +134,7 @@ class PoolView:
     host: Mapping[int, object] = field(default_factory=dict)
     host_free: frozenset[int] = frozenset()
     host_pages: int = 0
+    host_pending: frozenset[int] = frozenset()
 
 
 @runtime_checkable

@@ -78,6 +78,7 @@ COVERAGE = (
     "leases_read",  # leases a reader read and ended (its pages' KV as they were when it began)
     "demoted",  # pages the manager copied to its host tier
     "promoted",  # pages an admission found in the host tier and copied back
+    "saved",  # pages an ended lease's save copied into the host tier
 )
 
 
@@ -179,7 +180,8 @@ class SafetyMachine:
         self.preempted: dict[int, list[int]] = {}  # preempted request -> the tokens it resumes with
         self.tenants: dict[int, int] = {}  # request -> its tenant (tenant_of its id; a child's, its parent's)
         self.answers: dict[int, tuple[list[int], object]] = {}  # looked-up request -> its prompt, the answer
-        self.leases: dict[int, tuple[object, dict[int, dict[int, Context]]]] = {}  # number -> lease, KV it saw
+        # number -> lease, the KV it saw, the keys its cached pages had when it began
+        self.leases: dict[int, tuple[object, dict[int, dict[int, Context]], dict[int, object]]] = {}
         self.kv: dict[int, dict[int, Context]] = {}  # ghost KV: page -> slot -> the context written there
         self.host_kv: dict[int, dict[int, Context]] = {}  # the host tier's ghost KV, likewise
         self.program: list[str] = []
@@ -321,10 +323,12 @@ class SafetyMachine:
             if slot in self.kv.get(page, {}):
                 seen.setdefault(page, {})[slot] = self.kv[page][slot]
         number = len(self.program)  # the lease's call in the program: unique
+        cached = self.manager.view().cached
+        keys = {page: cached[page] for page in table if page in cached}  # what a save may store each page as
         handle = self._step(ManagerLease(request_id), lambda: self._lease(request_id))
         if handle is False:
             return None
-        self.leases[number] = (handle, seen)
+        self.leases[number] = (handle, seen, keys)
         return number
 
     def _lease(self, request_id: int) -> object:
@@ -338,10 +342,34 @@ class SafetyMachine:
         """The reader reads what it holds (the KV each page had when the lease began, or GHOST),
         then lets go."""
         self._record(f"machine.end_lease({number})")
-        handle, seen = self.leases.pop(number)
+        handle, seen, keys = self.leases.pop(number)
         self._read_lease(number, seen)
-        self._step(ManagerEndLease(number), lambda: self.manager.end_lease(handle))
+        saved = self._step(ManagerEndLease(number), lambda: self.manager.end_lease(handle))
+        self._saved(number, seen, keys, saved)
         self.coverage["leases_read"] += 1
+
+    def _saved(self, number: int, seen: dict[int, dict[int, Context]], keys: dict[int, object], saved: Any) -> None:
+        """The copies an ended lease's save made into the host tier: each from a page the lease
+        held, cached when it began, its host page then holding that key; the KV is what the lease
+        read."""
+        pairs = list(saved or ())
+        host = self.manager.view().host
+        last = {host_page: page for page, host_page in pairs}  # a later copy to a host page replaces an earlier one
+        for page, host_page in pairs:
+            if page not in keys:
+                self._fail(
+                    FailureKind.INVARIANT,
+                    f"lease {number} saves page {page} to host page {host_page}, but the page was not a cached"
+                    " page of its request when the lease began",
+                )
+            if last[host_page] == page and host.get(host_page) != keys[page]:
+                self._fail(
+                    FailureKind.INVARIANT,
+                    f"lease {number} saves page {page} to host page {host_page}, but its host tier then holds"
+                    f" {'nothing' if host_page not in host else repr(host[host_page])} there, not page {page}'s key",
+                )
+            self.host_kv[host_page] = dict(seen.get(page, {}))
+        self.coverage["saved"] += len(pairs)
 
     def _read_lease(self, number: int, seen: dict[int, dict[int, Context]]) -> None:
         for page, slots in sorted(seen.items()):
@@ -381,15 +409,20 @@ class SafetyMachine:
         """End every lease and finish every live request; then no page may be left held or lost."""
         self._record("machine.teardown()")
         for number in list(self.leases):
-            handle, seen = self.leases.pop(number)
+            handle, seen, keys = self.leases.pop(number)
             self._read_lease(number, seen)
-            self.manager.end_lease(handle)
+            self._saved(number, seen, keys, self.manager.end_lease(handle))
         for request_id in list(self.sequences):
             self.manager.free(request_id)
             del self.sequences[request_id]
         self.preempted.clear()
         view = self.manager.view()
         self._require_valid(view)
+        if view.host_pending:
+            self._fail(
+                FailureKind.LEAK,
+                f"host pages {sorted(view.host_pending)} are still being written once every lease ended",
+            )
         lost = sorted(set(range(self.pages)) - view.free - view.reserved - view.evictable)
         if lost:
             self._fail(
@@ -508,6 +541,12 @@ class SafetyMachine:
         failure = check_step(before, event, Outcome(value), after, component=MANAGER, config=self.config)
         if failure is not None:
             self._fail(failure.kind, failure.detail)
+        saving = self.leases or (isinstance(event, ManagerLease) and value is not False)  # an ended one is popped
+        if after.view.host_pending and not saving:
+            self._fail(
+                FailureKind.INVARIANT,
+                f"host pages {sorted(after.view.host_pending)} are being written while no save is in flight",
+            )
         return value
 
     def _require_valid(self, view: PoolView) -> None:

@@ -549,6 +549,24 @@ CATALOGUE: tuple[Bug, ...] = (
         manager="host_key_twice",
     ),
     Bug(
+        "save-never-registered",
+        "A connector's save copies pages to the host tier and never registers them: the host pages stay"
+        " in flight and every lookup misses (vLLM #53498, on the save side).",
+        manager="save_never_registers",
+    ),
+    Bug(
+        "save-reads-unwritten",
+        "A connector's save copies its request's last page, not yet written, to the host tier"
+        " (SGLang PR #33970, on the save side).",
+        manager="save_unwritten",
+    ),
+    Bug(
+        "save-copies-crossed",
+        "A connector's save copies two pages each into the host page the other's key was given: a later"
+        " load restores the other page's KV (TRT-LLM #8813, on the store side).",
+        manager="save_crossed",
+    ),
+    Bug(
         "copy-keeps-its-hold",
         "A completed copy's count stays on the page it read: the page never comes back.",
         tiers_encoding="demoted_keeps_the_device_hold",

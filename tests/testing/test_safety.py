@@ -34,12 +34,13 @@ def test_kvsched_parts_pass_a_safety_campaign_with_hits_forks_and_refusals() -> 
 
 def test_kvsched_parts_pass_a_campaign_that_admits_in_every_verbs() -> None:
     """A lookup, other calls (admissions that evict what it found, frees, resets), then its commit;
-    leases read; pages demoted to the host tier and promoted back."""
+    leases read, their saves copied to the host tier; pages demoted to the host tier and promoted
+    back."""
     result = search_safety(kvsched_parts.every_verb, examples=150, seed_value=3)
     assert result.passed, result.program
     coverage = result.coverage
     assert coverage["committed"] > 0 and coverage["evicted"] > 0 and coverage["leases_read"] > 0
-    assert coverage["demoted"] > 0 and coverage["promoted"] > 0
+    assert coverage["demoted"] > 0 and coverage["promoted"] > 0 and coverage["saved"] > 0
     assert result.warnings == ()
 
 
@@ -109,7 +110,7 @@ def test_a_lease_reads_only_what_its_request_had_written() -> None:
     assert machine.kv[last][1] == (7, 8)  # the stale KV the lease must not count as read
     lease = machine.lease(2)
     assert lease is not None
-    _, seen = machine.leases[lease]
+    _, seen, _ = machine.leases[lease]
     assert seen == {machine.manager.view().tables[2][0]: {0: (1,), 1: (1, 2)}, last: {0: (1, 2, 3)}}
     machine.decode(2)
     machine.end_lease(lease)

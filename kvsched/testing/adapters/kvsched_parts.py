@@ -14,7 +14,9 @@ With a host tier (`host_pages`, the engine's `kvsched.impl.host_tier`): `demote`
 evictable cached page the host wants, in eviction order, to a host page; an admission's lookup
 continues past the device run into the host tier, and each page found there is copied into the
 request's fresh page (`promote` names the copies) and cached on the device. Copies complete as
-they are made: the harness makes them.
+they are made: the harness makes them. With leases as well, a lease is a connector's save: its
+request's cached pages the host wants are copied to host pages that stay in flight (the view's
+`host_pending`) until the lease ends, and `end_lease` names the copies.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.prefix_cache import PrefixCache
 from kvsched.impl.scheduler import RequestScheduler
 from kvsched.spec.errors import CacheInUse, Exhausted
+from kvsched.spec.host_tier import DEMOTE
 from kvsched.spec.host_tier import Copy as HostCopy
 from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, sha256
 from kvsched.spec.pool import Copy
@@ -68,6 +71,7 @@ class KvschedManager:
         self.published: dict[int, int] = {}  # each request's pages cached so far
         self._copies: list[tuple[int, int]] = []  # the last append's copy-on-write
         self.leases: dict[int, list[int]] = {}  # a reader's lease -> the pages it holds
+        self.saves: dict[int, list[HostCopy]] = {}  # a reader's lease -> the copies to the host tier it makes
         self._next_lease = 0
         self.host = HostTier(host_pages)
         self._promoted: dict[int, list[tuple[int, int]]] = {}  # the last admission's (host page, page) copies
@@ -202,17 +206,31 @@ class KvschedManager:
     # --8<-- [end:optional-verbs]
 
     def lease(self, request_id: int) -> int:
-        """A reader holds the request's pages: one more reference on each."""
+        """A reader holds the request's pages: one more reference on each. With a host tier it
+        is a connector's save: each cached page whose key the tier wants is copied to it, the
+        copy in flight until the lease ends."""
         pages = [page for page in self.scheduler.page_table(request_id) if page is not None]
         for page in pages:
             self.pool.retain(page)
         self._next_lease += 1
         self.leases[self._next_lease] = pages
+        self.cache.settle()
+        cached, saving = self.cache.cached_mask(), []
+        for page in pages:
+            if cached[page] and self.host.wants(key := self.cache.entry(page)[0]):
+                self.host.demote(page, key, self.cache.entry(page)[1])
+                saving.append(self.host.copies[self.host.issued - 1])
+        self.saves[self._next_lease] = saving
         return self._next_lease
 
-    def end_lease(self, lease: int) -> None:
+    def end_lease(self, lease: int) -> list[tuple[int, int]]:
+        """The save's copies complete; the reader lets go of the pages. The copies made."""
+        saving = self.saves.pop(lease)
+        for copy in saving:
+            self._complete_demotion(copy)
         for page in self.leases.pop(lease):
             self.pool.release(page)
+        return [(copy.page, copy.host_page) for copy in saving]
 
     def revalidated(self, found: Found) -> list[int]:
         """The leading pages of `found` still cached under the keys they were found by."""
@@ -242,6 +260,7 @@ class KvschedManager:
             host={entry.page: entry.key for entry in host.cache},
             host_free=frozenset(host.free),
             host_pages=host.pages,
+            host_pending=frozenset(copy.host_page for copy in host.copies if copy.kind == DEMOTE),
         )
 
     def _room(self, pages: int, keep: Sequence[int]) -> bool:

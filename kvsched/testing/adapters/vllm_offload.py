@@ -24,10 +24,13 @@ within the call (the harness makes them):
   there, no further than the lookup reached, and admits as above.
 - free: `on_request_finished`; reset_cache: the pool's `reset_prefix_cache` alone, as vLLM's
   scheduler resets by default (`reset_connector=False`): the host tier keeps its chunks.
-- lease: a connector's save holding a request's blocks, as vLLM's scheduler holds a finished
-  request's blocks until its connector reports the save done: the pool's `touch` takes one
-  more reference on each, and end_lease gives them back with `free_blocks`. The view's
-  `leased` counts them, and its holders are the counts less the leases.
+- lease: a connector's save of a request's blocks, as vLLM's offloading connector stores a
+  request's computed blocks and vLLM's scheduler holds a finished request's blocks until the
+  store is done: the pool's `touch` takes one more reference on each, and the cached blocks
+  whose keys the host lacks go to `prepare_store`; end_lease completes the store
+  (`complete_store`), gives the blocks back with `free_blocks`, and returns the copies. The
+  view's `leased` counts the blocks, its holders are the counts less the leases, and its
+  `host_pending` the chunks a save has still to write (not ready).
 
 Keys: a host chunk's `OffloadKey` is its block's hash with its group index (0), the same bytes as
 the device block's `BlockHashWithGroupId`, so the view's `host` and `cached` compare directly.
@@ -58,6 +61,17 @@ class Match:
 
     hits: list[Any]
     loads: list[Any]
+
+
+@dataclass(frozen=True)
+class Save:
+    """A connector's save, while its lease lasts: the blocks it holds, its offloading context, the
+    keys `prepare_store` took and the (block, chunk) copies they name."""
+
+    blocks: list[Any]
+    context: Any
+    keys: list[Any]
+    pairs: list[tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -106,7 +120,7 @@ class VllmOffloaded(VllmPool):
         self._promoted: dict[int, list[tuple[int, int]]] = {}  # the last admission's (host page, page) copies
         self._stores = 0  # demotions so far: each store has its own context
         self.probe = self.offload.base.ReqContext(req_id="lookup")  # a lookup's context (lookups read none)
-        self.leases: dict[int, list[Any]] = {}  # a save's lease -> the blocks it holds
+        self.leases: dict[int, Save] = {}  # a save's lease -> what it holds and stores
         self._next_lease = 0
 
     def _context(self, name: str) -> Any:
@@ -205,14 +219,38 @@ class VllmOffloaded(VllmPool):
         return pairs
 
     def lease(self, request_id: int) -> int:
+        """A connector's save of the request's blocks: the pool's `touch` holds them all, and its
+        cached blocks whose keys the host lacks go to `prepare_store` (their chunks are written
+        while the lease lasts)."""
         _, blocks = self.requests[request_id]
         self.pool.touch(list(blocks))
         self._next_lease += 1
-        self.leases[self._next_lease] = list(blocks)
+        context = self._context(f"save-{self._next_lease}")
+        miss = self.offload.base.LookupResult.MISS
+        offered: dict[Any, Any] = {}  # key -> the block it is the hash of, in the request's order
+        for block in blocks:
+            if block.block_hash is not None:
+                key = self.offload.base.OffloadKey(bytes(block.block_hash))
+                if self.host.lookup(key, self.probe) is miss:
+                    offered.setdefault(key, block)
+        keys, pairs = [], []
+        stored = self.host.prepare_store(list(offered), context) if offered else None
+        if stored is not None:
+            keys = list(stored.keys_to_store)
+            chunks = stored.store_spec.block_ids
+            pairs = [(offered[key].block_id, int(chunk)) for key, chunk in zip(keys, chunks, strict=True)]
+        self.leases[self._next_lease] = Save(list(blocks), context, keys, pairs)
         return self._next_lease
 
-    def end_lease(self, lease: int) -> None:
-        self.pool.free_blocks(reversed(self.leases.pop(lease)))
+    def end_lease(self, lease: int) -> list[tuple[int, int]]:
+        """The save's copies are done: `complete_store` makes their chunks loadable, and the pool
+        gets its blocks back (`free_blocks`); the (block, chunk) copies made."""
+        save = self.leases.pop(lease)
+        if save.keys:
+            self.host.complete_store(save.keys, save.context)
+        self.host.on_request_finished(save.context)
+        self.pool.free_blocks(reversed(save.blocks))
+        return save.pairs
 
     def free(self, request_id: int) -> None:
         super().free(request_id)
@@ -225,7 +263,7 @@ class VllmOffloaded(VllmPool):
         chunks = host._policy.chunks.items()
         never_allocated = range(host._num_allocated_chunks, host._num_chunks)
         view = pool_view(self.pool, tables)
-        leased = Counter(block.block_id for blocks in self.leases.values() for block in blocks)
+        leased = Counter(block.block_id for save in self.leases.values() for block in save.blocks)
         holders = tuple(count - leased[page] for page, count in enumerate(view.holders))
         return replace(
             view,
@@ -233,6 +271,7 @@ class VllmOffloaded(VllmPool):
             leased=dict(leased),
             host={int(chunk.chunk_id): bytes(key) for key, chunk in chunks if chunk.is_ready},
             host_free=frozenset(host._free_list) | frozenset(never_allocated),
+            host_pending=frozenset(int(chunk.chunk_id) for _, chunk in chunks if not chunk.is_ready),
             host_pages=self.host_pages,
         )
 

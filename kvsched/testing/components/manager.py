@@ -217,8 +217,9 @@ def view_problems(state: ManagerState) -> list[str]:
 
 
 def host_problems(view: PoolView) -> list[str]:
-    """The host tier, between calls: each of its pages holds one key or is free, never both
-    and never neither (the tier's free count is exact), and no key is on two host pages."""
+    """The host tier, between calls: each of its pages holds one key, is free, or is being
+    written by a save in flight: exactly one (the tier's free count is exact), and no key is on
+    two host pages."""
     keys = list(view.host.values())
     problems = [
         f"host pages {sorted(page for page, key in view.host.items() if key == twice)} hold one key"
@@ -228,7 +229,11 @@ def host_problems(view: PoolView) -> list[str]:
         f"host page {page} is free while it holds key {view.host[page]!r}"
         for page in sorted(view.host_free & set(view.host))
     ]
-    pages, named = set(range(view.host_pages)), view.host_free | set(view.host)
+    problems += [
+        f"host page {page} is {'free' if page in view.host_free else 'keyed'} while a save in flight writes it"
+        for page in sorted(view.host_pending & (view.host_free | set(view.host)))
+    ]
+    pages, named = set(range(view.host_pages)), view.host_free | set(view.host) | view.host_pending
     if pages - named:
         problems.append(f"host pages {sorted(pages - named)} are neither free nor hold a key: the tier lost them")
     if named - pages:
@@ -299,6 +304,8 @@ def view_changes(before: PoolView, after: PoolView) -> str:
         changes.append(f"host {dict(before.host)} -> {dict(after.host)}")
     if before.host_free != after.host_free:
         changes.append(f"host free {sorted(before.host_free)} -> {sorted(after.host_free)}")
+    if before.host_pending != after.host_pending:
+        changes.append(f"host pending {sorted(before.host_pending)} -> {sorted(after.host_pending)}")
     return "; ".join(changes)
 
 
