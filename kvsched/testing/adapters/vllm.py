@@ -20,6 +20,7 @@ A refused call changes nothing ("atomic"): both check the free blocks before the
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -72,14 +73,10 @@ class _Vllm:
         )
 
 
-_modules: _Vllm | None = None
-
-
+@functools.cache
 def _vllm() -> _Vllm:
-    global _modules
-    if _modules is None:
-        _modules = _Vllm()
-    return _modules
+    """The modules, imported on first use (vLLM is optional)."""
+    return _Vllm()
 
 
 def pool_view(block_pool: Any, tables: dict[int, tuple[int, ...]]) -> PoolView:

@@ -43,6 +43,7 @@ Broken variants of the host tier (each an upstream bug's shape) are in
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections import Counter
 from collections.abc import Sequence
@@ -95,14 +96,10 @@ class _Offload:
         self.cpu: Any = importlib.import_module("vllm.v1.kv_offload.cpu.manager")
 
 
-_modules: _Offload | None = None
-
-
+@functools.cache
 def _offload() -> _Offload:
-    global _modules
-    if _modules is None:
-        _modules = _Offload()
-    return _modules
+    """The modules, imported on first use (vLLM is optional)."""
+    return _Offload()
 
 
 class VllmOffloaded(VllmPool):
