@@ -323,11 +323,11 @@ class SafetyMachine:
             if slot in self.kv.get(page, {}):
                 seen.setdefault(page, {})[slot] = self.kv[page][slot]
         number = len(self.program)  # the lease's call in the program: unique
-        cached = self.manager.view().cached
-        keys = {page: cached[page] for page in table if page in cached}  # what a save may store each page as
         handle = self._step(ManagerLease(request_id), lambda: self._lease(request_id))
         if handle is False:
             return None
+        cached = self.manager.view().cached
+        keys = {page: cached[page] for page in table if page in cached}  # what a save may store each page as
         self.leases[number] = (handle, seen, keys)
         return number
 
