@@ -17,7 +17,8 @@
 #      published only once the tokens its key covers exist (publication.py)
 #   6. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
 #      a broken pool must fail; vLLM's pool with vLLM's CPU offloading manager as its host tier
-#      (demote, promote), three broken offloading managers caught by name (offload_teeth.py)
+#      (demote, promote, leases that save, two-phase admission), six broken managers caught by
+#      name and found by the search (offload_teeth.py)
 #   7. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py), timed and counted in
 #      instructions (callgrind); 0.32.0: the thrash
 #      trace through vLLM's Scheduler and kvsched's engine (thrash.py)
@@ -107,7 +108,7 @@ KVSCHED_VLLM_DEBUG=1 kvsched_check kvsched.testing.adapters.vllm:kvsched_manager
 step "safety: a BlockPool that keeps a reused block's hash (must fail)"
 status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 || status=$?
 [ "$status" -eq 1 ] || { echo "the stale pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }
-step "safety with a host tier: vLLM's BlockPool with vLLM's CPUOffloadingManager; four broken managers caught by name"
+step "safety with a host tier: vLLM's BlockPool with vLLM's CPUOffloadingManager; six broken managers caught by name"
 (cd / && "$py" "$here/offload_teeth.py" --examples 3000 --json "$results/offload.json")
 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
