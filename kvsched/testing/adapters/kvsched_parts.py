@@ -217,8 +217,11 @@ class KvschedManager:
         self.cache.settle()
         cached, saving = self.cache.cached_mask(), []
         for page in pages:
-            if cached[page] and self.host.wants(key := self.cache.entry(page)[0]):
-                self.host.demote(page, key, self.cache.entry(page)[1])
+            if not cached[page]:
+                continue
+            key, depth = self.cache.entry(page)
+            if self.host.wants(key):
+                self.host.demote(page, key, depth)
                 saving.append(self.host.copies[self.host.issued - 1])
         self.saves[self._next_lease] = saving
         return self._next_lease
