@@ -99,17 +99,19 @@ class HostTier:
 
     # -- changing -----------------------------------------------------------------------------
 
-    def demote(self, page: int, key: Key, depth: int) -> None:
-        """Copy device `page` to a host page (`wants(key)` holds)."""
+    def demote(self, page: int, key: Key, depth: int) -> Copy:
+        """Copy device `page` to a host page (`wants(key)` holds); the copy issued."""
         if self._free:
             host_page = self._free.pop()
         else:  # the least recently used cached page no copy reads leaves the cache
             lru, (host_page, _) = next((key, entry) for key, entry in self._cache.items() if not self._users[entry[0]])
             del self._cache[lru]
             del self._keys[host_page]
-        self._issue(Copy(self.issued, DEMOTE, page, host_page, key, depth))
+        copy = Copy(self.issued, DEMOTE, page, host_page, key, depth)
+        self._issue(copy)
         self._demoting.add(key)
         self._stats[DEMOTED] += 1
+        return copy
 
     def promote(self, key: Key, page: int, request_id: int) -> int:
         """Copy the host page cached under `key` into device `page` for `request_id`; its id.

@@ -136,8 +136,7 @@ class KvschedManager:
         for page in self.cache.victims(self.pool, self.cache.cached_mask().shape[0]).tolist():
             key, depth = self.cache.entry(page)
             if self.host.wants(key):
-                self.host.demote(page, key, depth)
-                copy = self.host.copies[self.host.issued - 1]
+                copy = self.host.demote(page, key, depth)
                 self._complete_demotion(copy)
                 pairs.append((page, copy.host_page))
         return pairs
@@ -221,8 +220,7 @@ class KvschedManager:
                 continue
             key, depth = self.cache.entry(page)
             if self.host.wants(key):
-                self.host.demote(page, key, depth)
-                saving.append(self.host.copies[self.host.issued - 1])
+                saving.append(self.host.demote(page, key, depth))
         self.saves[self._next_lease] = saving
         return self._next_lease
 
