@@ -86,7 +86,7 @@ from kvsched.spec.engine_config import (
 )
 from kvsched.spec.engine_state import EngineState, Leased, Queued, Running, external_holds
 from kvsched.spec.errors import Exhausted
-from kvsched.spec.host_tier import PROMOTE
+from kvsched.spec.host_tier import PROMOTE, Copy
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, PrefillItem
 from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, page_hash
@@ -484,13 +484,17 @@ class Engine:
                 self._prefill(chunks, record)
                 self._finish_step(record)
             self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
-            issue_copies(copier(self.model), [copy for tid, copy in self.host.copies.items() if tid >= issued])
+            self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
         except BaseException:
             self._rollback(saved)
             raise
         finally:
             self._saved = None
         return self._output(record, counters)
+
+    def _issue_copies(self, copies: list[Copy]) -> None:
+        """Start the step's new copies between the tiers: one call, its last (all or none)."""
+        issue_copies(copier(self.model), copies)
 
     def _decodes_only(self) -> bool:
         """This step can only decode: nothing to cancel or prefill, and nobody it could admit
@@ -588,7 +592,7 @@ class Engine:
 
     def _room_for_running(self) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]]:
         plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
-        budget = self.config.max_batched_tokens - get_indexes(self.scheduler)[2]
+        budget = self._token_budget(get_indexes(self.scheduler)[2])
         chunks = []
         for slot in sorted(self._prefilling, key=self._prefill_order):
             if slot in self._waiting:
@@ -603,6 +607,10 @@ class Engine:
             chunks.append((Chunk(request.request_id, computed, length, _pairs(room)), slot))
             budget -= length
         return plan, chunks
+
+    def _token_budget(self, decoding: int) -> int:
+        """The tokens the step's prefill chunks may take, `decoding` requests decoding."""
+        return self.config.max_batched_tokens - decoding
 
     def _run_round(self, plan: ArrayWritePlan) -> int:
         """The decode round's model calls (its copies, then the round): how many requests it ran.
@@ -649,7 +657,7 @@ class Engine:
     def _prefill(self, chunks: list[tuple[Chunk, int]], record: Record) -> None:
         """Run the running requests' chunks and admit newcomers into the budget left (their
         pages attached and allocated in one call once all are chosen: `seat_newcomers`)."""
-        budget = self.config.max_batched_tokens - record.tokens_run - sum(chunk.length for chunk, _ in chunks)
+        budget = self._token_budget(record.tokens_run) - sum(chunk.length for chunk, _ in chunks)
         copies = [pair for chunk, _ in chunks for pair in chunk.copies]
         self._committed = None
         self._fetching.clear()
@@ -971,11 +979,14 @@ class Engine:
         if self.host.pages:
             for page in self.cache.victims(self.pool, pages, keep or ()).tolist():
                 key, depth = self.cache.entry(page)
-                if self.host.wants(key):
+                if self.host.wants(page, key):
                     self.pool.retain(page)  # the copy's hold
                     self.host.demote(page, key, depth)
                     demoted += 1
-        return demoted + self.cache.evict(self.pool, pages - demoted, keep or ())
+        evicted = self.cache.evict(self.pool, pages - demoted, keep or ())
+        if evicted and self.host.refused:
+            self.host.keep_refused(self.cache.cached_mask())
+        return demoted + evicted
 
     # -- the host tier ------------------------------------------------------------------------
 

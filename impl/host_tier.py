@@ -3,8 +3,9 @@
 Storage: the free stack (a list, top last); the cache as a dict key -> (page, depth) in least
 recently used order (a use moves the key to the end); the keys by cached page; the copies in
 flight by id (issue order); how many copies read or write each host page; the keys being
-demoted. `snapshot()` and `restore()` let a failed step put it back; `to_spec()` is the
-abstraction function to the spec's `HostState`.
+demoted; the refused device pages (a list: few, in order of failure). `snapshot()` and
+`restore()` let a failed step put it back; `to_spec()` is the abstraction function to the
+spec's `HostState`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class HostTier:
         self._demoting: set[Key] = set()
         self.issued = 0
         self._stats = [0, 0, 0, 0]
+        self.refused: list[int] = []  # device pages whose demotion failed, still cached on the device
 
     # -- the abstraction and rollback ---------------------------------------------------------
 
@@ -40,7 +42,13 @@ class HostTier:
         """The abstraction function: this tier as the spec's `HostState`."""
         cache = tuple(HostPage(page, key, depth) for key, (page, depth) in self._cache.items())
         return HostState(
-            self.pages, tuple(self._free), cache, tuple(self.copies.values()), self.issued, HostStats(*self._stats)
+            self.pages,
+            tuple(self._free),
+            cache,
+            tuple(self.copies.values()),
+            self.issued,
+            HostStats(*self._stats),
+            tuple(self.refused),
         )
 
     def snapshot(self) -> tuple[Any, ...]:
@@ -54,13 +62,15 @@ class HostTier:
             set(self._demoting),
             self.issued,
             list(self._stats),
+            list(self.refused),
         )
 
     def restore(self, saved: tuple[Any, ...]) -> None:
         """Back to `saved` (which stays intact: it may be restored again)."""
-        free, cache, keys, copies, users, demoting, issued, stats = saved
+        free, cache, keys, copies, users, demoting, issued, stats, refused = saved
         self._free, self._cache, self._keys, self.copies = list(free), dict(cache), dict(keys), dict(copies)
         self._users, self._demoting, self.issued, self._stats = Counter(users), set(demoting), issued, list(stats)
+        self.refused = list(refused)
 
     def counters(self) -> tuple[int, ...]:
         return tuple(self._stats)
@@ -84,9 +94,9 @@ class HostTier:
             found.append((key, *entry))
         return found
 
-    def wants(self, key: Key) -> bool:
-        """The spec's `wants`: a device page under `key` would be demoted rather than evicted."""
-        if not self.pages or key in self._cache or key in self._demoting:
+    def wants(self, page: int, key: Key) -> bool:
+        """The spec's `wants`: device `page`, cached under `key`, would be demoted rather than evicted."""
+        if not self.pages or key in self._cache or key in self._demoting or page in self.refused:
             return False
         if self._free:
             return True
@@ -136,18 +146,28 @@ class HostTier:
             if ok:
                 self._cache[copy.key] = (page, copy.depth)
                 self._keys[page] = copy.key
+            else:
+                self.refused.append(copy.page)
         elif not ok and self._keys.get(page) == copy.key:
             del self._cache[self._keys.pop(page)]
         if not ok:
             self._stats[FAILED] += 1
         if not self._users[page] and page not in self._keys:
-            self._free.append(page)
+            if ok:
+                self._free.append(page)
+            else:  # suspect: handed out after every other free page
+                self._free.insert(0, page)
+
+    def keep_refused(self, cached: Any) -> None:
+        """Forget the refused pages the device cache no longer holds (`cached`: its page mask)."""
+        self.refused = [page for page in self.refused if cached[page]]
 
     def reset(self) -> None:
         """Drop every cached page (no copy is in flight), least recently used freed first."""
         self._free += [page for page, _ in self._cache.values()]
         self._cache.clear()
         self._keys.clear()
+        self.refused.clear()
 
     def _issue(self, copy: Copy) -> None:
         self.copies[copy.transfer_id] = copy

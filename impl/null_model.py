@@ -41,6 +41,7 @@ class NullModel(SpecNullModel):
             count = null_round(items, out, self.vocab)
             if count < 0:
                 raise ValueError(f"{out.shape[0]} outputs cannot answer {items.shape[0]} items")
+            self.tokens += count
             return RaggedBatchReceipt(count, 1, count * RaggedBatchOutput.SIZE)
         columns = item_columns(items)
         tokens = columns["token_id"].astype(np.int64)
@@ -53,6 +54,7 @@ class NullModel(SpecNullModel):
             next_tokens.astype(np.uint32),
         )
         count = int(tokens.shape[0])
+        self.tokens += count
         return RaggedBatchReceipt(count, 1, count * RaggedBatchOutput.SIZE)
 
 

@@ -8,11 +8,11 @@
                                               (append all, then causal attention); the logits
     copy_pages(pairs)                         copy-on-write: one launch for every layer's K and V
     execute_prefill(items)                    the engine's prefill call: every chunk, a token each
-    copy_to_host(copies), copy_to_device(copies), copies_done(ids)
+    start_copies(to_device, to_host), copies_done(ids)
                                               a host tier (`host_pages`): its K and V in host
-                                              memory; one launch copies a batch of pages across
-                                              (`ops.copy_tier`), and each copy is reported done
-                                              at the next poll
+                                              memory; one launch each way copies a batch of pages
+                                              across (`ops.copy_tier`), all or nothing, and each
+                                              copy is reported done at the next poll
 
 It serves both scheduler forms: the spec's tuples of records and impl's structured arrays (read
 through `kvsched.abi`). Ownership: the backend owns its caches
@@ -122,13 +122,18 @@ class PagedBackend:
         scheduler answers `Copy(source, destination)`, before anything is written there."""
         ops.copy_pages(self.k_cache, self.v_cache, pairs, device=self.device)
 
-    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
-        """Copy each device page `source` into host page `destination` (one launch)."""
-        self._copy_tier((self.k_cache, self.v_cache), (self.host_k, self.host_v), copies)
-
-    def copy_to_device(self, copies: Sequence[HostCopy]) -> None:
-        """Copy each host page `source` into device page `destination` (one launch)."""
-        self._copy_tier((self.host_k, self.host_v), (self.k_cache, self.v_cache), copies)
+    def start_copies(self, to_device: Sequence[HostCopy], to_host: Sequence[HostCopy]) -> None:
+        """Copy each host page `source` of `to_device` into device page `destination`, and each
+        device page `source` of `to_host` into host page `destination` (one launch each way).
+        All or nothing: every page of both directions is checked against its tier first, and a
+        destination named twice is refused, so a call that raises has copied nothing."""
+        host_pages = int(self.host_k.shape[1])
+        inward = _tier_pairs(to_device, host_pages, self.pages, "to_device")
+        outward = _tier_pairs(to_host, self.pages, host_pages, "to_host")
+        if len(inward):
+            self._copy_tier((self.host_k, self.host_v), (self.k_cache, self.v_cache), to_device, inward)
+        if len(outward):
+            self._copy_tier((self.k_cache, self.v_cache), (self.host_k, self.host_v), to_host, outward)
 
     def copies_done(self, transfer_ids: Sequence[int]) -> list[bool | None]:
         """Every copy was made when it was issued: done, reported once asked (and again if asked
@@ -139,8 +144,9 @@ class PagedBackend:
             self.done = {tid: done for tid, done in self.done.items() if tid >= oldest}
         return [self.done.get(transfer_id) for transfer_id in transfer_ids]
 
-    def _copy_tier(self, source: tuple[Any, Any], destination: tuple[Any, Any], copies: Sequence[HostCopy]) -> None:
-        pairs = np.asarray([(copy.source, copy.destination) for copy in copies], dtype=np.int64).reshape(-1, 2)
+    def _copy_tier(
+        self, source: tuple[Any, Any], destination: tuple[Any, Any], copies: Sequence[HostCopy], pairs: Any
+    ) -> None:
         ops.copy_tier(source, destination, pairs, device=self.device)
         for copy in copies:
             self.done[copy.transfer_id] = True
@@ -178,3 +184,15 @@ class PagedBackend:
         if self.device != "cuda":
             return 0
         return count * self.config.q_heads * self.config.head_dim * 4 * self.config.layers
+
+
+def _tier_pairs(copies: Sequence[HostCopy], sources: int, destinations: int, name: str) -> npt.NDArray[np.int64]:
+    """`copies` as `[copies, 2]` (source, destination) pages, each checked against its tier's page
+    count (in Python's integers) and no destination named twice; else `ValueError`."""
+    pairs = [(int(copy.source), int(copy.destination)) for copy in copies]
+    for index, (source, destination) in enumerate(pairs):
+        if not 0 <= source < sources or not 0 <= destination < destinations:
+            raise ValueError(f"{name} copy {index} names pages {source} -> {destination}: outside its tiers")
+    if len({destination for _, destination in pairs}) != len(pairs):
+        raise ValueError(f"{name} writes a destination page twice: {[d for _, d in pairs]}")
+    return np.asarray(pairs, dtype=np.int64).reshape(-1, 2)

@@ -5,8 +5,9 @@ from every state.
 
 On each transition: the engine checks of the stateful machine (`check_step`: typed
 outcome, lockstep with a `reference` engine, atomicity, every engine invariant, the step's
-limits); determinism (every request's generated tokens are what it samples alone: the model is
-the null model, so they are known); a preempted request's place (ahead of every request of its
+limits); the tokens the model computed within `max_batched_tokens`; determinism (every
+request's generated tokens are what it samples alone: the model is the null model, so they are
+known); a preempted request's place (ahead of every request of its
 priority that never ran). From every state, liveness: with no arrivals, stepping finishes every
 request within `drain_steps` steps, and then only published prefixes hold pages and no state
 slot is held. Search is breadth-first (the first violation has a shortest path), bounded by
@@ -19,8 +20,10 @@ the ghost reads, every cached page's content against its key and tenant isolatio
 (`kvsched.testing.engine_machine`); determinism compares with that model's tokens alone.
 
 With a host tier (`HOSTED`), a step may also leave the copies between the tiers in flight, or
-fail them (the model armed as the engine machine arms it); states count the copies in flight by
-their rank, not their ids, and draining completes every copy.
+fail them, or fail to start its new ones (the model armed as the engine machine arms it); no
+copy the backend runs may be one the engine forgot; states count the copies in flight by their
+rank, not their ids; liveness is checked three times: draining with the tier working (every
+copy completes), with every copy failing, and with one bad host page.
 """
 
 from __future__ import annotations
@@ -40,11 +43,11 @@ from kvsched.spec.engine_state import EngineState, Queued, Running, sequence_of
 from kvsched.spec.host_tier import HostStats
 from kvsched.spec.model import null_next_token
 from kvsched.spec.page_keys import CacheSalt
-from kvsched.spec.prefix import get_store_references
-from kvsched.spec.prefix_cache import EMPTY_CACHE, get_cache_references
-from kvsched.testing.checks import CheckFailure, FailureKind, capture
-from kvsched.testing.engine_machine import SHAPES, cache_failure, ghost_failure, prefix_for
-from kvsched.testing.engine_model import FAILED, IN_FLIGHT, HarnessModel, greedy_tokens
+from kvsched.spec.prefix_cache import EMPTY_CACHE
+from kvsched.testing.checks import CheckFailure, FailureKind
+from kvsched.testing.engine_liveness import TIER_FAULTS, drained
+from kvsched.testing.engine_machine import SHAPES, budget_failure, cache_failure, ghost_failure, prefix_for
+from kvsched.testing.engine_model import FAILED, IN_FLIGHT, WORKING, HarnessModel, greedy_tokens
 from kvsched.testing.registry import ENGINE
 
 EngineFactory = Callable[[EngineConfig, Any], Any]
@@ -116,30 +119,6 @@ def places(preempted: tuple[int, ...], state: EngineState) -> CheckFailure | Non
     return None
 
 
-def drained(engine: Any, bound: int) -> CheckFailure | None:
-    """Liveness from the engine's state: it finishes everything within `bound` steps, leaving
-    only published prefixes' pages held and no state slot."""
-    if hasattr(engine.model, "arm"):
-        engine.model.arm(ev.Step())  # every copy in flight completes
-    for _ in range(bound):
-        if not engine.has_work():
-            break
-        outcome = capture(engine.step)
-        if outcome.error is not None:
-            return CheckFailure(FailureKind.LIVENESS, f"draining: a step raised {outcome.summary()}")
-    if engine.has_work():
-        return CheckFailure(FailureKind.LIVENESS, f"work left after {bound} steps with no arrivals")
-    state = engine.to_spec()
-    pool, store = state.system.pool, state.system.store
-    cached = get_cache_references(state.system.cache)
-    held = [
-        page for page, count in enumerate(pool.refs) if count != get_store_references(store, page) + cached.get(page, 0)
-    ]
-    if held or any(owner is not None for owner in state.state_slots):
-        return CheckFailure(FailureKind.LIVENESS, f"pages {held} or a state slot still held after draining")
-    return None
-
-
 def canonical(state: EngineState) -> EngineState:
     """`state` with its clocks replaced by ranks: the admission stamps and the store's use
     stamps matter only by their order, so states that differ in the clocks alone behave alike."""
@@ -173,6 +152,7 @@ class EngineExplorer(Search):
             for system in (mine, theirs):
                 if system is not None:
                     system.model.arm(event)
+        self.tokens_before = mine.model.tokens
 
     def __init__(self, bounds: EngineBounds, factory: EngineFactory, reference: EngineFactory | None = None) -> None:
         super().__init__(ENGINE, bounds.config)
@@ -181,6 +161,7 @@ class EngineExplorer(Search):
         model_id = bounds.config.model_id
         self.salts = {CacheSalt(request.tenant, request.adapter, model_id) for request in bounds.candidates}
         self.result = EngineExploration()
+        self.tokens_before = 0  # the model's token count before the event being checked
 
     def _model(self) -> Any:
         return HarnessModel(self.config.page_size) if self.ghost else NullModel(VOCAB)
@@ -198,6 +179,8 @@ class EngineExplorer(Search):
         events: list[ev.Event] = [ev.Step()]
         if state.host.copies:  # the copies in flight stay so, or fail
             events += [ev.Step(copies=(IN_FLIGHT,)), ev.Step(copies=(FAILED,))]
+        if self.bounds.config.host_pages:  # starting the step's new copies fails
+            events.append(ev.Step(copy_fails=True))
         if self.bounds.config.prefix_caching:
             events.append(ev.ResetCache())
         submitted: frozenset[int] = at.history
@@ -218,8 +201,8 @@ class EngineExplorer(Search):
         preempted requests' places for a returned event; counts what the search saw."""
         result, outcome, after, system = self.result, attempt.outcome, attempt.after, attempt.child.sut
         result.refusals += outcome.error is not None
-        failure = None
-        if self.ghost:
+        failure = budget_failure(self.config, system.model.tokens - self.tokens_before)
+        if self.ghost and failure is None:
             failure = ghost_failure(system.model, after) or cache_failure(self.config, system.model, after, self.salts)
         if failure is None and outcome.error is None:
             failure = determinism(after, self.ghost)
@@ -231,7 +214,13 @@ class EngineExplorer(Search):
         return failure
 
     def live(self, at: Any, state: Any) -> CheckFailure | None:
-        return drained(copy.deepcopy(at.sut), self.bounds.drain_steps)
+        """Every request finishes, with the host tier working and, with one, failing."""
+        tiers = TIER_FAULTS if self.config.host_pages else ()
+        for tier in (WORKING, *tiers):
+            failure = drained(copy.deepcopy(at.sut), self.bounds.drain_steps, tier)
+            if failure is not None:
+                return failure
+        return None
 
     def run(self) -> EngineExploration:
         """Explore until every reachable state is seen, `max_states` are, or a check fails."""
@@ -266,6 +255,9 @@ CACHED = EngineBounds(
         EngineRequest(3, (3, 1, 4, 1, 5), 1, tenant=1),  # 1's prompt, another tenant: no page shared
     ),
 )
+
+# The cached engine's first two requests and the first's prompt under another LoRA adapter.
+ADAPTERS = replace(CACHED, candidates=(*CACHED.candidates[:2], EngineRequest(3, (3, 1, 4, 1, 5), 1, adapter=1)))
 
 # The cached engine with a host tier of two pages: a prompt's pages go to the host under another's
 # pressure, and come back for a longer prompt that starts with it.

@@ -636,8 +636,9 @@ class Engine:
 
     def _evict(self, pages: int, keep: tuple[int, ...] = ()) -> int:
         """Evict up to `pages` cached pages held by the cache alone (not those in `keep`), in
-        eviction order; with a host tier, each whose key the host wants is demoted instead (its
-        copy holds it, still cached, until it completes). How many were evicted or demoted."""
+        eviction order; with a host tier, each the host wants is demoted instead (its copy holds
+        it, still cached, until it completes; a page whose demotion failed is refused, so it is
+        evicted). How many were evicted or demoted."""
         if pages <= 0 or not self.config.prefix_caching:
             return 0
         demoted = 0
@@ -645,12 +646,14 @@ class Engine:
             kept = set(keep)
             victims = [entry for entry in cache_ops.evictable(self.cache, self.pool.state) if entry.page not in kept]
             for entry in victims[:pages]:
-                if host_tier.wants(self.host, entry.key):
+                if host_tier.wants(self.host, entry.page, entry.key):
                     self.pool.retain(entry.page)  # the copy's hold
                     self.host = host_tier.demote(self.host, entry.page, entry.key, entry.depth)
                     demoted += 1
         self.cache, pool, evicted = cache_ops.evict(self.cache, self.pool.state, pages - demoted, keep)
         self.pool.commit(pool)
+        if evicted and self.host.refused:
+            self.host = host_tier.keep_refused(self.host, {entry.page for entry in self.cache.pages})
         return demoted + evicted
 
     # -- the host tier ------------------------------------------------------------------------

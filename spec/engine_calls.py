@@ -10,7 +10,9 @@ value, `ModelCalls`, and `run_model` makes them in the model boundary's order
     execute_prefill(prefills)            one token per chunk, each a u32
 
 With a host tier, `poll_copies` asks the model which copies in flight are done before the step
-is planned, and `issue_copies` starts the step's new ones after it is committed.
+is planned, and `issue_copies` starts the step's new ones after it is committed, in one call
+(`start_copies`): it raises only when none was started, so a step that fails is still undone
+exactly, and a copy the backend runs is always one the engine's state holds.
 
 Nothing here changes an engine: a failed call raises (`BackendFailed`, or the round's and the
 prefill's identity errors) and the state the step was planned on is still the caller's.
@@ -121,11 +123,11 @@ def run_model(calls: ModelCalls, model: EngineModel) -> ModelAnswers:
 
 
 def copier(model: object, required: bool = False) -> CopyBackend:
-    """`model` as a host tier's model; `required`: check that it has the three copy calls
+    """`model` as a host tier's model; `required`: check that it has the two copy calls
     (else `InvalidConfig`). A model without them serves an engine with no host tier, which
     never calls them."""
     if required:
-        for name in ("copy_to_host", "copy_to_device", "copies_done"):
+        for name in ("start_copies", "copies_done"):
             if not callable(getattr(model, name, None)):
                 raise refusals.model_cannot_copy(name)
     return cast(CopyBackend, model)
@@ -147,10 +149,9 @@ def poll_copies(model: CopyBackend, copies: Sequence[Copy]) -> dict[int, bool]:
 
 
 def issue_copies(model: CopyBackend, copies: Sequence[Copy]) -> None:
-    """Start `copies` (a step's new ones): the promotions, then the demotions."""
+    """Start `copies` (a step's new ones) in one call: the promotions and the demotions."""
+    if not copies:
+        return
     to_device = [HostCopy(copy.transfer_id, copy.host_page, copy.page) for copy in copies if copy.kind != DEMOTE]
     to_host = [HostCopy(copy.transfer_id, copy.page, copy.host_page) for copy in copies if copy.kind == DEMOTE]
-    if to_device:
-        call_model(lambda: model.copy_to_device(to_device))
-    if to_host:
-        call_model(lambda: model.copy_to_host(to_host))
+    call_model(lambda: model.start_copies(to_device, to_host))

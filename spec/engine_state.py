@@ -200,14 +200,17 @@ def inv_engine_generated_bounded(state: EngineState) -> bool:
 
 
 def inv_engine_host_tier(state: EngineState) -> bool:
-    """The host tier's pages are exact, its cache and its copies well formed, and the device
-    pages the copies and the leases hold are exactly the system's external holds; leases are
-    in id order, each id once."""
+    """The host tier's pages are exact, its cache and its copies well formed, its refused pages
+    distinct and cached on the device, and the device pages the copies and the leases hold are
+    exactly the system's external holds; leases are in id order, each id once."""
     host = state.host
+    cached = {entry.page for entry in state.system.cache.pages}
     return (
         host_tier.inv_host_pages_exact(host)
         and host_tier.inv_host_cache_well_formed(host)
         and host_tier.inv_host_copies_well_formed(host)
+        and host_tier.inv_host_refused_distinct(host)
+        and all(page in cached for page in host.refused)
         and state.system.external == external_holds(host, state.leases)
         and [lease.lease_id for lease in state.leases] == sorted({lease.lease_id for lease in state.leases})
     )

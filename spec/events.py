@@ -446,11 +446,13 @@ class Step:
     """`engine.step()`, its model breaking the decode round as `fault` says, raising in the
     prefill call when `prefill_fails`, and ending the copies between tiers in flight as
     `copies` says (the i-th copy asked about by `copies[i % len]`: 0 still in flight, 1 done,
-    2 failed)."""
+    2 failed), and raising when the step starts its new copies between the tiers when
+    `copy_fails`."""
 
     fault: Fault = Fault.NONE
     prefill_fails: bool = False
     copies: tuple[int, ...] = (1,)
+    copy_fails: bool = False
 
     def perform(self, system: Any) -> Any:
         return system.step()

@@ -17,6 +17,14 @@ first), and the copies in flight, each with an id (ids count up from 0, never re
               failed, is never read (its request is preempted and recomputes) and the host page
               it read leaves the host cache. Either way the copy's holds end
 
+A failing tier degrades, never stalls:
+- a device page whose demotion failed is **refused**: while the device cache keeps it, the next
+  eviction that chooses it evicts it instead of demoting it again (the engine forgets a refused
+  page once the device cache no longer holds it). With every copy failing, each page is tried
+  once and then evicted, so the engine makes progress as it would with no host tier;
+- a host page a failed copy touched is freed to the **bottom** of the free stack: every other
+  free page is handed out before it, so one bad host page is not handed straight back.
+
 A host page is held by its cache entry and by every copy that reads or writes it; it is free
 exactly when nothing holds it. A device page is held by every copy in flight on it (the
 engine's `SystemState.external`), so **a page under copy is never handed to another owner**,
@@ -80,7 +88,8 @@ class HostStats:
 @dataclass(frozen=True, slots=True)
 class HostState:
     """The host tier: its size, free stack (top last), cache (least recently used first),
-    copies in flight (issue order), how many copies were issued so far (the next id), counters."""
+    copies in flight (issue order), how many copies were issued so far (the next id), counters,
+    and the refused device pages (their demotion failed; in order of failure)."""
 
     pages: int = 0
     free: tuple[int, ...] = ()
@@ -88,6 +97,7 @@ class HostState:
     copies: tuple[Copy, ...] = ()
     issued: int = 0
     stats: HostStats = field(default_factory=HostStats)
+    refused: tuple[int, ...] = ()
 
 
 NO_HOST = HostState()
@@ -127,10 +137,11 @@ def demoting(host: HostState, key: Key) -> bool:
     return any(copy.kind == DEMOTE and copy.key == key for copy in host.copies)
 
 
-def wants(host: HostState, key: Key) -> bool:
-    """A device page under `key` would be demoted rather than evicted: the host has room (a
-    free page or a cached one no copy reads), lacks the key and is not already copying it."""
-    if not host.pages or find(host, key) is not None or demoting(host, key):
+def wants(host: HostState, page: int, key: Key) -> bool:
+    """Device `page`, cached under `key`, would be demoted rather than evicted: the host has room
+    (a free page or a cached one no copy reads), lacks the key and is not already copying it,
+    and the page is not refused (its demotion failed)."""
+    if not host.pages or page in host.refused or find(host, key) is not None or demoting(host, key):
         return False
     return bool(host.free) or any(not _read(host, entry.page) for entry in host.cache)
 
@@ -170,21 +181,35 @@ def count_hit(host: HostState, tokens: int) -> HostState:
 def complete(host: HostState, copy: Copy, ok: bool) -> HostState:
     """`copy` completed (`ok`) or failed; its host page is cached (a demotion that completed),
     dropped from the cache (a promotion that failed: what it read is suspect) or kept, and freed
-    once nothing holds it."""
+    once nothing holds it: to the top of the free stack, or, after a failure, to the bottom. A
+    failed demotion's device page is refused."""
     host = replace(host, copies=tuple(other for other in host.copies if other.transfer_id != copy.transfer_id))
     if copy.kind == DEMOTE and ok:
         host = replace(host, cache=(*host.cache, HostPage(copy.host_page, copy.key, copy.depth)))
+    if copy.kind == DEMOTE and not ok:
+        host = replace(host, refused=(*host.refused, copy.page))
     if copy.kind == PROMOTE and not ok:
         host = replace(host, cache=tuple(entry for entry in host.cache if entry.page != copy.host_page))
     if not ok:
         host = replace(host, stats=replace(host.stats, failed=host.stats.failed + 1))
-    return _free_if_unheld(host, copy.host_page)
+    if is_held(host, copy.host_page):
+        return host
+    free = (*host.free, copy.host_page) if ok else (copy.host_page, *host.free)
+    return replace(host, free=free)
+
+
+def keep_refused(host: HostState, cached: frozenset[int] | set[int]) -> HostState:
+    """Forget the refused pages the device cache no longer holds (`cached`: the pages it holds)."""
+    if all(page in cached for page in host.refused):
+        return host
+    return replace(host, refused=tuple(page for page in host.refused if page in cached))
 
 
 def reset(host: HostState) -> HostState:
-    """Drop every cached host page (no copy is in flight), least recently used freed first."""
+    """Drop every cached host page (no copy is in flight), least recently used freed first; the
+    device cache is dropped too, so no page is refused."""
     free = host.free + tuple(entry.page for entry in host.cache)
-    return replace(host, free=free, cache=())
+    return replace(host, free=free, cache=(), refused=())
 
 
 def _read(host: HostState, page: int) -> bool:
@@ -198,10 +223,6 @@ def _take(host: HostState) -> tuple[HostState, int]:
         return replace(host, free=host.free[:-1]), host.free[-1]
     entry = next(entry for entry in host.cache if not _read(host, entry.page))
     return replace(host, cache=tuple(other for other in host.cache if other is not entry)), entry.page
-
-
-def _free_if_unheld(host: HostState, page: int) -> HostState:
-    return host if is_held(host, page) else replace(host, free=(*host.free, page))
 
 
 # -- invariants -------------------------------------------------------------------------------
@@ -225,6 +246,12 @@ def inv_host_cache_well_formed(host: HostState) -> bool:
     keys = [entry.key for entry in host.cache]
     writing = {copy.host_page for copy in host.copies if copy.kind == DEMOTE}
     return len(set(pages)) == len(pages) and len(set(keys)) == len(keys) and not writing & set(pages)
+
+
+def inv_host_refused_distinct(host: HostState) -> bool:
+    """Each refused device page is named once, and no demotion of it is in flight."""
+    demoting_pages = {copy.page for copy in host.copies if copy.kind == DEMOTE}
+    return len(set(host.refused)) == len(host.refused) and not demoting_pages & set(host.refused)
 
 
 def inv_host_copies_well_formed(host: HostState) -> bool:

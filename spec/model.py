@@ -9,8 +9,10 @@ Each step the engine makes at most these calls, in this order:
 
 With a host tier (`EngineConfig.host_pages`) the model also copies pages between the device and
 the host, asynchronously (`CopyBackend`): at the start of each step the engine asks which copies
-in flight are done (`copies_done`), and at its end issues the step's new ones (`copy_to_device`,
-then `copy_to_host`). A copy is issued in one step and reported done in a later one.
+in flight are done (`copies_done`), and at its end starts all of the step's new ones in one call
+(`start_copies`), after every other call of the step. A copy is issued in one step and reported
+done in a later one. One call makes a step's copies all or nothing: when it raises, none was
+started and the step is undone exactly; once it returns, the copies are the engine's state.
 
 A copy is made before anything writes its destination. `execute_prefill` computes each item's
 tokens at positions `start, start + 1, ...` into the pages its table maps and answers, per item
@@ -72,8 +74,9 @@ class PrefillBackend(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class HostCopy:
-    """One page copy between the tiers: `source` to `destination` (device page to host page for
-    `copy_to_host`, host page to device page for `copy_to_device`), named `transfer_id`."""
+    """One page copy between the tiers: `source` to `destination` (host page to device page for
+    `start_copies`'s `to_device`, device page to host page for its `to_host`), named
+    `transfer_id`."""
 
     transfer_id: int
     source: int
@@ -83,15 +86,16 @@ class HostCopy:
 class CopyBackend(Protocol):
     """Asynchronous copies between device pages and host pages (a host tier's model)."""
 
-    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
-        """Start copying each device page `source` into host page `destination`. The engine
-        holds both pages until the copy is reported done; nothing writes the source meanwhile.
-        Raise to report that none was started: the engine is left exactly as before the step."""
-        ...
+    def start_copies(self, to_device: Sequence[HostCopy], to_host: Sequence[HostCopy]) -> None:
+        """Start copying each host page `source` of `to_device` into device page `destination`,
+        and each device page `source` of `to_host` into host page `destination`: every copy
+        of one step, in one call, the step's last. The engine holds every page named until its
+        copy is reported done; nothing reads a destination or writes a source meanwhile.
 
-    def copy_to_device(self, copies: Sequence[HostCopy]) -> None:
-        """Start copying each host page `source` into device page `destination` (as
-        `copy_to_host`). Nothing reads the destination before the copy is reported done."""
+        All or nothing: raise only when no copy was started, and the engine is left exactly as
+        before the step. A backend that started some copies and cannot start the rest must not
+        raise: it returns, and reports the rest failed (`copies_done`), so the engine keeps
+        holding the pages of every copy that may still write."""
         ...
 
     def copies_done(self, transfer_ids: Sequence[int]) -> Sequence[bool | None]:
@@ -122,26 +126,27 @@ class NullModel:
         self.copies = 0  # pages copied so far (copy-on-write)
         self.to_host = 0  # pages copied to the host tier so far
         self.to_device = 0  # pages copied from the host tier so far
+        self.tokens = 0  # tokens computed so far (prefill and decode)
 
     def copy_pages(self, pairs: Sequence[tuple[int, int]]) -> None:
         self.copies += len(pairs)
 
-    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
-        self.to_host += len(copies)
-
-    def copy_to_device(self, copies: Sequence[HostCopy]) -> None:
-        self.to_device += len(copies)
+    def start_copies(self, to_device: Sequence[HostCopy], to_host: Sequence[HostCopy]) -> None:
+        self.to_device += len(to_device)
+        self.to_host += len(to_host)
 
     def copies_done(self, transfer_ids: Sequence[int]) -> Sequence[bool | None]:
         """Every copy completes by the next step."""
         return [True] * len(transfer_ids)
 
     def execute_prefill(self, items: Sequence[PrefillItem]) -> Sequence[int]:
+        self.tokens += sum(len(item.tokens) for item in items)
         return [null_next_token(item.tokens[-1], item.start + len(item.tokens) - 1, self.vocab) for item in items]
 
     def execute_ragged(
         self, items: Sequence[RaggedBatchItem], block_tables: Sequence[int], out: MutableSequence[RaggedBatchOutput]
     ) -> RaggedBatchReceipt:
+        self.tokens += len(items)
         for index, item in enumerate(items):
             out[index] = RaggedBatchOutput(
                 item.request_id, item.slot, null_next_token(item.token_id, item.position, self.vocab)

@@ -4,18 +4,23 @@ engine under test, in lockstep with the spec's engine, every check after every e
 After each event (`EngineMachine.run`): a typed outcome; the spec's outcome and state
 (lockstep); an event that raised changed nothing (atomicity); every engine invariant; the step's
 limits (tokens run within `max_batched_tokens`, running within `max_batch_size`); the ghost
-reads (every computed position of every running request reads its own history); determinism
-(every token streamed equals what the request samples alone and densely); a preempted request's
-place (ahead of every later arrival of its priority); with the automatic prefix cache, every
-cached page holds, in the ghost KV, exactly the tokens its key names, at exactly its positions,
-and no request holds a page cached for another tenant or adapter. At teardown, liveness: with
-no arrivals and a well-behaved model, every request finishes within a bound of steps and every
-page and state slot not held by a published prefix or the cache is free.
+reads (every computed position of every running request reads its own history); every copy
+the backend runs is one the engine holds (none forgotten); the tokens the model computed in a
+step within `max_batched_tokens` (counted by the model, not reported by the engine);
+determinism (every token streamed equals what the request samples alone and densely); a
+preempted request's place (ahead of every later arrival of its priority); with the automatic
+prefix cache, every cached page holds, in the ghost KV, exactly the tokens its key names, at
+exactly its positions, and no request holds a page cached for another tenant or adapter
+(requests are drawn under two tenants and two adapters). At teardown, liveness: with no
+arrivals and a well-behaved model, every request finishes within a bound of steps and every
+page and state slot not held by a published prefix or the cache is free; with a host tier, the
+same from the same state when every copy fails and when one host page is bad.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from copy import deepcopy
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,6 +38,7 @@ from kvsched.spec.sequence import FinishReason
 from kvsched.spec.step import apply
 from kvsched.testing.checks import CheckFailure, FailureKind, Outcome, capture
 from kvsched.testing.component_machine import CheckedMachine
+from kvsched.testing.engine_liveness import TIER_FAULTS, drained
 from kvsched.testing.engine_model import DONE, FAILED, IN_FLIGHT, VOCAB, HarnessModel, greedy_tokens
 from kvsched.testing.registry import ENGINE
 
@@ -79,7 +85,12 @@ SHAPES["whole_prompt_cached"] = replace(SHAPES["cached"], admission="whole_promp
 SHAPES["host"] = replace(SHAPES["cached"], pages=7, host_pages=6)  # a host tier: demotions, promotions, copies late
 SHAPES["host_tight"] = replace(SHAPES["cached_tight"], host_pages=2)
 SHAPES["host_small"] = replace(SHAPES["host"], host_pages=2)  # a full host tier: its pages taken back
+# room for three requests at once and chunks as long as the budget: decode and prefill share a step
+SHAPES["roomy"] = replace(
+    SHAPES["default"], pages=14, prefill_reserve_pages=0, chunk_size=4, max_batched_tokens=4, state_slots=3
+)
 TENANTS = 2
+ADAPTERS = 2
 # how a step ends the copies between tiers in flight (each copy asked about, cycling)
 COPIES = st.sampled_from(
     [(DONE,)] * 2 + [(IN_FLIGHT,), (IN_FLIGHT, DONE), (DONE, IN_FLIGHT), (FAILED,), (DONE, FAILED), (FAILED, DONE)]
@@ -100,10 +111,10 @@ def impl_engine(config: EngineConfig, model: Any) -> Any:
     return Engine(config, model)
 
 
-def prefix_for(tokens: tuple[int, ...], tenant: int = 0) -> PrefixIdentity:
+def prefix_for(tokens: tuple[int, ...], tenant: int = 0, adapter: int = 0) -> PrefixIdentity:
     """The harness's identity for a prefix: its tokens name it (content-addressed), within a
-    tenant (named prefixes are shared by name; the harness keeps tenants apart)."""
-    words = [len(tokens) + tenant * 2**16, 0, 0, 0]
+    tenant and adapter (named prefixes are shared by name; the harness keeps them apart)."""
+    words = [len(tokens) + tenant * 2**16 + adapter * 2**24, 0, 0, 0]
     for index, token in enumerate(tokens):
         words[1 + index % 3] = (words[1 + index % 3] * 131 + token + 1) % 2**32
     return PrefixIdentity((words[0], words[1], words[2], words[3]))
@@ -118,9 +129,21 @@ class Submission:
     streamed: list[int]
 
 
+def budget_failure(config: EngineConfig, tokens: int) -> CheckFailure | None:
+    """The model computed at most `max_batched_tokens` tokens in one step."""
+    if tokens > config.max_batched_tokens:
+        return CheckFailure(FailureKind.INVARIANT, f"the model computed {tokens} tokens in one step")
+    return None
+
+
 def ghost_failure(model: HarnessModel, state: EngineState) -> CheckFailure | None:
-    """Every computed position of every running request reads its own history (a request
-    waiting for promotions, up to the first page one of them is still writing)."""
+    """No copy the backend runs is one the engine forgot (it would write a page the engine may
+    hand to another owner); every computed position of every running request reads its own
+    history (a request waiting for promotions, up to the first page one of them is still
+    writing)."""
+    forgotten = model.forgotten({copy.transfer_id for copy in state.host.copies})
+    if forgotten:
+        return CheckFailure(FailureKind.GHOST, f"the backend runs {', '.join(forgotten)}: the engine forgot it")
     memory = model.memory
     written: dict[int, int] = {}
     for copy in state.host.copies:
@@ -188,21 +211,29 @@ class EngineMachine(CheckedMachine):
         self.engine = engine
         self.submissions: dict[int, Submission] = {}
         self.submitted = 0
-        self.published: list[tuple[tuple[int, ...], int]] = []  # (tokens, tenant) published so far
-        self.conversations: list[tuple[tuple[int, ...], int]] = []  # (a prompt, + its output once finished; tenant)
+        self.published: list[tuple[tuple[int, ...], int, int]] = []  # (tokens, tenant, adapter) published
+        # (a prompt, + its output once finished; tenant, adapter)
+        self.conversations: list[tuple[tuple[int, ...], int, int]] = []
         self.leases: dict[int, dict[int, dict[int, Any]]] = {}  # lease id -> page -> the KV it saw
-        self.salts = {CacheSalt(tenant, 0, config.model_id) for tenant in range(TENANTS)}
+        self.salts = {
+            CacheSalt(tenant, adapter, config.model_id) for tenant in range(TENANTS) for adapter in range(ADAPTERS)
+        }
+        self.tokens_before = 0  # the model's token count before the event being checked
 
     def call(self, system: Any, event: Any) -> Outcome:
         """Run `event` on one engine, its model armed with a step's faults."""
         if isinstance(event, ev.Step):
             (self.model if system is self.engine else self.ref_model).arm(event)
+        if system is self.engine:
+            self.tokens_before = self.model.tokens
         return capture(lambda: apply(system, event))
 
     def observe(self, event: Any, outcome: Outcome, after: Any) -> CheckFailure | None:
         """The ghost reads, the cached content and isolation; for a returned event, determinism
         and the preempted requests' places."""
-        failure = ghost_failure(self.model, after) or cache_failure(self.config, self.model, after, self.salts)
+        failure = budget_failure(self.config, self.model.tokens - self.tokens_before)
+        failure = failure or ghost_failure(self.model, after)
+        failure = failure or cache_failure(self.config, self.model, after, self.salts)
         if failure is None and outcome.error is None:
             failure = self._observe(event, outcome.value, after)
         return failure
@@ -210,7 +241,8 @@ class EngineMachine(CheckedMachine):
     def _observe(self, event: ev.Event, value: Any, after: EngineState) -> CheckFailure | None:
         """Keep the submissions in step; check determinism and the preempted requests' places."""
         if isinstance(event, ev.Submit):
-            self.conversations.append((event.request.prompt, event.request.tenant))
+            request = event.request
+            self.conversations.append((request.prompt, request.tenant, request.adapter))
             self.submitted += 1
             self.submissions[event.request.request_id] = Submission(event.request, self.submitted, [])
         if isinstance(event, ev.Cancel):
@@ -231,7 +263,10 @@ class EngineMachine(CheckedMachine):
             return self._read_lease(int(event.lease_id))
         if isinstance(event, ev.PublishRunning):
             entry = next(entry for entry in after.running if entry.request.request_id == event.request_id)
-            self.published.append((sequence_of(entry.request, entry.generated)[: event.tokens], entry.request.tenant))
+            request = entry.request
+            self.published.append(
+                (sequence_of(request, entry.generated)[: event.tokens], request.tenant, request.adapter)
+            )
         if not isinstance(value, StepOutput):
             return None
         for request_id, tokens in value.tokens.items():
@@ -248,7 +283,7 @@ class EngineMachine(CheckedMachine):
                 continue  # forgotten when it was cancelled
             submission = self.submissions.pop(request_id)
             request = submission.request
-            self.conversations.append((request.prompt + tuple(submission.streamed), request.tenant))
+            self.conversations.append((request.prompt + tuple(submission.streamed), request.tenant, request.adapter))
             expected = greedy_tokens(request.prompt, request.max_new_tokens, request.eos_token_id)
             if submission.streamed != expected:
                 return CheckFailure(
@@ -288,6 +323,7 @@ class EngineMachine(CheckedMachine):
         priority=st.integers(0, 1),
         prefix=st.integers(0, 9),
         tenant=st.integers(0, TENANTS - 1),
+        adapter=st.integers(0, ADAPTERS - 1),
     )
     def submit(
         self,
@@ -300,10 +336,12 @@ class EngineMachine(CheckedMachine):
         priority: int,
         prefix: int,
         tenant: int,
+        adapter: int = 0,
     ) -> None:
         prompt = (base[:shared] + tail) or base[:1]  # prompts share prefixes, so published ones hit
-        identity = prefix_for(prompt[:prefix], tenant) if 0 < prefix <= len(prompt) else None
-        self.run(ev.Submit(EngineRequest(request_id, prompt, max_new_tokens, eos, priority, tenant, identity)))
+        identity = prefix_for(prompt[:prefix], tenant, adapter) if 0 < prefix <= len(prompt) else None
+        request = EngineRequest(request_id, prompt, max_new_tokens, eos, priority, tenant, identity, adapter=adapter)
+        self.run(ev.Submit(request))
 
     @rule(
         request_id=st.integers(1, IDS),
@@ -315,9 +353,10 @@ class EngineMachine(CheckedMachine):
         """A prompt that starts with (or is) a prefix published earlier, naming it: a hit."""
         if not self.published:
             return
-        published, tenant = self.published[pick % len(self.published)]
+        published, tenant, adapter = self.published[pick % len(self.published)]
+        identity = prefix_for(published, tenant, adapter)
         request = EngineRequest(
-            request_id, published + tail, max_new_tokens, tenant=tenant, prefix=prefix_for(published, tenant)
+            request_id, published + tail, max_new_tokens, tenant=tenant, prefix=identity, adapter=adapter
         )
         self.run(ev.Submit(request))
 
@@ -332,8 +371,8 @@ class EngineMachine(CheckedMachine):
         finished), then more: with a host tier, what was evicted is asked for again."""
         if not self.conversations:
             return
-        history, tenant = self.conversations[-1 - pick % len(self.conversations)]
-        self.run(ev.Submit(EngineRequest(request_id, history + tail, max_new_tokens, tenant=tenant)))
+        history, tenant, adapter = self.conversations[-1 - pick % len(self.conversations)]
+        self.run(ev.Submit(EngineRequest(request_id, history + tail, max_new_tokens, tenant=tenant, adapter=adapter)))
 
     @rule(value=st.sampled_from([None, -1, "3", 2**64]))
     def submit_not_a_request(self, value: Any) -> None:
@@ -350,9 +389,8 @@ class EngineMachine(CheckedMachine):
             return
         entry = running[pick % len(running)]
         sequence = sequence_of(entry.request, entry.generated)
-        self.run(
-            ev.PublishRunning(entry.request.request_id, tokens, prefix_for(sequence[:tokens], entry.request.tenant))
-        )
+        identity = prefix_for(sequence[:tokens], entry.request.tenant, entry.request.adapter)
+        self.run(ev.PublishRunning(entry.request.request_id, tokens, identity))
 
     @rule(pick=st.integers(0, 5), child=st.integers(0, IDS + 1))
     def fork(self, pick: int, child: int) -> None:
@@ -383,9 +421,10 @@ class EngineMachine(CheckedMachine):
         ),
         prefill_fails=st.sampled_from([False] * 6 + [True]),
         copies=COPIES,
+        copy_fails=st.sampled_from([False] * 6 + [True]),
     )
-    def step(self, fault: ev.Fault, prefill_fails: bool, copies: tuple[int, ...]) -> None:
-        self.run(ev.Step(fault, prefill_fails, copies))
+    def step(self, fault: ev.Fault, prefill_fails: bool, copies: tuple[int, ...], copy_fails: bool = False) -> None:
+        self.run(ev.Step(fault, prefill_fails, copies, copy_fails and bool(self.config.host_pages)))
 
     @rule(count=st.integers(2, 6), copies=COPIES)
     def steps(self, count: int, copies: tuple[int, ...]) -> None:
@@ -404,21 +443,26 @@ class EngineMachine(CheckedMachine):
         state = self.engine.to_spec()
         work = [*state.queue, *state.running]
         bound = 8 + sum(4 * (len(entry.request.prompt) + entry.request.max_new_tokens) for entry in work)
+        for tier in TIER_FAULTS if self.config.host_pages else ():
+            failure = drained(deepcopy(self.engine), bound, tier)
+            if failure is not None:
+                self.fail(failure)
+                return
         for _ in range(bound):
             if not self.engine.has_work():
                 break
             self.run(ev.Step())
         if self.engine.has_work():
             self.fail(CheckFailure(FailureKind.LIVENESS, f"work left after {bound} steps"))
-        drained = self.engine.to_spec()
-        store, pool = drained.system.store, drained.system.pool
-        cached = get_cache_references(drained.system.cache)
+        left = self.engine.to_spec()
+        store, pool = left.system.store, left.system.pool
+        cached = get_cache_references(left.system.cache)
         held = [
             page
             for page, count in enumerate(pool.refs)
             if count != get_store_references(store, page) + cached.get(page, 0)
         ]
-        if held or any(owner is not None for owner in drained.state_slots):
+        if held or any(owner is not None for owner in left.state_slots):
             self.fail(CheckFailure(FailureKind.LIVENESS, f"pages {held} or state slots still held after draining"))
 
 

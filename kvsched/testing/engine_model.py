@@ -9,10 +9,21 @@ read check; `greedy_tokens` is what a request run alone and densely samples.
 
 A `Step` event arms the model: the decode round breaks its contract as `HarnessBackend` does for
 the event's `fault`, the prefill call raises when `prefill_fails`, and the copies between the
-tiers in flight end as its `copies` say. A copy happens when the model reports it done, not when
-it is issued: it reads its source then (so a source page handed to another owner meanwhile is
-read as that owner wrote it) and writes its destination then. A copy that fails writes poison
-into its destination (a partial write), which no one may read.
+tiers in flight end as its `copies` say, and the call that starts the step's new copies raises
+when `copy_fails` (starting none of them: the protocol's `start_copies`; with the two calls an
+engine made before it, `copy_to_device` starts its copies and `copy_to_host` raises). A copy
+happens when the model reports it done, not when it is issued: it reads its source then (so a
+source page handed to another owner meanwhile is read as that owner wrote it) and writes its
+destination then. A copy that fails writes poison into its destination (a partial write), which
+no one may read.
+
+The model is an asynchronous backend: a copy it started runs until it is reported, whether or
+not the engine still knows of it. `forgotten(state)` names the copies it runs that the engine's
+state no longer holds (a failed step that forgot a copy it had started, an id issued twice):
+such a copy writes a page the engine may hand to another owner. The host tier may also be
+`FAILING` (every copy fails) or have one `BAD_PAGE` (every copy to or from host page 0 fails),
+for the liveness checks. `tokens` counts the tokens the model computed (prefill and decode),
+so a harness can check each step's against the budget.
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ VOCAB = 50
 UNKNOWN = 1000  # stands for a position whose KV was never written
 POISON = -1  # what a failed copy leaves in its destination's slots
 IN_FLIGHT, DONE, FAILED = 0, 1, 2  # how a step's `copies` ends each copy in flight
+WORKING, FAILING, BAD_PAGE = "working", "failing", "bad page"  # how the host tier behaves
+BAD_HOST_PAGE = 0  # the host page that fails every copy under BAD_PAGE (the first handed out)
 
 
 def history_token(history: History) -> int:
@@ -64,6 +77,10 @@ class HarnessModel(HarnessBackend):
         self.completions: tuple[int, ...] = (DONE,)
         self.in_flight: dict[int, tuple[bool, int, int]] = {}  # id -> (to the host, source, destination)
         self.answers: dict[int, bool] = {}
+        self.copy_fails = False
+        self.tier = WORKING
+        self.lost: list[tuple[int, tuple[bool, int, int]]] = []  # copies whose id was issued again
+        self.tokens = 0  # tokens computed so far
 
     @property
     def memory(self) -> GhostMemory:
@@ -76,14 +93,37 @@ class HarnessModel(HarnessBackend):
         self.fault = Fault(event.fault)
         self.prefill_fails = bool(event.prefill_fails)
         self.completions = tuple(event.copies) or (DONE,)
+        self.copy_fails = bool(getattr(event, "copy_fails", False))
 
-    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
-        for copy in copies:
-            self.in_flight[copy.transfer_id] = (True, copy.source, copy.destination)
+    def start_copies(self, to_device: Sequence[HostCopy], to_host: Sequence[HostCopy]) -> None:
+        if self.copy_fails:
+            raise RuntimeError("injected copy fault: no copy started")
+        self._start(to_device, False)
+        self._start(to_host, True)
 
     def copy_to_device(self, copies: Sequence[HostCopy]) -> None:
+        self._start(copies, False)
+
+    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
+        if self.copy_fails:
+            raise RuntimeError("injected copy fault")
+        self._start(copies, True)
+
+    def _start(self, copies: Sequence[HostCopy], to_host: bool) -> None:
         for copy in copies:
-            self.in_flight[copy.transfer_id] = (False, copy.source, copy.destination)
+            running = self.in_flight.get(copy.transfer_id)
+            if running is not None:
+                self.lost.append((copy.transfer_id, running))
+            self.in_flight[copy.transfer_id] = (to_host, copy.source, copy.destination)
+
+    def forgotten(self, tracked: set[int]) -> list[str]:
+        """The copies this backend runs that the engine does not track (`tracked`: the ids of
+        its copies in flight), described."""
+        running = [(tid, copy) for tid, copy in self.in_flight.items() if tid not in tracked]
+        return [
+            f"copy {tid} ({'to the host' if to_host else 'to the device'}, page {source} -> {destination})"
+            for tid, (to_host, source, destination) in [*self.lost, *running]
+        ]
 
     def copies_done(self, transfer_ids: Sequence[int]) -> list[bool | None]:
         """The i-th copy asked about ends as the armed `completions[i]` says (cycling), unless
@@ -93,6 +133,9 @@ class HarnessModel(HarnessBackend):
             if transfer_id in self.answers or how == IN_FLIGHT:
                 continue
             to_host, source, destination = self.in_flight.pop(transfer_id)
+            host_page = destination if to_host else source
+            if self.tier == FAILING or (self.tier == BAD_PAGE and host_page == BAD_HOST_PAGE):
+                how = FAILED
             reads, writes = (self.memory, self.host) if to_host else (self.host, self.memory)
             if how == DONE:
                 writes.pages[destination] = dict(reads.pages.get(source, {}))
@@ -109,6 +152,7 @@ class HarnessModel(HarnessBackend):
     def execute_prefill(self, items: Sequence[PrefillItem]) -> list[int]:
         if self.prefill_fails:
             raise RuntimeError("injected prefill fault")
+        self.tokens += sum(len(item.tokens) for item in items)
         tables = [[INVALID_BLOCK if page is None else page for page in item.table] for item in items]
         # One batched call: every chunk attends to the KV as it was when the call began, so a
         # chunk cannot read KV another chunk of the same call is still writing.
@@ -123,6 +167,7 @@ class HarnessModel(HarnessBackend):
         return tokens
 
     def answer(self, rows: tuple[tuple[int, ...], ...], tables: Any) -> list[int]:
+        self.tokens += len(rows)
         tokens = []
         for request_id, _, token, position, offset, width, _ in rows:
             table = [int(page) for page in tables[offset : offset + width]]

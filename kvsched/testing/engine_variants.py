@@ -1,22 +1,28 @@
 """Deliberately broken engines: proof that the engine harness can fail.
 
-Each variant is impl's `Engine` with one method (of the engine or of its `PrefixCache`)
-recompiled with one edit (`kvsched.testing.patching.patch_source`), reintroducing a bug serving
-engines have shipped. `ENGINE_VARIANTS` names each, the bug it is, the machine shape it runs on,
-and the check that must catch it with the spec beside it (`with_reference`) and without
-(`alone`: the engine's own checks).
+Each variant is impl's `Engine` with one method (of the engine, its `PrefixCache` or its
+`HostTier`) replaced, reintroducing a bug serving engines have shipped: either by a seam
+override (`seam`: a function that takes the method's place, a few visible lines; the form new
+variants take) or, for the older ones, recompiled with one edit
+(`kvsched.testing.patching.patch_source`). `ENGINE_VARIANTS` names each, the bug it is, the
+machine shape it runs on, and the check that must catch it with the spec beside it
+(`with_reference`) and without (`alone`: the engine's own checks).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvsched.impl.engine import Engine
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.prefix_cache import PrefixCache
-from kvsched.spec.engine_config import EngineConfig
+from kvsched.spec.engine_calls import call_model, copier
+from kvsched.spec.engine_config import EngineConfig, EngineRequest, salt_of
+from kvsched.spec.host_tier import DEMOTE, Copy
+from kvsched.spec.model import HostCopy
+from kvsched.spec.page_keys import CacheSalt, Key
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.patching import patch_source
 
@@ -34,10 +40,26 @@ class EngineVariant:
     shape: str = "default"  # the engine machine's shape it runs on
     target: type[Any] = Engine  # the class whose method is edited: Engine, PrefixCache or HostTier
     examples: int = 300  # the machine's search (make verify): programs tried
+    seam: Callable[..., Any] | None = None  # the method's replacement (then `edits` is empty)
+    # the engine explorer's bounds (`kvsched.proofs.engine_explorer`) whose search finds it, for a
+    # bug the machine's random programs rarely line up; its golden programs are the explorer's paths
+    explorer: str | None = None
+
+    def config(self) -> EngineConfig:
+        """The configuration its programs run on: its machine shape's, or its explorer bounds'."""
+        if self.explorer is not None:
+            from kvsched.proofs import engine_explorer
+
+            bounds: Any = getattr(engine_explorer, self.explorer)
+            config: EngineConfig = bounds.config
+            return config
+        from kvsched.testing.engine_machine import SHAPES
+
+        return SHAPES[self.shape]
 
     def factory(self) -> Callable[[EngineConfig, Any], Engine]:
         """Build engines of this variant."""
-        patched = patch_source(getattr(self.target, self.method), self.edits, self.name)
+        patched = self.seam or patch_source(getattr(self.target, self.method), self.edits, self.name)
         broken = type(f"{self.target.__name__}_{self.name}", (self.target,), {self.method: patched})
         if self.target is Engine:
             return lambda config, model: broken(config, model)
@@ -49,6 +71,48 @@ class EngineVariant:
             return engine
 
         return build
+
+
+# -- seam overrides ------------------------------------------------------------------------------
+
+
+def issue_copies_in_two_calls(self: Engine, copies: list[Copy]) -> None:
+    """The copy protocol before `start_copies`: the promotions, then the demotions, in two calls.
+    When the second raises, the step is undone and forgets the promotions the first started."""
+    model = copier(self.model)
+    to_device = [HostCopy(copy.transfer_id, copy.host_page, copy.page) for copy in copies if copy.kind != DEMOTE]
+    to_host = [HostCopy(copy.transfer_id, copy.page, copy.host_page) for copy in copies if copy.kind == DEMOTE]
+    if to_device:
+        call_model(lambda: model.copy_to_device(to_device))  # type: ignore[attr-defined]
+    if to_host:
+        call_model(lambda: model.copy_to_host(to_host))  # type: ignore[attr-defined]
+
+
+def wants_refused_pages(self: HostTier, page: int, key: Key) -> bool:
+    """The host wants a page whose demotion failed again: a failing tier is retried forever."""
+    refused, self.refused = self.refused, []
+    try:
+        return HostTier.wants(self, page, key)
+    finally:
+        self.refused = refused
+
+
+def complete_to_the_top(self: HostTier, copy: Copy, ok: bool) -> None:
+    """`HostTier.complete`, a failed copy's host page freed to the top of the free stack."""
+    HostTier.complete(self, copy, ok)
+    free = self._free
+    if not ok and free and free[0] == copy.host_page:
+        free.append(free.pop(0))
+
+
+def salt_without_adapter(self: Engine, request: EngineRequest) -> CacheSalt:
+    """A page key salted with the tenant but not the LoRA adapter."""
+    return salt_of(self.config, replace(request, adapter=0))
+
+
+def budget_without_decode(self: Engine, decoding: int) -> int:
+    """The prefill budget forgets the decode tokens: a step runs more than `max_batched_tokens`."""
+    return self.config.max_batched_tokens
 
 
 ENGINE_VARIANTS = (
@@ -244,5 +308,62 @@ ENGINE_VARIANTS = (
         FailureKind.LOCKSTEP,
         FailureKind.GHOST,
         shape="cached",
+    ),
+    EngineVariant(
+        "copies_issued_in_two_calls",
+        "a step starts its promotions, then fails to start its demotions and is undone: the promotions"
+        " it forgot land on pages the engine hands to a newcomer (kvsched's own copy protocol, 12-06)",
+        "_issue_copies",
+        (),
+        FailureKind.LOCKSTEP,  # a step that starts promotions alone fails in the spec, not in it
+        FailureKind.GHOST,
+        shape="host",
+        seam=issue_copies_in_two_calls,
+        explorer="HOSTED",  # a promotion and a demotion started in one step whose copy call fails
+    ),
+    EngineVariant(
+        "failed_demotion_retried",
+        "a page whose demotion to the host failed stays cached and is demoted again at the next eviction:"
+        " with the host failing, the engine never serves its queue (kvsched's own host tier, 12-06)",
+        "wants",
+        (),
+        FailureKind.LIVENESS,  # a failing tier's drain stalls before any step differs from the spec's
+        FailureKind.LIVENESS,
+        shape="host",
+        target=HostTier,
+        seam=wants_refused_pages,
+    ),
+    EngineVariant(
+        "failed_host_page_first",
+        "a host page a copy failed on is freed to the top of the free stack and handed straight back"
+        " to the next demotion (kvsched's own host tier, 12-06)",
+        "complete",
+        (),
+        FailureKind.LOCKSTEP,
+        None,
+        shape="host",
+        target=HostTier,
+        seam=complete_to_the_top,
+    ),
+    EngineVariant(
+        "adapter_dropped",
+        "page keys keep the tenant but leave out the LoRA adapter: one adapter's KV is served to another"
+        " (vLLM #30931's class)",
+        "_salt",
+        (),
+        FailureKind.LOCKSTEP,
+        FailureKind.ISOLATION,
+        shape="cached",
+        seam=salt_without_adapter,
+    ),
+    EngineVariant(
+        "budget_forgets_decode",
+        "the prefill budget forgets the step's decode tokens: a step runs more tokens than max_batched_tokens",
+        "_token_budget",
+        (),
+        FailureKind.LOCKSTEP,
+        FailureKind.INVARIANT,
+        shape="roomy",
+        seam=budget_without_decode,
     ),
 )

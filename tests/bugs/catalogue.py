@@ -571,4 +571,32 @@ CATALOGUE: tuple[Bug, ...] = (
         "A completed copy's count stays on the page it read: the page never comes back.",
         tiers_encoding="demoted_keeps_the_device_hold",
     ),
+    Bug(
+        "forgotten-copy",
+        "A step starts its promotions, fails to start its demotions and is undone: the copies it started"
+        " run on, onto pages the engine hands to a newcomer.",
+        engine="copies_issued_in_two_calls",
+    ),
+    Bug(
+        "failing-tier-stalls",
+        "A page whose demotion failed is demoted again at every eviction: with the host failing, the"
+        " engine never serves its queue.",
+        engine="failed_demotion_retried",
+    ),
+    Bug(
+        "bad-host-page-first",
+        "A host page a copy failed on is handed straight back to the next demotion.",
+        engine="failed_host_page_first",
+    ),
+    Bug(
+        "adapters-share-pages",
+        "Page keys keep the tenant but leave out the LoRA adapter: one adapter's KV is served to another"
+        " (vLLM #30931's class).",
+        engine="adapter_dropped",
+    ),
+    Bug(
+        "budget-forgets-decode",
+        "The prefill budget forgets the step's decode tokens: a step runs past max_batched_tokens.",
+        engine="budget_forgets_decode",
+    ),
 )

@@ -33,11 +33,8 @@ class Copier:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def copy_to_host(self, copies: Sequence[HostCopy]) -> None:
-        self.issued += copies
-
-    def copy_to_device(self, copies: Sequence[HostCopy]) -> None:
-        self.issued += copies
+    def start_copies(self, to_device: Sequence[HostCopy], to_host: Sequence[HostCopy]) -> None:
+        self.issued += [*to_device, *to_host]
 
     def copies_done(self, transfer_ids: Sequence[int]) -> Any:
         return [True] * len(transfer_ids) if self.answer is None else self.answer(transfer_ids)
@@ -79,7 +76,7 @@ def test_the_host_tier_needs_the_prefix_cache_and_a_model_that_copies() -> None:
         def copy_pages(self, pairs: Any) -> None: ...
 
     for flavour in (spec, impl):
-        with pytest.raises(InvalidConfig, match="it has no copy_to_host"):
+        with pytest.raises(InvalidConfig, match="it has no start_copies"):
             flavour.Engine(HOSTED, NoCopies())
 
 

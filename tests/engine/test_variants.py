@@ -1,7 +1,7 @@
 """Every broken engine is caught: each variant's pinned program (found once by the engine
-machine, shrunk by hypothesis, kept in `golden/`) fails with the variant's named check, with the
-spec beside it and (where its own checks can tell) alone, and the same program passes every
-check on the correct impl engine. The search itself runs in `make verify`
+machine, shrunk by hypothesis, or for a few by the engine explorer; kept in `golden/`) fails
+with the variant's named check, with the spec beside it and (where its own checks can tell)
+alone, and the same program passes every check on the correct impl engine. The search itself runs in `make verify`
 (`KVSCHED_ENGINE_SEARCH=1`; with `KVSCHED_UPDATE_GOLDEN=1` it rewrites the programs).
 """
 
@@ -43,7 +43,15 @@ def read_program(path: Path) -> list[ev.Event]:
 
 
 def search(variant: EngineVariant, reference: Any) -> tuple[FailureKind, list[ev.Event]]:
-    """Run the machine on the variant until a check fails; the kind and the shrunk program."""
+    """Run the machine on the variant until a check fails (or the explorer, for a variant that
+    names its bounds); the kind and the shrunk (or shortest) program."""
+    if variant.explorer is not None:
+        from kvsched.proofs import engine_explorer
+
+        bounds = getattr(engine_explorer, variant.explorer)
+        found = engine_explorer.EngineExplorer(bounds, variant.factory(), reference).run()
+        assert found.violation is not None, f"the explorer's {variant.explorer} bounds miss {variant.name}"
+        return found.violation.kind, found.path
     programs: list[list[ev.Event]] = []
 
     machine = engine_machine(factory=variant.factory(), reference=reference, config=SHAPES[variant.shape])
@@ -89,6 +97,6 @@ def test_every_variant_fails_its_pinned_program_by_the_named_check(variant: Engi
         path = golden_path(variant, alone)
         assert path.exists(), f"no golden program {path.name}: run KVSCHED_ENGINE_SEARCH=1 KVSCHED_UPDATE_GOLDEN=1"
         program = read_program(path)
-        config = SHAPES[variant.shape]
+        config = variant.config()
         assert replay(EngineMachine(variant.factory(), None if alone else spec_engine, config), program) is expected
         assert replay(EngineMachine(impl_engine, spec_engine, config), program) is None  # the correct engine passes

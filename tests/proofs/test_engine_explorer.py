@@ -2,8 +2,10 @@
 of four pages, two priorities, a state slot each, one prefix entry) is explored with every check
 and liveness from every state; so is every state of a small engine with the automatic prefix
 cache (three requests sharing pages, two tenants; ghost KV), and of that engine with a host tier
-of two pages (copies completed, left in flight or failed at every step); impl in lockstep with the
-spec on a bounded part of each; and the broken engines each can see are caught by the named check."""
+of two pages (copies completed, left in flight or failed at every step, or failing to start;
+liveness also with every copy failing and with one bad host page); impl in lockstep with the
+spec on a bounded part of each; and the broken engines each can see are caught by the named
+check (the adapters' on the cached engine with one request under another adapter)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,16 @@ from dataclasses import replace
 
 import pytest
 
-from kvsched.proofs.engine_explorer import CACHED, HOSTED, SMALL, WHOLE, WHOLE_CACHED, EngineBounds, EngineExplorer
+from kvsched.proofs.engine_explorer import (
+    ADAPTERS,
+    CACHED,
+    HOSTED,
+    SMALL,
+    WHOLE,
+    WHOLE_CACHED,
+    EngineBounds,
+    EngineExplorer,
+)
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.engine_machine import impl_engine, spec_engine
 from kvsched.testing.engine_variants import ENGINE_VARIANTS
@@ -30,12 +41,19 @@ CAUGHT = {
 # The host tier's broken engines on the hosted configuration.
 CAUGHT_HOSTED = {
     "failed_promotion_served": (FailureKind.LOCKSTEP, FailureKind.CACHE),
+    "copies_issued_in_two_calls": (FailureKind.LOCKSTEP, FailureKind.GHOST),
+    "failed_demotion_retried": (FailureKind.LIVENESS, FailureKind.LIVENESS),
+    "failed_host_page_first": (FailureKind.LOCKSTEP, None),
 }
 # The same on the cached configuration, for the prefix cache's broken engines.
 CAUGHT_CACHED = {
     "evict_keeps_key": (FailureKind.LIVENESS, FailureKind.LIVENESS),
     "cache_holds_no_reference": (FailureKind.LOCKSTEP, FailureKind.INVARIANT),
     "salt_dropped": (FailureKind.LOCKSTEP, FailureKind.ISOLATION),
+}
+# On the cached configuration's requests, one of them under another LoRA adapter.
+CAUGHT_ADAPTERS = {
+    "adapter_dropped": (FailureKind.LOCKSTEP, FailureKind.ISOLATION),
 }
 
 
@@ -60,7 +78,7 @@ def test_every_reachable_state_of_the_spec_engine_passes_every_check(
 
 def test_the_hosted_engine_passes_every_check_on_its_first_states() -> None:
     """Its first 4,000 states, breadth first, with copies back from the host and failed ones
-    among them; the whole space (9,681 states) is explored by `python -m
+    among them; the whole space (8,519 states) is explored by `python -m
     kvsched.proofs.engine_explorer` (make deep)."""
     result = EngineExplorer(replace(HOSTED, max_states=4_000), spec_engine).run()
     assert result.violation is None, (result.violation, result.path)
@@ -93,7 +111,8 @@ def test_impl_engine_in_lockstep_on_the_first_states(
     # Caching a page when it is allocated shows once a chunk leaves a page part-written.
     + [("publish_on_allocation", CACHED_CHUNKED, (FailureKind.LOCKSTEP, FailureKind.CACHE))]
     # The host tier's: a failed copy back taken as done.
-    + [(name, HOSTED, CAUGHT_HOSTED[name]) for name in sorted(CAUGHT_HOSTED)],
+    + [(name, HOSTED, CAUGHT_HOSTED[name]) for name in sorted(CAUGHT_HOSTED)]
+    + [(name, ADAPTERS, CAUGHT_ADAPTERS[name]) for name in sorted(CAUGHT_ADAPTERS)],
     ids=lambda value: value if isinstance(value, str) else "",
 )
 def test_the_explorer_catches_a_broken_engine(

@@ -135,7 +135,7 @@ class KvschedManager:
         pairs = []
         for page in self.cache.victims(self.pool, self.cache.cached_mask().shape[0]).tolist():
             key, depth = self.cache.entry(page)
-            if self.host.wants(key):
+            if self.host.wants(page, key):
                 copy = self.host.demote(page, key, depth)
                 self._complete_demotion(copy)
                 pairs.append((page, copy.host_page))
@@ -219,7 +219,7 @@ class KvschedManager:
             if not cached[page]:
                 continue
             key, depth = self.cache.entry(page)
-            if self.host.wants(key):
+            if self.host.wants(page, key):
                 saving.append(self.host.demote(page, key, depth))
         self.saves[self._next_lease] = saving
         return self._next_lease

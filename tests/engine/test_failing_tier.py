@@ -1,0 +1,98 @@
+"""A failing host tier degrades the engine, never stalls it; a step's copies start all or none.
+
+By hand, on spec and impl alike: with every copy to the host failing, the request that needs the
+pages finishes, each cached page tried once and then evicted (kvsched stalled here before
+2026-12-06: 10,000 steps, 29,997 demotions, the request never served); one bad host page is
+freed to the bottom of the free stack, so the next demotion gets another; and a step whose
+`start_copies` raises is undone exactly and started nothing, so cancelling the request it was
+admitting hands its pages to a newcomer that no late copy writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from kvsched.spec import EngineRequest
+from kvsched.spec.errors import BackendFailed
+from kvsched.spec.model import HostCopy
+from tests.engine.support import FLAVOURS
+from tests.engine.test_host_tier import FIRST, HOSTED, OTHER, Copier, run
+
+
+class Backend(Copier):
+    """The flavour's null model as an asynchronous backend: `fail_host(host page)` says which
+    copies fail, and `refuse` makes the next `start_copies` raise, starting none."""
+
+    def __init__(self, flavour: Any, fail_host: Any = lambda page: False) -> None:
+        super().__init__(flavour, self.reported)
+        self.fail_host, self.refuse = fail_host, False
+        self.attempts: list[tuple[list[HostCopy], list[HostCopy]]] = []
+        self.host_page: dict[int, int] = {}  # transfer id -> the host page it reads or writes
+
+    def start_copies(self, to_device: Sequence[HostCopy], to_host: Sequence[HostCopy]) -> None:
+        self.attempts.append((list(to_device), list(to_host)))
+        if self.refuse:
+            self.refuse = False
+            raise RuntimeError("the copy engine is busy")
+        super().start_copies(to_device, to_host)
+        self.host_page.update({copy.transfer_id: copy.source for copy in to_device})
+        self.host_page.update({copy.transfer_id: copy.destination for copy in to_host})
+
+    def reported(self, ids: Sequence[int]) -> list[bool]:
+        return [not self.fail_host(self.host_page[transfer_id]) for transfer_id in ids]
+
+
+def demotions(model: Backend) -> list[HostCopy]:
+    return [copy for _, to_host in model.attempts for copy in to_host]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_with_every_copy_to_the_host_failing_the_request_is_served(flavour: Any) -> None:
+    model = Backend(flavour, fail_host=lambda page: True)
+    engine = flavour.Engine(HOSTED, model)
+    run(engine, EngineRequest(1, FIRST, 1))
+    cached = len(engine.to_spec().system.cache.pages)
+    tokens = run(engine, EngineRequest(2, OTHER, 1), steps=30)
+    assert not engine.has_work() and len(tokens[2]) == 1
+    pages = [copy.source for copy in demotions(model)]
+    assert pages and len(pages) == len(set(pages)) <= cached  # each cached page tried once, then evicted
+    assert not engine.to_spec().host.cache
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_bad_host_page_goes_to_the_bottom_of_the_free_stack(flavour: Any) -> None:
+    model = Backend(flavour, fail_host=lambda page: page == 0)
+    engine = flavour.Engine(HOSTED, model)
+    run(engine, EngineRequest(1, FIRST, 1))
+    run(engine, EngineRequest(2, OTHER, 1))
+    written = [copy.destination for copy in demotions(model)]
+    assert written[0] == 0 and 0 not in written[1:]  # the first demotion failed; no other took page 0
+    host = engine.to_spec().host
+    assert host.free[0] == 0 and host.stats.failed == 1
+    assert {entry.page for entry in host.cache} == set(written[1:])  # the other demotions completed
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_step_whose_copies_fail_to_start_is_undone_and_started_none(flavour: Any) -> None:
+    model = Backend(flavour)
+    engine = flavour.Engine(replace(HOSTED, prefill_reserve_pages=4), model)
+    run(engine, EngineRequest(1, FIRST, 1))
+    run(engine, EngineRequest(2, OTHER, 1))
+    engine.submit(EngineRequest(3, FIRST + (11,), 2))
+    model.refuse = True
+    before = engine.to_spec()
+    with pytest.raises(BackendFailed, match="the copy engine is busy"):
+        engine.step()
+    to_device, to_host = model.attempts[-1]
+    assert to_device and to_host  # it asked for promotions and demotions at once, and got neither
+    assert engine.to_spec() == before and not model.host_page.keys() & {c.transfer_id for c in to_device}
+    engine.cancel(3)  # the caller's reaction: its pages go back, and no copy will land on them
+    newcomer = (4, 4, 3, 3, 2, 2, 1)
+    tokens = run(engine, EngineRequest(4, newcomer, 3))
+    plain = replace(HOSTED, host_pages=0, prefix_caching=False)
+    alone = run(type(engine)(plain, type(model.inner)()), EngineRequest(4, newcomer, 3))
+    assert tokens[4] == alone[4]
