@@ -318,7 +318,7 @@ class Engine:
             raise refusals.unreported_cancel(request.request_id)
         if request.request_id in self._queued or request.request_id in self._running:
             raise refusals.duplicate_request(request.request_id)
-        why = fits(self.config, request)
+        why = self._never_fits(request)
         if why is not None:
             raise refusals.request_too_large(request.request_id, why)
         entry = Queued(request)
@@ -327,6 +327,10 @@ class Engine:
             keys = self.hasher.keys_of(request.prompt_bytes, pages, self._salt(request))
             self._queued_keys[request.request_id] = (entry, keys)
         self._enqueue(entry, front=False)
+
+    def _never_fits(self, request: EngineRequest) -> str | None:
+        """Why `request` can never run on this engine (`fits`), or None."""
+        return fits(self.config, request)
 
     def cancel(self, request_id: int) -> None:
         """Stop a queued or running request now; the next step reports it as CANCELLED."""
@@ -395,7 +399,13 @@ class Engine:
         table = self.scheduler.page_table(request_id)[
             : pages_for(int(self._fields[slot, COMPUTED]), self.config.page_size)
         ]
-        pages = tuple(page for page in table if page is not None)
+        held = self._hold_pages(tuple(page for page in table if page is not None))
+        lease_id = next(number for number in range(len(self._leases) + 1) if number not in self._leases)
+        self._leases[lease_id] = held
+        return lease_id
+
+    def _hold_pages(self, pages: tuple[int, ...]) -> tuple[int, ...]:
+        """A reference on each of `pages`, all or none: the pages held."""
         taken: list[int] = []
         try:
             for page in pages:
@@ -405,9 +415,7 @@ class Engine:
             for page in reversed(taken):
                 self.pool.release(page)
             raise
-        lease_id = next(number for number in range(len(self._leases) + 1) if number not in self._leases)
-        self._leases[lease_id] = pages
-        return lease_id
+        return pages
 
     def end_lease(self, lease_id: int) -> None:
         """The reader lets go (the spec's `end_lease`)."""
@@ -486,11 +494,15 @@ class Engine:
             self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
             self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
         except BaseException:
-            self._rollback(saved)
+            self._undo_step(saved)
             raise
         finally:
             self._saved = None
         return self._output(record, counters)
+
+    def _undo_step(self, saved: Saved) -> None:
+        """A step failed: the engine as it was when it began."""
+        self._rollback(saved)
 
     def _issue_copies(self, copies: list[Copy]) -> None:
         """Start the step's new copies between the tiers: one call, its last (all or none)."""
@@ -514,12 +526,16 @@ class Engine:
         try:
             count = self._run_round(plan)
         except BaseException:
-            undo_decode_round(self.scheduler, plan, self.pool)
+            self._undo_round(plan)
             raise
         self._commit_round(count, record)
         self._finish_step(record)
         self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
         return record
+
+    def _undo_round(self, plan: ArrayWritePlan) -> None:
+        """A decode-only step's round failed: take back its write plan."""
+        undo_decode_round(self.scheduler, plan, self.pool)
 
     def _finish_step(self, record: Record) -> None:
         """After the step's model calls: cache the pages it completed, release what finished."""
@@ -595,7 +611,7 @@ class Engine:
         budget = self._token_budget(get_indexes(self.scheduler)[2])
         chunks = []
         for slot in sorted(self._prefilling, key=self._prefill_order):
-            if slot in self._waiting:
+            if self._waits(slot):
                 continue  # it computes nothing until its promotions complete
             if budget == 0:
                 break
@@ -619,10 +635,13 @@ class Engine:
         if count == 0:
             return 0
         if plan.copy_sources.shape[0]:
-            pairs = _pairs(plan)
-            call_model(lambda: self.model.copy_pages(pairs))
+            self._copy_round_pages(_pairs(plan))
         self.scheduler.execute_decode_round(self.model)
         return count
+
+    def _copy_round_pages(self, pairs: tuple[tuple[int, int], ...]) -> None:
+        """The decode round's copy-on-write copies, before the round."""
+        call_model(lambda: self.model.copy_pages(pairs))
 
     def _commit_round(self, count: int, record: Record) -> None:
         """Append the round's `count` sampled tokens to their rows and record them; note the
@@ -701,6 +720,16 @@ class Engine:
             self._waiting[newcomer.slot] = tuple(waiting)
         return copies
 
+    def _guarded(self, free: int) -> bool:
+        """The memory guard stops admissions: fewer than `prefill_reserve_pages` are `free` while
+        requests run (an empty batch is never starved)."""
+        return free < self.config.prefill_reserve_pages and bool(self._running)
+
+    def _reused(self, tokens: int, length: int) -> int:
+        """Of a named prefix's `tokens`, those a sequence of `length` reuses: all but its last
+        token at most (recomputed, so the request samples from its own logits)."""
+        return min(tokens, length - 1)
+
     def _prefill_order(self, slot: int) -> tuple[int, int]:
         request = self._requests[slot]
         assert request is not None
@@ -714,7 +743,7 @@ class Engine:
         front = self._front()
         if front is None or len(self._running) >= self.config.max_batch_size:
             return None
-        if free < self.config.prefill_reserve_pages and self._running:
+        if self._guarded(free):
             return None
         if self._state_owners and not self._state_free:
             return None
@@ -817,7 +846,7 @@ class Engine:
         page_set = None if identity is None else self.store.get(identity)
         if page_set is None or page_set.token_count > length:
             return None, 0, 0
-        cached = min(page_set.token_count, length - 1)
+        cached = self._reused(page_set.token_count, length)
         if length - cached > min(self.config.chunk_size, budget):
             return None, 0, 0
         return identity, page_set.token_count, cached
@@ -874,8 +903,7 @@ class Engine:
             assert request is not None
             state_slot = int(self._fields[slot, STATE_SLOT])
             if state_slot >= 0:
-                self._state_owners[state_slot] = None
-                heapq.heappush(self._state_free, state_slot)
+                self._free_state_slot(state_slot)
             del self._running[request.request_id]
             self._prefilling.discard(slot)
             self._waiting.pop(slot, None)
@@ -886,6 +914,11 @@ class Engine:
 
     def _victim(self) -> int | None:
         return min(self._running.values(), key=self._victim_order, default=None)
+
+    def _free_state_slot(self, state_slot: int) -> None:
+        """A released request's recurrent-state slot is free again."""
+        self._state_owners[state_slot] = None
+        heapq.heappush(self._state_free, state_slot)
 
     def _preempt(self, slot: int, record: Record) -> None:
         request = self._requests[slot]
@@ -980,7 +1013,7 @@ class Engine:
             for page in self.cache.victims(self.pool, pages, keep or ()).tolist():
                 key, depth = self.cache.entry(page)
                 if self.host.wants(page, key):
-                    self.pool.retain(page)  # the copy's hold
+                    self._hold_demoted(page)
                     self.host.demote(page, key, depth)
                     demoted += 1
         evicted = self.cache.evict(self.pool, pages - demoted, keep or ())
@@ -996,7 +1029,7 @@ class Engine:
             return False
         failed: list[int] = []
         for copy in list(self.host.copies.values()):
-            ok = done.get(copy.transfer_id)
+            ok = self._outcome(done, copy)
             if ok is None:
                 continue
             if copy.kind == PROMOTE and ok:
@@ -1018,6 +1051,18 @@ class Engine:
         for slot in sorted(failed, key=self._victim_order):  # the latest first: places kept
             self._preempt(slot, record)
         return bool(failed)
+
+    def _hold_demoted(self, page: int) -> None:
+        """The demotion's copy holds its device page until it completes."""
+        self.pool.retain(page)
+
+    def _outcome(self, done: dict[int, bool], copy: Copy) -> bool | None:
+        """What the model reported of `copy`: completed, failed, or None (still in flight)."""
+        return done.get(copy.transfer_id)
+
+    def _waits(self, slot: int) -> bool:
+        """`slot`'s request waits for promotions (it computes nothing meanwhile)."""
+        return slot in self._waiting
 
     def _readable(self, request_id: int) -> int:
         """The spec's `_readable`: the slot of a running request that waits for no copy."""

@@ -114,7 +114,9 @@ class HostTier:
         if self._free:
             host_page = self._free.pop()
         else:  # the least recently used cached page no copy reads leaves the cache
-            lru, (host_page, _) = next((key, entry) for key, entry in self._cache.items() if not self._users[entry[0]])
+            lru, (host_page, _) = next(
+                (key, entry) for key, entry in self._cache.items() if self._reclaimable(entry[0])
+            )
             del self._cache[lru]
             del self._keys[host_page]
         copy = Copy(self.issued, DEMOTE, page, host_page, key, depth)
@@ -122,6 +124,10 @@ class HostTier:
         self._demoting.add(key)
         self._stats[DEMOTED] += 1
         return copy
+
+    def _reclaimable(self, host_page: int) -> bool:
+        """A cached host page a demotion may take: no copy reads it."""
+        return not self._users[host_page]
 
     def promote(self, key: Key, page: int, request_id: int) -> int:
         """Copy the host page cached under `key` into device `page` for `request_id`; its id.

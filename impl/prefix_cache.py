@@ -134,7 +134,7 @@ class PrefixCache:
             self._cached[added] = True
             self._depth[added] = taken_depths
             self._last_used[added] = self.clock
-            retain_array(pool, added)
+            self._hold(pool, added)
 
     def stamp(self, rows: npt.NDArray[np.uint32]) -> None:
         """Requests released their pages, one request a row of `rows` (page ids, INVALID_BLOCK
@@ -171,7 +171,7 @@ class PrefixCache:
         victims = self.victims(pool, count, keep)
         if victims.shape[0] == 0:
             return 0
-        self._leave(pool, victims)
+        self._evicted(pool, victims)
         self._stats[EVICTIONS] += victims.shape[0]
         return int(victims.shape[0])
 
@@ -193,6 +193,14 @@ class PrefixCache:
         stats[HIT_TOKENS] += hit_tokens
 
     # -- storage ------------------------------------------------------------------------------
+
+    def _hold(self, pool: BlockPool, pages: Any) -> None:
+        """The cache's own reference on each page it caches."""
+        retain_array(pool, pages)
+
+    def _evicted(self, pool: BlockPool, pages: npt.NDArray[np.intp]) -> None:
+        """Evicted `pages` leave the cache: keys dropped, references released."""
+        self._leave(pool, pages)
 
     def _leave(self, pool: BlockPool, pages: npt.NDArray[np.intp]) -> None:
         """`pages` (each cached, held only by the cache) leave it, released in order; journaled."""

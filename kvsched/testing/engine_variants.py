@@ -1,46 +1,51 @@
 """Deliberately broken engines: proof that the engine harness can fail.
 
 Each variant is impl's `Engine` with one method (of the engine, its `PrefixCache` or its
-`HostTier`) replaced, reintroducing a bug serving engines have shipped: either by a seam
-override (`seam`: a function that takes the method's place, a few visible lines; the form new
-variants take) or, for the older ones, recompiled with one edit
-(`kvsched.testing.patching.patch_source`). `ENGINE_VARIANTS` names each, the bug it is, the
-machine shape it runs on, and the check that must catch it with the spec beside it
-(`with_reference`) and without (`alone`: the engine's own checks).
+`HostTier`) replaced by a seam override: a function of a few visible lines that takes the
+method's place in a subclass, reintroducing a bug serving engines have shipped (as
+`devtools/mutants_corpus.py` does for impl's parts; no engine source is edited as text).
+`ENGINE_VARIANTS` names each, the bug it is, the machine shape it runs on, and the check that
+must catch it with the spec beside it (`with_reference`) and without (`alone`: the engine's own
+checks).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvsched.impl.engine import Engine
+import numpy as np
+
+from kvsched.impl.engine import Engine, Saved
 from kvsched.impl.host_tier import HostTier
+from kvsched.impl.pool import BlockPool, release_array
 from kvsched.impl.prefix_cache import PrefixCache
+from kvsched.impl.scheduler import Newcomer, get_slots
+from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec.engine_calls import call_model, copier
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, salt_of
+from kvsched.spec.engine_state import Queued
 from kvsched.spec.host_tier import DEMOTE, Copy
 from kvsched.spec.model import HostCopy
 from kvsched.spec.page_keys import CacheSalt, Key
 from kvsched.testing.checks import FailureKind
-from kvsched.testing.patching import patch_source
 
 
 @dataclass(frozen=True, slots=True)
 class EngineVariant:
-    """A broken engine: which method, what edit, the bug, and the checks that catch it."""
+    """A broken engine: which method, what replaces it, the bug, and the checks that catch it."""
 
     name: str
     sentence: str
     method: str
-    edits: tuple[tuple[str, str], ...]
+    seam: Callable[..., Any]  # the method's replacement
     with_reference: FailureKind
     alone: FailureKind | None  # None: only the spec's lockstep can tell
     shape: str = "default"  # the engine machine's shape it runs on
-    target: type[Any] = Engine  # the class whose method is edited: Engine, PrefixCache or HostTier
+    target: type[Any] = Engine  # the class whose method is replaced: Engine, PrefixCache or HostTier
     examples: int = 300  # the machine's search (make verify): programs tried
-    seam: Callable[..., Any] | None = None  # the method's replacement (then `edits` is empty)
     # the engine explorer's bounds (`kvsched.proofs.engine_explorer`) whose search finds it, for a
     # bug the machine's random programs rarely line up; its golden programs are the explorer's paths
     explorer: str | None = None
@@ -59,8 +64,7 @@ class EngineVariant:
 
     def factory(self) -> Callable[[EngineConfig, Any], Engine]:
         """Build engines of this variant."""
-        patched = self.seam or patch_source(getattr(self.target, self.method), self.edits, self.name)
-        broken = type(f"{self.target.__name__}_{self.name}", (self.target,), {self.method: patched})
+        broken = type(f"{self.target.__name__}_{self.name}", (self.target,), {self.method: self.seam})
         if self.target is Engine:
             return lambda config, model: broken(config, model)
 
@@ -115,102 +119,182 @@ def budget_without_decode(self: Engine, decoding: int) -> int:
     return self.config.max_batched_tokens
 
 
+def requeue_at_the_back(self: Engine, entry: Queued, *, front: bool) -> None:
+    """Every request joins the back of its class, a preempted one too."""
+    Engine._enqueue(self, entry, front=False)
+
+
+def fits_anything(self: Engine, request: EngineRequest) -> str | None:
+    """No request is too large for the engine."""
+    return None
+
+
+def no_victim(self: Engine) -> int | None:
+    """Under pressure nobody is preempted."""
+    return None
+
+
+def reuse_every_token(self: Engine, tokens: int, length: int) -> int:
+    """A full hit reuses every token: nothing is left to prefill."""
+    return tokens
+
+
+def never_guarded(self: Engine, free: int) -> bool:
+    """The memory guard never stops an admission."""
+    return False
+
+
+def free_state_slot_twice(self: Engine, state_slot: int) -> None:
+    """A released state slot is pushed on the free heap twice."""
+    Engine._free_state_slot(self, state_slot)
+    heapq.heappush(self._state_free, state_slot)
+
+
+def skip_round_copies(self: Engine, pairs: tuple[tuple[int, int], ...]) -> None:
+    """The decode round's copy-on-write copies never reach the model."""
+
+
+def keep_failed_step(self: Engine, saved: Saved) -> None:
+    """A failed step is not undone."""
+
+
+def keep_failed_round(self: Engine, plan: ArrayWritePlan) -> None:
+    """A failed decode round's new pages stay mapped."""
+
+
+def cache_when_seated(self: Engine, newcomers: list[Newcomer]) -> tuple[tuple[int, int], ...]:
+    """Newcomers' full pages enter the cache when their pages are seated, before their KV is written."""
+    copies = Engine._seat(self, newcomers)
+    for newcomer in newcomers:
+        keys = self._page_keys[newcomer.slot]
+        first, end = newcomer.pages.start, min(len(keys), newcomer.pages.stop)
+        if first < end:
+            pages = get_slots(self.scheduler).tables[newcomer.slot][first:end].tolist()
+            self.cache.insert(self.pool, keys[first:end], pages, range(first, end))
+    return copies
+
+
+def evict_keeping_keys(self: PrefixCache, pool: BlockPool, pages: np.ndarray[Any, Any]) -> None:
+    """Evicted pages are released, their keys kept."""
+    release_array(pool, pages)
+
+
+def hold_nothing(self: PrefixCache, pool: BlockPool, pages: Any) -> None:
+    """The cache takes no reference of its own."""
+
+
+def salt_without_tenant(self: Engine, request: EngineRequest) -> CacheSalt:
+    """A page key salted without the tenant: two tenants with one prompt share pages."""
+    return salt_of(self.config, replace(request, tenant=0))
+
+
+def demote_without_a_hold(self: Engine, page: int) -> None:
+    """A demotion's copy takes no hold on the page it reads."""
+
+
+def wait_for_nothing(self: Engine, slot: int) -> bool:
+    """A request computes on pages whose promotions have not completed."""
+    return False
+
+
+def failed_copy_done(self: Engine, done: dict[int, bool], copy: Copy) -> bool | None:
+    """Every copy the model reported, completed or failed, counts as completed."""
+    return True if copy.transfer_id in done else None
+
+
+def find_nothing_on_the_host(self: HostTier, keys: Any) -> list[tuple[Key, int, int]]:
+    """A lookup never finds a host page."""
+    return []
+
+
+def reclaim_read_pages(self: HostTier, host_page: int) -> bool:
+    """A demotion may take a host page a promotion still reads."""
+    return True
+
+
+def lease_holding_nothing(self: Engine, pages: tuple[int, ...]) -> tuple[int, ...]:
+    """A lease takes no reference on the pages its reader will read."""
+    return ()
+
+
 ENGINE_VARIANTS = (
     EngineVariant(
         "preempt_to_back",
         "a preempted request re-enters at the back of the queue and loses its place (vLLM #41951)",
-        "_preempt",
-        (("front=True", "front=False"),),
+        "_enqueue",
+        requeue_at_the_back,
         FailureKind.LOCKSTEP,
         FailureKind.ORDER,
     ),
     EngineVariant(
         "admit_too_large",
         "a request larger than the cache is accepted and blocks the queue forever (vLLM #39734)",
-        "submit",
-        (("why = fits(self.config, request)", "why = None"),),
+        "_never_fits",
+        fits_anything,
         FailureKind.LOCKSTEP,
         FailureKind.LIVENESS,
     ),
     EngineVariant(
         "never_preempt",
         "KV pressure makes every step fail instead of preempting: the scheduler deadlocks (vLLM #45388)",
-        "_make_room",
-        (("slot = self._victim()", "slot = None"),),
+        "_victim",
+        no_victim,
         FailureKind.LOCKSTEP,
         FailureKind.LIVENESS,
     ),
     EngineVariant(
         "full_hit_prefills_nothing",
         "a full prefix hit prefills zero tokens and samples logits it never computed (nano-vllm PR #199)",
-        "_usable_prefix",
-        (("cached = min(page_set.token_count, length - 1)", "cached = page_set.token_count"),),
+        "_reused",
+        reuse_every_token,
         FailureKind.LOCKSTEP,
         FailureKind.DETERMINISM,
     ),
     EngineVariant(
         "skip_memory_guard",
         "admission ignores the free-page reserve while requests run",
-        "_admit",
-        (("if free < self.config.prefill_reserve_pages and self._running:", "if False:"),),
+        "_guarded",
+        never_guarded,
         FailureKind.LOCKSTEP,
         None,
     ),
     EngineVariant(
         "state_slot_released_twice",
         "a finished request's recurrent-state slot is released twice, so two requests share it",
-        "_release",
-        (
-            (
-                "heapq.heappush(self._state_free, state_slot)",
-                "heapq.heappush(self._state_free, state_slot)\n        heapq.heappush(self._state_free, state_slot)",
-            ),
-        ),
+        "_free_state_slot",
+        free_state_slot_twice,
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
     ),
     EngineVariant(
         "decode_copies_skipped",
         "the decode round's copy-on-write copies are never handed to the model",
-        "_run_round",
-        (("call_model(lambda: self.model.copy_pages(pairs))", "pass"),),
+        "_copy_round_pages",
+        skip_round_copies,
         FailureKind.LOCKSTEP,
         FailureKind.DETERMINISM,
     ),
     EngineVariant(
         "failed_step_kept",
         "a model failure leaves the step's allocations and tokens behind",
-        "step",
-        (("self._rollback(saved)", "pass"),),
+        "_undo_step",
+        keep_failed_step,
         FailureKind.LOCKSTEP,
         FailureKind.ATOMICITY,
     ),
     EngineVariant(
         "failed_round_kept",
         "a model failure in a step that only decodes leaves the round's new pages mapped",
-        "_decode_step",
-        (("undo_decode_round(self.scheduler, plan, self.pool)", "pass"),),
+        "_undo_round",
+        keep_failed_round,
         FailureKind.LOCKSTEP,
         FailureKind.ATOMICITY,
     ),
     EngineVariant(
         "publish_on_allocation",
         "a page enters the prefix cache when it is allocated, before its KV is written (TGI #2489)",
-        "_prefill",
-        (
-            (
-                "    copies += self._seat(newcomers)\n    if chunks:",
-                "    copies += self._seat(newcomers)\n"
-                "    for newcomer in newcomers:\n"
-                "        keys = self._page_keys[newcomer.slot]\n"
-                "        table = get_slots(self.scheduler).tables[newcomer.slot]\n"
-                "        first, end = newcomer.pages.start, min(len(keys), newcomer.pages.stop)\n"
-                "        if first < end:\n"
-                "            pages = table[first:end].tolist()\n"
-                "            self.cache.insert(self.pool, keys[first:end], pages, range(first, end))\n"
-                "    if chunks:",
-            ),
-        ),
+        "_seat",
+        cache_when_seated,
         FailureKind.LOCKSTEP,
         FailureKind.CACHE,
         shape="cached_tight",  # a chunk of one token: a page is allocated a step before it is full
@@ -218,8 +302,8 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "evict_keeps_key",
         "an evicted page is freed but its key still maps to it: a stale page served for a new prefix (nano-vllm #163)",
-        "evict",
-        (("self._leave(pool, victims)", "release_array(pool, victims)"),),
+        "_evicted",
+        evict_keeping_keys,
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
         shape="cached",
@@ -229,8 +313,8 @@ ENGINE_VARIANTS = (
         "cache_holds_no_reference",
         "the cache takes no reference of its own, so a page freed by its last request is reused while"
         " its key still maps to it (vLLM #5543)",
-        "insert",
-        (("        retain_array(pool, added)", "        pass"),),
+        "_hold",
+        hold_nothing,
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
         shape="cached",
@@ -241,7 +325,7 @@ ENGINE_VARIANTS = (
         "page keys leave out the tenant, so two tenants with the same prompt share KV pages"
         " (vLLM's hash-collision advisory)",
         "_salt",
-        (("= salt_of(self.config, request)", "= salt_of(self.config, replace(request, tenant=0))"),),
+        salt_without_tenant,
         FailureKind.LOCKSTEP,
         FailureKind.ISOLATION,
         shape="cached",
@@ -250,8 +334,8 @@ ENGINE_VARIANTS = (
         "demotion_source_freed",
         "a demoted page is evicted and reused while its copy to the host still reads it: the host keeps"
         " another request's KV (DingoCache PR #76; TRT-LLM #8813's wrong-tokens class)",
-        "_evict",
-        (("self.pool.retain(page)", "pass"),),
+        "_hold_demoted",
+        demote_without_a_hold,
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
         shape="host",
@@ -260,8 +344,8 @@ ENGINE_VARIANTS = (
         "promotion_not_awaited",
         "a request computes on pages whose copy from the host has not completed: it reads KV never"
         " written (SGLang PR #33970's class)",
-        "_room_for_running",
-        (("if slot in self._waiting:", "if False:"),),
+        "_waits",
+        wait_for_nothing,
         FailureKind.LOCKSTEP,
         FailureKind.DETERMINISM,
         shape="host",
@@ -270,8 +354,8 @@ ENGINE_VARIANTS = (
         "failed_promotion_served",
         "a copy from the host that failed is taken as completed: the request reads the partial write"
         " (TRT-LLM #8813: reused offloaded blocks restore the wrong KV)",
-        "_complete_copies",
-        (("ok = done.get(copy.transfer_id)", "ok = True if copy.transfer_id in done else None"),),
+        "_outcome",
+        failed_copy_done,
         FailureKind.LOCKSTEP,
         FailureKind.CACHE,
         shape="host",
@@ -281,7 +365,7 @@ ENGINE_VARIANTS = (
         "host_lookup_misses",
         "host pages are never found by a lookup: every request recomputes what the host holds (vLLM #53498)",
         "run",
-        (("entry = self._cache.get(key)", "entry = None"),),
+        find_nothing_on_the_host,
         FailureKind.LOCKSTEP,
         None,
         shape="host",
@@ -291,8 +375,8 @@ ENGINE_VARIANTS = (
         "host_page_taken_while_read",
         "a host page a promotion still reads is reclaimed for a demotion (SGLang PR #38480: the host"
         " lock lost, host pages reclaimed mid-transfer)",
-        "demote",
-        (("if not self._users[entry[0]]", "if True"),),
+        "_reclaimable",
+        reclaim_read_pages,
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
         shape="host_small",
@@ -303,8 +387,8 @@ ENGINE_VARIANTS = (
         "lease_holds_nothing",
         "a connector's save takes no hold on the pages it reads: a finish frees them and another"
         " request's KV reaches the save (DingoCache PR #76, SGLang #24527)",
-        "lease",
-        (("self.pool.retain(page)", "pass"), ("self._leases[lease_id] = pages", "self._leases[lease_id] = ()")),
+        "_hold_pages",
+        lease_holding_nothing,
         FailureKind.LOCKSTEP,
         FailureKind.GHOST,
         shape="cached",
@@ -314,11 +398,10 @@ ENGINE_VARIANTS = (
         "a step starts its promotions, then fails to start its demotions and is undone: the promotions"
         " it forgot land on pages the engine hands to a newcomer (kvsched's own copy protocol, 12-06)",
         "_issue_copies",
-        (),
+        issue_copies_in_two_calls,
         FailureKind.LOCKSTEP,  # a step that starts promotions alone fails in the spec, not in it
         FailureKind.GHOST,
         shape="host",
-        seam=issue_copies_in_two_calls,
         explorer="HOSTED",  # a promotion and a demotion started in one step whose copy call fails
     ),
     EngineVariant(
@@ -326,44 +409,40 @@ ENGINE_VARIANTS = (
         "a page whose demotion to the host failed stays cached and is demoted again at the next eviction:"
         " with the host failing, the engine never serves its queue (kvsched's own host tier, 12-06)",
         "wants",
-        (),
+        wants_refused_pages,
         FailureKind.LIVENESS,  # a failing tier's drain stalls before any step differs from the spec's
         FailureKind.LIVENESS,
         shape="host",
         target=HostTier,
-        seam=wants_refused_pages,
     ),
     EngineVariant(
         "failed_host_page_first",
         "a host page a copy failed on is freed to the top of the free stack and handed straight back"
         " to the next demotion (kvsched's own host tier, 12-06)",
         "complete",
-        (),
+        complete_to_the_top,
         FailureKind.LOCKSTEP,
         None,
         shape="host",
         target=HostTier,
-        seam=complete_to_the_top,
     ),
     EngineVariant(
         "adapter_dropped",
         "page keys keep the tenant but leave out the LoRA adapter: one adapter's KV is served to another"
         " (vLLM #30931's class)",
         "_salt",
-        (),
+        salt_without_adapter,
         FailureKind.LOCKSTEP,
         FailureKind.ISOLATION,
         shape="cached",
-        seam=salt_without_adapter,
     ),
     EngineVariant(
         "budget_forgets_decode",
         "the prefill budget forgets the step's decode tokens: a step runs more tokens than max_batched_tokens",
         "_token_budget",
-        (),
+        budget_without_decode,
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
         shape="roomy",
-        seam=budget_without_decode,
     ),
 )
