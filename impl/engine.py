@@ -22,7 +22,6 @@ requests leave at its end, and a step that preempts admits nobody), so it overwr
 from __future__ import annotations
 
 import heapq
-from bisect import insort
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -32,6 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsched.impl import checkpoint
+from kvsched.impl.engine_leases import Leases
+from kvsched.impl.engine_queue import WaitingQueue
 from kvsched.impl.engine_rows import (
     ADMITTED,
     COMPUTED,
@@ -65,7 +66,7 @@ from kvsched.impl.scheduler import (
 from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec import refusals
-from kvsched.spec.domain import as_int, require_u64
+from kvsched.spec.domain import require_u64
 from kvsched.spec.engine_calls import (
     Chunk,
     call_model,
@@ -84,7 +85,7 @@ from kvsched.spec.engine_config import (
     pages_for,
     salt_of,
 )
-from kvsched.spec.engine_state import EngineState, Leased, Queued, Running, external_holds
+from kvsched.spec.engine_state import EngineState, Queued, Running, external_holds
 from kvsched.spec.errors import Exhausted
 from kvsched.spec.host_tier import PROMOTE, Copy
 from kvsched.spec.identity import PrefixIdentity
@@ -158,12 +159,12 @@ class Shortfall:
 @dataclass(slots=True)
 class Saved:
     """The engine at the start of a step: the certified parts (`parts`), the cache's journal mark,
-    copies of `Engine.STEP_STATE` and, once the step first changes the queue, of `QUEUE_STATE`."""
+    copies of `Engine.STEP_STATE` and, once the step first changes the queue, the queue's snapshot."""
 
     parts: checkpoint.Checkpoint
     cache: Mark
     state: dict[str, Any]
-    queue: dict[str, Any] | None = None
+    queue: tuple[Any, ...] | None = None  # the queue's snapshot, once the step changes it
     host: tuple[Any, ...] | None = None  # the host tier's snapshot (None: the engine has none)
 
 
@@ -198,8 +199,6 @@ class Engine:
         "_admissions",
         "_waiting",
     )
-    # ... and the queue, saved when such a step first changes it (most never do).
-    QUEUE_STATE: ClassVar[tuple[str, ...]] = ("_queue", "_priorities", "_queued", "_queued_keys")
     # Everything else the engine holds, and why a failed step needs none of it back (a test
     # requires every attribute to be in one of the three).
     NOT_RESTORED: ClassVar[Mapping[str, str]] = {
@@ -220,7 +219,8 @@ class Engine:
         "_saved": "the running step's checkpoint",
         "_step_state": "the last checkpoint, whose buffers the next reuses",
         "_fetching": "one step's newcomers' host runs, emptied when they are seated",
-        "_leases": "changed by lease and end_lease only, never by a step",
+        "queue": "a part: its snapshot, taken when a step first changes it",
+        "leases": "a part changed by lease and end_lease only, never by a step",
     }
 
     def __init__(self, config: EngineConfig, model: EngineModel) -> None:
@@ -239,9 +239,7 @@ class Engine:
         self._requests: list[EngineRequest | None] = [None] * config.requests
         self._running: dict[int, int] = {}  # request id -> slot, admission order
         self._prefilling: set[int] = set()  # slots of running requests still prefilling
-        self._queue: dict[int, deque[Queued]] = {}  # priority -> FIFO
-        self._priorities: list[int] = []  # the queue's priorities, ascending
-        self._queued: set[int] = set()  # ids queued
+        self.queue = WaitingQueue()
         self._state_owners: list[int | None] = [None] * config.state_slots
         self._state_free: list[int] = list(range(config.state_slots))  # a min-heap
         self._cancelled: list[int] = []
@@ -250,8 +248,6 @@ class Engine:
         self.hasher = PageHasher(config.page_size, page_hash(config.page_hash))
         self._page_keys: list[list[Key]] = [[] for _ in range(config.requests)]  # each slot's full pages' keys
         self._salts: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> its salt, once built
-        # a queued request's entry and its full pages' keys: hashed at submit, kept through preemption
-        self._queued_keys: dict[int, tuple[Queued, list[Key]]] = {}
         self._committed: int | None = None  # this step's running prefills' pages past their chunks
         self._filled = np.zeros((config.requests, FILLED), dtype=np.int64)  # a round's filled pages
         self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
@@ -260,7 +256,7 @@ class Engine:
         self.host = HostTier(config.host_pages)
         self._waiting: dict[int, tuple[int, ...]] = {}  # slot -> the promotions it waits for
         self._fetching: dict[int, list[tuple[Key, int, int]]] = {}  # newcomer slot -> its host run, until seated
-        self._leases: dict[int, tuple[int, ...]] = {}  # lease id -> the pages it holds
+        self.leases = Leases()
         if config.host_pages:
             copier(model, required=True)
 
@@ -272,10 +268,10 @@ class Engine:
             self.pool.to_spec(),
             self.store.to_spec(),
             self.scheduler.to_spec(),
-            external_holds(self.host.to_spec(), self._leased()),
+            external_holds(self.host.to_spec(), self.leases.to_spec()),
             self.cache.to_spec(),
         )
-        queue = tuple(entry for priority in reversed(self._priorities) for entry in self._queue[priority])
+        queue = self.queue.to_spec()
         running = []
         for slot in self._running.values():
             request = self._requests[slot]
@@ -295,11 +291,8 @@ class Engine:
             tuple(self._cancelled),
             self._admissions,
             self.host.to_spec(),
-            self._leased(),
+            self.leases.to_spec(),
         )
-
-    def _leased(self) -> tuple[Leased, ...]:
-        return tuple(Leased(lease_id, pages) for lease_id, pages in sorted(self._leases.items()))
 
     @property
     def state(self) -> EngineState:
@@ -312,21 +305,20 @@ class Engine:
         """Queue `request` at the back of its priority class."""
         if not isinstance(request, EngineRequest):
             raise refusals.wrong_kind("request", "EngineRequest", request)
-        if len(self._queued) >= self.config.max_queue:
-            raise refusals.queue_full(request.request_id, len(self._queued))
+        if len(self.queue) >= self.config.max_queue:
+            raise refusals.queue_full(request.request_id, len(self.queue))
         if request.request_id in self._cancelled:
             raise refusals.unreported_cancel(request.request_id)
-        if request.request_id in self._queued or request.request_id in self._running:
+        if request.request_id in self.queue or request.request_id in self._running:
             raise refusals.duplicate_request(request.request_id)
         why = self._never_fits(request)
         if why is not None:
             raise refusals.request_too_large(request.request_id, why)
-        entry = Queued(request)
+        keys = None
         if self.config.prefix_caching:  # its prompt's full pages are hashed here, once
             pages = len(request.prompt) // self.config.page_size
             keys = self.hasher.keys_of(request.prompt_bytes, pages, self._salt(request))
-            self._queued_keys[request.request_id] = (entry, keys)
-        self._enqueue(entry, front=False)
+        self._enqueue(Queued(request), front=False, keys=keys)
 
     def _never_fits(self, request: EngineRequest) -> str | None:
         """Why `request` can never run on this engine (`fits`), or None."""
@@ -338,14 +330,8 @@ class Engine:
         slot = self._running.get(request_id)
         if slot is not None:
             self._release([slot])
-        elif request_id in self._queued:
-            for priority, entries in self._queue.items():
-                kept = deque(entry for entry in entries if entry.request.request_id != request_id)
-                if len(kept) != len(entries):
-                    self._queue[priority] = kept
-                    break
-            self._dequeued(request_id)
-            self._queued_keys.pop(request_id, None)
+        elif request_id in self.queue:
+            self.queue.remove(request_id)
         else:
             raise refusals.unknown_request(request_id)
         self._cancelled.append(request_id)
@@ -359,7 +345,7 @@ class Engine:
             raise refusals.unknown_request(parent_id)
         if child_id in self._cancelled:
             raise refusals.unreported_cancel(child_id)
-        if child_id in self._queued or child_id in self._running:
+        if child_id in self.queue or child_id in self._running:
             raise refusals.duplicate_request(child_id)
         if parent in self._waiting:
             raise refusals.copy_pending(parent_id, self._promoted_page(parent))
@@ -399,36 +385,16 @@ class Engine:
         table = self.scheduler.page_table(request_id)[
             : pages_for(int(self._fields[slot, COMPUTED]), self.config.page_size)
         ]
-        held = self._hold_pages(tuple(page for page in table if page is not None))
-        lease_id = next(number for number in range(len(self._leases) + 1) if number not in self._leases)
-        self._leases[lease_id] = held
-        return lease_id
-
-    def _hold_pages(self, pages: tuple[int, ...]) -> tuple[int, ...]:
-        """A reference on each of `pages`, all or none: the pages held."""
-        taken: list[int] = []
-        try:
-            for page in pages:
-                self.pool.retain(page)
-                taken.append(page)
-        except BaseException:
-            for page in reversed(taken):
-                self.pool.release(page)
-            raise
-        return pages
+        return self.leases.take(self.pool, tuple(page for page in table if page is not None))
 
     def end_lease(self, lease_id: int) -> None:
         """The reader lets go (the spec's `end_lease`)."""
-        number = as_int(lease_id)
-        if number is None or number not in self._leases:
-            raise refusals.unknown_lease(lease_id)
-        for page in self._leases.pop(number):
-            self.pool.release(page)
+        self.leases.end(self.pool, lease_id)
 
     def has_work(self) -> bool:
         """Something is queued or running, a cancellation is not yet reported, or a copy between
         the tiers is in flight."""
-        return bool(self._queued or self._running or self._cancelled or self.host.copies)
+        return bool(self.queue or self._running or self._cancelled or self.host.copies)
 
     def reset_cache(self) -> None:
         """Drop every page of the automatic prefix cache and the host tier's cache; `CacheInUse`
@@ -440,32 +406,16 @@ class Engine:
 
     # -- the queue ----------------------------------------------------------------------------
 
-    def _enqueue(self, entry: Queued, *, front: bool) -> None:
-        priority = entry.request.priority
-        entries = self._queue.get(priority)
-        if entries is None:
-            entries = self._queue[priority] = deque()
-            insort(self._priorities, priority)
-        if front:
-            entries.appendleft(entry)
-        else:
-            entries.append(entry)
-        self._queued.add(entry.request.request_id)
-
-    def _dequeued(self, request_id: int) -> None:
-        self._queued.discard(request_id)
-        for priority in [p for p in self._priorities if not self._queue[p]]:
-            del self._queue[priority]
-            self._priorities.remove(priority)
-
-    def _front(self) -> Queued | None:
-        return self._queue[self._priorities[-1]][0] if self._priorities else None
+    def _enqueue(self, entry: Queued, *, front: bool, keys: list[Key] | None = None) -> None:
+        """Queue `entry` (a submission at the back of its class; a preempted request at the front)."""
+        self._touch_queue()
+        self.queue.push(entry, front=front, keys=keys)
 
     def _touch_queue(self) -> None:
         """Save the queue (once per step) before the step changes it."""
         saved = self._saved
         if saved is not None and saved.queue is None:
-            saved.queue = {name: _copy(getattr(self, name)) for name in self.QUEUE_STATE}
+            saved.queue = self.queue.snapshot()
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -513,7 +463,7 @@ class Engine:
         (the queue is empty or the batch full)."""
         if self._cancelled or self._prefilling or self.host.pages:
             return False  # (a host tier's steps poll and issue copies: the general step)
-        return not self._queued or len(self._running) >= self.config.max_batch_size
+        return not self.queue or len(self._running) >= self.config.max_batch_size
 
     def _decode_step(self) -> Record | None:
         """A step that only decodes: plan the round, run it, commit. None, with nothing changed,
@@ -573,7 +523,9 @@ class Engine:
         self.cache.undo(saved.cache)
         if saved.host is not None:
             self.host.restore(saved.host)
-        for name, value in (saved.state | (saved.queue or {})).items():
+        if saved.queue is not None:
+            self.queue.restore(saved.queue)
+        for name, value in saved.state.items():
             current = getattr(self, name)
             if isinstance(current, np.ndarray):
                 np.copyto(current, value)  # in place: views of it stay views
@@ -740,7 +692,7 @@ class Engine:
     ) -> tuple[Chunk, int] | Shortfall | None:
         """Admit the front of the queue into `newcomers` (its pages not yet seated), with `free`
         pages left: its chunk and slot; a `Shortfall` when its pages are not free; else None."""
-        front = self._front()
+        front = self.queue.front()
         if front is None or len(self._running) >= self.config.max_batch_size:
             return None
         if self._guarded(free):
@@ -780,10 +732,7 @@ class Engine:
             self.cache.count_query(length_of, len(hit) * page_size)
             self._page_keys[slot] = keys
         self._touch_queue()
-        entries = self._queue[self._priorities[-1]]
-        entries.popleft()
-        self._dequeued(request_id)
-        self._queued_keys.pop(request_id, None)
+        self.queue.pop_front()
         self._tokens[slot, : len(request.prompt)] = np.frombuffer(request.prompt_bytes, dtype="<u4")
         if front.generated:
             self._tokens[slot, len(request.prompt) : length_of] = front.generated
@@ -807,8 +756,8 @@ class Engine:
         kept at its preemption (the same tokens: its entry is the one they were kept with),
         extended; else hashed now."""
         request = entry.request
-        kept = self._queued_keys.get(request.request_id)
-        keys = kept[1][:pages] if kept is not None and kept[0] is entry else None
+        kept = self.queue.kept_keys(entry)
+        keys = kept[:pages] if kept is not None else None
         if keys is not None and len(keys) == pages:
             return keys
         data = request.prompt_bytes + pack_tokens(entry.generated) if entry.generated else request.prompt_bytes
@@ -925,11 +874,9 @@ class Engine:
         assert request is not None
         generated = tuple(self._tokens[slot, len(request.prompt) : int(self._fields[slot, LENGTH])].tolist())
         self._release([slot])
-        self._touch_queue()
-        entry = Queued(request, generated)
-        self._enqueue(entry, front=True)
-        if self.config.prefix_caching:  # its keys name the same tokens when it is admitted again
-            self._queued_keys[request.request_id] = (entry, self._page_keys[slot])
+        # its keys name the same tokens when it is admitted again
+        keys = self._page_keys[slot] if self.config.prefix_caching else None
+        self._enqueue(Queued(request, generated), front=True, keys=keys)
         record.preempted.append(request.request_id)
 
     # -- the automatic prefix cache ----------------------------------------------------------

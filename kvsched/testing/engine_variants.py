@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from kvsched.impl.engine import Engine, Saved
+from kvsched.impl.engine_leases import Leases
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool, release_array
 from kvsched.impl.prefix_cache import PrefixCache
@@ -44,7 +45,7 @@ class EngineVariant:
     with_reference: FailureKind
     alone: FailureKind | None  # None: only the spec's lockstep can tell
     shape: str = "default"  # the engine machine's shape it runs on
-    target: type[Any] = Engine  # the class whose method is replaced: Engine, PrefixCache or HostTier
+    target: type[Any] = Engine  # the class whose method is replaced: the engine or one of its parts
     examples: int = 300  # the machine's search (make verify): programs tried
     # the engine explorer's bounds (`kvsched.proofs.engine_explorer`) whose search finds it, for a
     # bug the machine's random programs rarely line up; its golden programs are the explorer's paths
@@ -64,13 +65,13 @@ class EngineVariant:
 
     def factory(self) -> Callable[[EngineConfig, Any], Engine]:
         """Build engines of this variant."""
-        broken = type(f"{self.target.__name__}_{self.name}", (self.target,), {self.method: self.seam})
+        broken = type(f"{self.target.__name__}_{self.name}", (self.target,), {self.method: self.seam, "__slots__": ()})
         if self.target is Engine:
             return lambda config, model: broken(config, model)
 
         def build(config: EngineConfig, model: Any) -> Engine:
             engine = Engine(config, model)
-            part = engine.cache if self.target is PrefixCache else engine.host
+            part = {PrefixCache: engine.cache, HostTier: engine.host, Leases: engine.leases}[self.target]
             part.__class__ = broken
             return engine
 
@@ -119,9 +120,9 @@ def budget_without_decode(self: Engine, decoding: int) -> int:
     return self.config.max_batched_tokens
 
 
-def requeue_at_the_back(self: Engine, entry: Queued, *, front: bool) -> None:
+def requeue_at_the_back(self: Engine, entry: Queued, *, front: bool, keys: list[Key] | None = None) -> None:
     """Every request joins the back of its class, a preempted one too."""
-    Engine._enqueue(self, entry, front=False)
+    Engine._enqueue(self, entry, front=False, keys=keys)
 
 
 def fits_anything(self: Engine, request: EngineRequest) -> str | None:
@@ -212,7 +213,7 @@ def reclaim_read_pages(self: HostTier, host_page: int) -> bool:
     return True
 
 
-def lease_holding_nothing(self: Engine, pages: tuple[int, ...]) -> tuple[int, ...]:
+def lease_holding_nothing(self: Leases, pool: BlockPool, pages: tuple[int, ...]) -> tuple[int, ...]:
     """A lease takes no reference on the pages its reader will read."""
     return ()
 
@@ -387,11 +388,12 @@ ENGINE_VARIANTS = (
         "lease_holds_nothing",
         "a connector's save takes no hold on the pages it reads: a finish frees them and another"
         " request's KV reaches the save (DingoCache PR #76, SGLang #24527)",
-        "_hold_pages",
+        "_hold",
         lease_holding_nothing,
         FailureKind.LOCKSTEP,
         FailureKind.GHOST,
         shape="cached",
+        target=Leases,
     ),
     EngineVariant(
         "copies_issued_in_two_calls",
