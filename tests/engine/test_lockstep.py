@@ -1,6 +1,7 @@
 """impl's engine in lockstep with the spec's, every check after every event, over each shape
-(six with the automatic prefix cache, three of those with a host tier whose copies end late, out
-of order or failed); and the spec's engine alone (its own checks: invariants, ghost reads, cached
+(ten: six with the automatic prefix cache, three of those with a host tier whose copies end late,
+out of order or failed, or fail to start; one roomy enough that decode and prefill share a
+step's budget); and the spec's engine alone (its own checks: invariants, ghost reads, cached
 content on both tiers, tenant isolation, determinism, order, liveness), without the cache, with
 it, and with a host tier."""
 
