@@ -337,8 +337,8 @@ ENGINE_VARIANTS = (
         " another request's KV (DingoCache PR #76; TRT-LLM #8813's wrong-tokens class)",
         "_hold_demoted",
         demote_without_a_hold,
-        FailureKind.LOCKSTEP,
-        FailureKind.INVARIANT,
+        FailureKind.LIVENESS,  # a copy that fails releases a hold it never took: a failing tier stalls it
+        FailureKind.LIVENESS,
         shape="host",
     ),
     EngineVariant(
@@ -350,6 +350,7 @@ ENGINE_VARIANTS = (
         FailureKind.LOCKSTEP,
         FailureKind.DETERMINISM,
         shape="host",
+        examples=3000,  # a promotion must be awaited while other requests run
     ),
     EngineVariant(
         "failed_promotion_served",

@@ -41,7 +41,8 @@ CAUGHT = {
 # The host tier's broken engines on the hosted configuration.
 CAUGHT_HOSTED = {
     "failed_promotion_served": (FailureKind.LOCKSTEP, FailureKind.CACHE),
-    "copies_issued_in_two_calls": (FailureKind.LOCKSTEP, FailureKind.GHOST),
+    # alone, GHOST lies 3,849 states deep (30 s): its pinned program is that path (tests/engine/golden/)
+    "copies_issued_in_two_calls": (FailureKind.LOCKSTEP, None),
     "failed_demotion_retried": (FailureKind.LIVENESS, FailureKind.LIVENESS),
     "failed_host_page_first": (FailureKind.LOCKSTEP, None),
 }
