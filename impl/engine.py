@@ -5,7 +5,8 @@ Same operations, outputs, errors and order as `kvsched.spec.engine` (read it for
 in its scheduler slot's row of fixed arrays allocated at construction (`kvsched.impl.engine_rows`:
 its tokens and its fields), so a decode step appends every token and finds every finished
 request in one kernel call, and its `StepOutput.tokens` is a lazy mapping over the round's output
-arrays. `running` maps request id -> slot in admission order; the queue is one deque per priority.
+arrays. `running` maps request id -> slot in admission order; the queue and the leases are parts
+(`kvsched.impl.engine_queue`, `kvsched.impl.engine_leases`).
 
 Atomicity, two ways:
 - A step that only decodes (nothing to cancel, prefill or admit) plans, runs the model, then
@@ -22,7 +23,6 @@ requests leave at its end, and a step that preempts admits nobody), so it overwr
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -170,15 +170,11 @@ class Saved:
 
 def _copy(value: Any) -> Any:
     """A copy deep enough that changing the engine's value leaves it as it is: arrays, lists,
-    sets, deques and dicts are copied, and a dict of deques (the queue: the engine's dicts hold
-    one kind of value each) with its deques; ints, tuples and None are kept."""
+    sets and dicts are copied (their items are ints, tuples, records or None, never changed in
+    place); ints, tuples and None are kept."""
     if isinstance(value, np.ndarray):
         return value.copy()
-    if isinstance(value, dict):
-        if value and isinstance(next(iter(value.values())), deque):
-            return {key: deque(item) for key, item in value.items()}
-        return dict(value)
-    if isinstance(value, list | set | deque):
+    if isinstance(value, list | set | dict):
         return type(value)(value)
     return value
 

@@ -148,10 +148,17 @@ def poll_copies(model: CopyBackend, copies: Sequence[Copy]) -> dict[int, bool]:
     return {tid: done for tid, done in zip(ids, answered, strict=True) if done is not None}
 
 
+def copy_batches(copies: Sequence[Copy]) -> tuple[list[HostCopy], list[HostCopy]]:
+    """`copies` as the backend names them: the promotions (host page to device page) and the
+    demotions (device page to host page)."""
+    to_device = [HostCopy(copy.transfer_id, copy.host_page, copy.page) for copy in copies if copy.kind != DEMOTE]
+    to_host = [HostCopy(copy.transfer_id, copy.page, copy.host_page) for copy in copies if copy.kind == DEMOTE]
+    return to_device, to_host
+
+
 def issue_copies(model: CopyBackend, copies: Sequence[Copy]) -> None:
     """Start `copies` (a step's new ones) in one call: the promotions and the demotions."""
     if not copies:
         return
-    to_device = [HostCopy(copy.transfer_id, copy.host_page, copy.page) for copy in copies if copy.kind != DEMOTE]
-    to_host = [HostCopy(copy.transfer_id, copy.page, copy.host_page) for copy in copies if copy.kind == DEMOTE]
+    to_device, to_host = copy_batches(copies)
     call_model(lambda: model.start_copies(to_device, to_host))

@@ -93,7 +93,7 @@ class HarnessModel(HarnessBackend):
         self.fault = Fault(event.fault)
         self.prefill_fails = bool(event.prefill_fails)
         self.completions = tuple(event.copies) or (DONE,)
-        self.copy_fails = bool(getattr(event, "copy_fails", False))
+        self.copy_fails = bool(event.copy_fails)
 
     def start_copies(self, to_device: Sequence[HostCopy], to_host: Sequence[HostCopy]) -> None:
         if self.copy_fails:

@@ -12,9 +12,9 @@ checks).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -25,10 +25,10 @@ from kvsched.impl.pool import BlockPool, release_array
 from kvsched.impl.prefix_cache import PrefixCache
 from kvsched.impl.scheduler import Newcomer, get_slots
 from kvsched.impl.writes import ArrayWritePlan
-from kvsched.spec.engine_calls import call_model, copier
+from kvsched.spec.engine_calls import call_model, copy_batches
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, salt_of
 from kvsched.spec.engine_state import Queued
-from kvsched.spec.host_tier import DEMOTE, Copy
+from kvsched.spec.host_tier import Copy
 from kvsched.spec.model import HostCopy
 from kvsched.spec.page_keys import CacheSalt, Key
 from kvsched.testing.checks import FailureKind
@@ -81,16 +81,23 @@ class EngineVariant:
 # -- seam overrides ------------------------------------------------------------------------------
 
 
+class TwoCallCopier(Protocol):
+    """The copy protocol before `start_copies` (the harness model still serves it)."""
+
+    def copy_to_device(self, copies: Sequence[HostCopy]) -> None: ...
+
+    def copy_to_host(self, copies: Sequence[HostCopy]) -> None: ...
+
+
 def issue_copies_in_two_calls(self: Engine, copies: list[Copy]) -> None:
     """The copy protocol before `start_copies`: the promotions, then the demotions, in two calls.
     When the second raises, the step is undone and forgets the promotions the first started."""
-    model = copier(self.model)
-    to_device = [HostCopy(copy.transfer_id, copy.host_page, copy.page) for copy in copies if copy.kind != DEMOTE]
-    to_host = [HostCopy(copy.transfer_id, copy.page, copy.host_page) for copy in copies if copy.kind == DEMOTE]
+    model = cast(TwoCallCopier, self.model)
+    to_device, to_host = copy_batches(copies)
     if to_device:
-        call_model(lambda: model.copy_to_device(to_device))  # type: ignore[attr-defined]
+        call_model(lambda: model.copy_to_device(to_device))
     if to_host:
-        call_model(lambda: model.copy_to_host(to_host))  # type: ignore[attr-defined]
+        call_model(lambda: model.copy_to_host(to_host))
 
 
 def wants_refused_pages(self: HostTier, page: int, key: Key) -> bool:

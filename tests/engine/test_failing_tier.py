@@ -5,20 +5,27 @@ pages finishes, each cached page tried once and then evicted (kvsched stalled he
 2026-12-06: 10,000 steps, 29,997 demotions, the request never served); one bad host page is
 freed to the bottom of the free stack, so the next demotion gets another; and a step whose
 `start_copies` raises is undone exactly and started nothing, so cancelling the request it was
-admitting hands its pages to a newcomer that no late copy writes.
+admitting hands its pages to a newcomer that no late copy writes. The liveness drains under a
+failing tier each fail an engine that stalls under it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from kvsched import impl
+from kvsched.impl.host_tier import HostTier
 from kvsched.spec import EngineRequest
 from kvsched.spec.errors import BackendFailed
 from kvsched.spec.model import HostCopy
+from kvsched.testing.engine_liveness import drained
+from kvsched.testing.engine_model import BAD_PAGE, FAILING, WORKING, HarnessModel
+from kvsched.testing.engine_variants import complete_to_the_top, wants_refused_pages
 from tests.engine.support import FLAVOURS
 from tests.engine.test_host_tier import FIRST, HOSTED, OTHER, Copier, run
 
@@ -96,3 +103,27 @@ def test_a_step_whose_copies_fail_to_start_is_undone_and_started_none(flavour: A
     plain = replace(HOSTED, host_pages=0, prefix_caching=False)
     alone = run(type(engine)(plain, type(model.inner)()), EngineRequest(4, newcomer, 3))
     assert tokens[4] == alone[4]
+
+
+def test_each_failing_tier_drain_fails_an_engine_that_stalls_under_it() -> None:
+    """The liveness checks can fail: the drain with every copy failing stalls an engine that
+    demotes a failed page again (`failed_demotion_retried`); the drain with one bad host page
+    stalls one that also frees the failed host page to the top of the stack, straight back to the
+    retry. The correct engine drains under both; either habit alone still drains the bad page
+    (a refused page is evicted; a retry from the bottom of the stack gets a good page)."""
+    retried = {"wants": wants_refused_pages}
+    to_the_top = {"complete": complete_to_the_top}
+    stalls = {  # host tier methods -> the drains it stalls under
+        (): set(),
+        ("wants",): {FAILING},
+        ("complete",): set(),
+        ("complete", "wants"): {FAILING, BAD_PAGE},
+    }
+    for methods, expected in stalls.items():
+        overrides = {name: seam for name, seam in (retried | to_the_top).items() if name in methods}
+        engine = impl.Engine(HOSTED, HarnessModel(HOSTED.page_size))
+        engine.host.__class__ = type("Host", (HostTier,), {**overrides, "__slots__": ()})
+        run(engine, EngineRequest(1, FIRST, 1))
+        engine.submit(EngineRequest(2, OTHER, 1))
+        stalled = {tier for tier in (WORKING, FAILING, BAD_PAGE) if drained(deepcopy(engine), 60, tier) is not None}
+        assert stalled == expected, methods
