@@ -36,7 +36,7 @@ from kvsched import impl, spec
 from kvsched.charts import BarChart, Reference
 from kvsched.impl.jit import jit
 from kvsched.impl.refinement import abstract_system
-from kvsched.report import measurement, write_json
+from kvsched.report import CommandParser, measurement, write_json
 from kvsched.spec.batch import RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
 from kvsched.spec.system import SystemState
 
@@ -353,7 +353,13 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the bench; print the table (or the JSON); 0, or 1 with `--strict` when a target is missed."""
-    parser = argparse.ArgumentParser(prog="kvsched bench", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser = CommandParser(
+        prog="kvsched bench",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        epilog="The other benches, each with its own --help: kvsched bench decode (the decode kernels), "
+        "bench engine (the engine's step), bench thrash (recomputation under KV pressure, by admission policy), "
+        "bench tiers (a multi-turn workload with and without a host tier).",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run (seconds)")
     parser.add_argument(
         "--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout, instead of the table)"

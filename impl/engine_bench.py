@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from kvsched import impl, spec
-from kvsched.report import measurement, print_table, write_json
+from kvsched.report import CommandParser, measurement, print_table, write_json
 from kvsched.spec.engine_config import EngineConfig, EngineRequest
 
 PAGE_SIZE = 16
@@ -296,7 +296,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the engine bench; print the table (or the JSON); 0, or 1 with `--strict` on a miss."""
-    parser = argparse.ArgumentParser(prog="kvsched bench engine", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="kvsched bench engine", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run (seconds)")
     parser.add_argument(
         "--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout, instead of the table)"

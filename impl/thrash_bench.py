@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsched import impl
-from kvsched.report import measurement, print_table, write_json
+from kvsched.report import CommandParser, measurement, print_table, write_json
 from kvsched.spec.engine_config import ADMISSIONS, EngineConfig, EngineRequest
 from kvsched.spec.sequence import FinishReason
 
@@ -109,7 +109,7 @@ def cells(row: dict[str, Any]) -> list[object]:
 def main(argv: list[str] | None = None) -> int:
     """Run every pool under every policy; print the table (or the JSON); 0, or 1 with `--strict`
     when the default policy recomputes more than the target at the smallest pool."""
-    parser = argparse.ArgumentParser(prog="kvsched bench thrash", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="kvsched bench thrash", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target is missed")
     args = parser.parse_args(argv)

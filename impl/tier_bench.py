@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsched import impl
-from kvsched.report import measurement, print_table, write_json
+from kvsched.report import CommandParser, measurement, print_table, write_json
 from kvsched.spec.engine_config import EngineConfig, EngineRequest
 from kvsched.spec.model import null_next_token
 
@@ -139,7 +139,7 @@ def cells(row: dict[str, Any]) -> list[object]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the trace without and with the host tier; print the table (or the JSON)."""
-    parser = argparse.ArgumentParser(prog="kvsched bench tiers", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="kvsched bench tiers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout)")
     args = parser.parse_args(argv)
     measured = measurement(" ".join(["kvsched bench tiers", *(argv if argv is not None else sys.argv[1:])]))

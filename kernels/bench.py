@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from kvsched.charts import BarChart, Reference
 from kvsched.kernels import ops
-from kvsched.report import measurement, write_json
+from kvsched.report import CommandParser, measurement, write_json
 
 H200_HBM_PEAK_GBPS = 4800.0  # NVIDIA's figure for the H200's HBM3e (4.8 TB/s)
 TWIN_SPEEDUP_TARGET = 1.5  # numba twin vs torch path
@@ -242,7 +242,7 @@ def format_report(report: Report) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the bench; print the table (or, with `--json`, write the JSON)."""
-    parser = argparse.ArgumentParser(prog="kvsched bench decode", description=__doc__.split("\n")[0])
+    parser = CommandParser(prog="kvsched bench decode", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout, instead of the table)"
     )

@@ -26,7 +26,7 @@ from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import Any
 
-from kvsched.report import UsageError, print_table, write_json
+from kvsched.report import CommandParser, UsageError, print_table, require_writable, write_json
 
 # The optional dependencies, and the extra a command needs for them.
 OPTIONAL = {"hypothesis", "z3", "crosshair", "matplotlib"}
@@ -45,7 +45,10 @@ class MissingExtra(UsageError):
 
     def __init__(self, command: str, module: str) -> None:
         extra = EXTRA_OF.get(command, "dev")
-        super().__init__(f"kvsched {command} needs {module}, from the '{extra}' extra: pip install 'kvsched[{extra}]'")
+        super().__init__(
+            f"kvsched {command} needs {module}, from the '{extra}' extra: pip install '.[{extra}]' in a kvsched"
+            f" checkout (or the wheel with [{extra}])"
+        )
 
 
 def load(module: str, command: str) -> ModuleType:
@@ -92,6 +95,11 @@ def _campaigns(variant: str | None, needs: str) -> list[Campaign]:
 
 def command_verify(args: argparse.Namespace) -> int:
     """Run every campaign (and the proofs unless --no-proofs); non-zero on any counterexample."""
+    if args.examples < 0 or args.steps < 0:
+        given = f"{args.examples}, {args.steps}"
+        raise UsageError(f"kvsched verify: --examples and --steps must be at least 1 (0: the profile's), not {given}")
+    if args.json not in (None, "-"):
+        require_writable(args.json, "kvsched verify")
     examples, steps = PROFILES[args.profile]
     examples = args.examples or examples
     steps = args.steps or steps
@@ -172,16 +180,32 @@ def _delegated(argv: list[str]) -> tuple[str, str, list[str]] | None:
     return None
 
 
+CHECK_HELP = """Check anyone's page manager, a bounded campaign for CI.
+
+modes:
+  safety (default)  MODULE:FACTORY is factory(pages, page_size) -> a PageManager adapter
+                    (kvsched.testing.adapter). Hypothesis plays an engine over it (admit, decode,
+                    finish, preempt, fork, lookup/commit, leases, the host tier: whatever its
+                    capabilities declare) and checks every view: ghost reads, exclusive writes,
+                    holder counts, leases, host pages. A failure prints a runnable program.
+  exact             MODULE:FACTORY is a SystemFactory, factory(config): it runs in lockstep with
+                    kvsched's spec; meant for kvsched's own implementation.
+
+The verdict is a function of the seed (default 0) and the options alone, never of the machine's
+speed. Exit status: 0 every check passed; 1 a counterexample (or, with --strict, a coverage
+warning); 2 a usage, import or configuration error (one line on stderr)."""
+
+
 def _check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", help="MODULE:FACTORY (safety: factory(pages, page_size) -> PageManager)")
-    parser.add_argument("--mode", choices=("safety", "exact"), default="safety")
+    parser.add_argument("--mode", choices=("safety", "exact"), default="safety", help="see above (default safety)")
     parser.add_argument("--examples", type=int, default=1000, help="programs to generate (default 1000)")
     parser.add_argument("--steps", type=int, default=30, help="calls per program (default 30)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the campaign's seed (default 0)")
     parser.add_argument(
-        "--pages", type=int, default=None, help="safety: pages per manager (default: drawn from 4, 6, 8, 16)"
+        "--pages", type=int, default=None, help="safety: pages per manager, 1-4096 (default: drawn from 4, 6, 8, 16)"
     )
-    parser.add_argument("--page-size", type=int, default=2, help="safety: tokens per page (default 2)")
+    parser.add_argument("--page-size", type=int, default=None, help="safety: tokens per page, 1-256 (default 2)")
     parser.add_argument("--shrinks", type=int, default=None, help="safety: programs shrinking may run (default 1500)")
     parser.add_argument("--strict", action="store_true", help="safety: exit 1 on a coverage warning too")
     parser.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-': stdout, no table)")
@@ -195,7 +219,7 @@ def command_check(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kvsched", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = CommandParser(prog="kvsched", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--version", action="version", version=f"kvsched {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     verify = commands.add_parser("verify", help="run the model-checking campaigns and the proofs")
@@ -207,7 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", metavar="PATH", help="write the summary as JSON to PATH ('-': stdout, no table)")
     verify.add_argument("--variant", help="check a deliberately broken spec variant instead (must fail)")
     verify.set_defaults(run=command_verify)
-    check = commands.add_parser("check", help="check anyone's page manager: kvsched check MODULE:FACTORY")
+    check = commands.add_parser(
+        "check",
+        help="check anyone's page manager: kvsched check MODULE:FACTORY",
+        description=CHECK_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     check.set_defaults(run=command_check)
     _check_arguments(check)
     # The delegated commands are listed for --help; main() hands their arguments on untouched.

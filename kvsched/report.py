@@ -3,6 +3,7 @@ error that means "not run as asked" (exit status 2)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -11,12 +12,20 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 
 class UsageError(Exception):
     """A command could not run as asked (bad arguments, an import or configuration error, a
     missing extra): one line on stderr, exit status 2."""
+
+
+class CommandParser(argparse.ArgumentParser):
+    """Every command's parser: a usage mistake is one line on stderr naming it, and exit status 2
+    (argparse's own prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def print_table(rows: Sequence[Sequence[object]], header: Sequence[str], file: TextIO | None = None) -> None:
@@ -44,12 +53,28 @@ def measurement(command: str) -> dict[str, object]:
 
 
 def write_json(path: str, payload: object) -> None:
-    """Every command's `--json PATH`: one JSON document at PATH, or on stdout for `-`."""
+    """Every command's `--json PATH`: one JSON document at PATH, or on stdout for `-`; a
+    `UsageError` when PATH cannot be written."""
     text = json.dumps(payload, indent=2)
     if path == "-":
         print(text)
-    else:
+        return
+    try:
         Path(path).write_text(text + "\n", encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot write --json {path}: {error.strerror or error}") from error
+
+
+def require_writable(path: str, command: str) -> None:
+    """A `UsageError` before a long run whose `--json PATH` could not be written after it."""
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{command}: --json {path} is a folder; name a file")
+    folder = target.parent
+    if not folder.is_dir():
+        raise UsageError(f"{command}: --json {path}: no folder {folder}")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UsageError(f"{command}: --json {path} cannot be written")
 
 
 class Progress:

@@ -27,7 +27,7 @@ from kvsched.proofs.obligations import COVERS
 from kvsched.proofs.operations import Bounds
 from kvsched.proofs.subject import IMPL, SPEC, Subject
 from kvsched.proofs.trace import reproduce
-from kvsched.report import print_table
+from kvsched.report import CommandParser, print_table
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def summary_rows(deep: bool = False) -> list[Row]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; 0 when every proof holds and no exploration found a counterexample."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m kvsched.proofs", description="The z3 inductive proofs and the exhaustive explorer."
     )
     parser.add_argument("--deep", action="store_true", help="the largest bounds (tens of minutes)")

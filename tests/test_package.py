@@ -74,7 +74,7 @@ def test_a_command_without_its_extra_fails_naming_it(
 ) -> None:
     done = _run(f"from kvsched.cli import main\nsys.exit(main({argv!r}))\n", blocked, tmp_path)
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert f"pip install 'kvsched[{extra}]'" in done.stderr
+    assert f"pip install '.[{extra}]' in a kvsched checkout" in done.stderr
     assert not list(tmp_path.iterdir())  # and wrote nothing
 
 

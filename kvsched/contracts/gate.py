@@ -34,7 +34,6 @@ everywhere, and the CPU seconds are only a guard.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import os
@@ -48,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
 from kvsched.contracts.launch import CPU_REPORT
-from kvsched.report import write_json
+from kvsched.report import CommandParser, write_json
 
 CHECK_MODULES = (
     "kvsched.contracts.spec_pool",
@@ -326,7 +325,7 @@ def print_table(results: Sequence[Result], per_condition: float, per_diff: float
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the gate; 0 when every target passes (with `--broken`: every target yields a
     counterexample), else 1."""
-    parser = argparse.ArgumentParser(prog="python -m kvsched.contracts", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="python -m kvsched.contracts", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--per-condition-timeout",
         type=float,

@@ -1,4 +1,4 @@
-"""The stateful harness, for checking kvsched or your own page manager (`kvsched[testing]`).
+"""The stateful harness, for checking kvsched or your own page manager (the `testing` extra).
 
 Safety mode, for anyone's page manager: write a `PageManager` adapter (the verbs every paged
 engine has, and a `PoolView` of the pool as plain ints; `kvsched.testing.adapter`), then run

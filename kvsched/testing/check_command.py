@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import sys
 from typing import Any
 
-from kvsched.report import Progress, UsageError, print_table, write_json
+from kvsched.report import Progress, UsageError, print_table, require_writable, write_json
 from kvsched.testing.safety import NotAnAdapter
-from kvsched.testing.safety_search import SHRINKS, search_safety
+from kvsched.testing.safety_search import SHRINKS, BadSetting, check_settings, search_safety
 
 
 def resolve(target: str) -> tuple[str, str, Any]:
@@ -43,10 +44,38 @@ def resolve(target: str) -> tuple[str, str, Any]:
     return module_name, name, found
 
 
+SAFETY_ONLY = {"pages": "--pages", "page_size": "--page-size", "shrinks": "--shrinks", "strict": "--strict"}
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.json not in (None, "-"):
+        require_writable(args.json, "kvsched check")
     module, name, factory = resolve(args.target)
     if args.mode == "exact":
+        given = [option for field, option in SAFETY_ONLY.items() if getattr(args, field) not in (None, False)]
+        if given:
+            raise UsageError(f"kvsched check: {', '.join(given)}: safety mode only (not with --mode exact)")
+        if args.examples < 1 or args.steps < 1:
+            raise UsageError(
+                f"kvsched check: --examples and --steps must be at least 1, not {args.examples}, {args.steps}"
+            )
+        if not _takes(factory, 1):
+            raise UsageError(
+                f"kvsched check: --mode exact takes a SystemFactory, factory(config); {args.target} does not take"
+                " one argument (a page-manager factory, factory(pages, page_size), runs in safety mode: drop --mode)"
+            )
         return _exact(args, module, name, factory)
+    page_size = 2 if args.page_size is None else args.page_size
+    try:
+        check_settings(
+            examples=args.examples,
+            steps=args.steps,
+            pages=args.pages,
+            page_size=page_size,
+            shrinks=SHRINKS if args.shrinks is None else args.shrinks,
+        )
+    except BadSetting as error:
+        raise UsageError(f"kvsched check: {_option(str(error))}") from error
     with Progress(f"kvsched check {args.target}", args.examples) as progress:
         try:
             result = search_safety(
@@ -55,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                 steps=args.steps,
                 seed_value=args.seed,
                 pages=args.pages,
-                page_size=args.page_size,
+                page_size=page_size,
                 shrinks=SHRINKS if args.shrinks is None else args.shrinks,
                 source=(module, name),
                 progress=lambda programs, shrinking: progress.update(programs, "shrinking" if shrinking else ""),
@@ -89,6 +118,23 @@ def run(args: argparse.Namespace) -> int:
         if result.program is not None:
             print(f"\n{result.failure}\n\ncounterexample, {result.program_steps} calls:\n\n{result.program}")
     return 1 if not result.passed or (args.strict and result.warnings) else 0
+
+
+def _option(message: str) -> str:
+    """A `BadSetting` message in the command's words: `--page-size must be ...`."""
+    setting, _, rest = message.partition(" must ")
+    return f"--{setting.replace(' ', '-')} must {rest}"
+
+
+def _takes(factory: Any, count: int) -> bool:
+    """`factory` accepts `count` positional arguments (True when its signature cannot be read)."""
+    try:
+        inspect.signature(factory).bind(*range(count))
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): let the call say
+        return True
+    return True
 
 
 def _exact(args: argparse.Namespace, module: str, name: str, factory: Any) -> int:

@@ -32,7 +32,7 @@ user's own factory.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, PoolView, tenant_of
@@ -97,6 +97,10 @@ class NotAnAdapter(TypeError):
     """The factory built something that is not a `PageManager` adapter."""
 
 
+class BadCapabilities(NotAnAdapter, ValueError):
+    """The adapter declares a capability the harness does not know, or half of a pair."""
+
+
 VERBS = ("admit", "append", "written", "free", "view")
 OPTIONAL_VERBS = {
     "fork": "fork",
@@ -109,24 +113,95 @@ OPTIONAL_VERBS = {
     "demote": "demote",
     "promote": "promote",
 }
+PAIRS = ({"lookup", "commit"}, {"lease", "end_lease"}, {"demote", "promote"})  # declared together or not at all
 
 
-def require_adapter(manager: object) -> None:
-    """A one-line `NotAnAdapter` naming what `manager` lacks of the adapter protocol."""
+def declared_capabilities(manager: object) -> frozenset[str]:
+    """The capabilities `manager` declares: any set, list or tuple of the names in
+    `CAPABILITIES`, pairs whole; a one-line `NotAnAdapter` (`BadCapabilities`) otherwise."""
+    name = type(manager).__name__
+    declared = getattr(manager, "capabilities", None)
+    if not isinstance(declared, frozenset | set | list | tuple) or not all(isinstance(c, str) for c in declared):
+        raise NotAnAdapter(
+            f"{name}.capabilities must be a frozenset of capability names, not {type(declared).__name__}"
+            f" {declared!r:.60}"
+        )
+    capabilities = frozenset(declared)
+    unknown = capabilities - CAPABILITIES
+    if unknown:
+        raise BadCapabilities(
+            f"{name} declares unknown capabilities {sorted(unknown)}; the harness knows {sorted(CAPABILITIES)}"
+        )
+    for pair in PAIRS:
+        if len(capabilities & pair) == 1:
+            raise BadCapabilities(
+                f"{name} declares {sorted(capabilities & pair)} alone: capabilities {sorted(pair)} go together"
+            )
+    return capabilities
+
+
+def require_adapter(manager: object) -> frozenset[str]:
+    """The capabilities `manager` declares, once it is an adapter; a one-line `NotAnAdapter`
+    naming what it lacks of the adapter protocol, or what is wrong with its capabilities."""
     missing = [verb for verb in VERBS if not callable(getattr(manager, verb, None))]
-    if not isinstance(getattr(manager, "capabilities", None), frozenset | set):
+    if not hasattr(manager, "capabilities"):
         missing.append("capabilities")
-    declared: frozenset[str] = frozenset(getattr(manager, "capabilities", ()))
-    missing += [
-        f"{verb} (declared by capability {capability!r})"
-        for capability, verb in OPTIONAL_VERBS.items()
-        if capability in declared and not callable(getattr(manager, verb, None))
-    ]
     if missing:
         raise NotAnAdapter(
             f"{type(manager).__name__} is not a page-manager adapter: it lacks {', '.join(missing)}"
             " (wrap your manager in an adapter: kvsched.testing.adapter)"
         )
+    declared = declared_capabilities(manager)
+    missing = [
+        f"{verb} (declared by capability {capability!r})"
+        for capability, verb in OPTIONAL_VERBS.items()
+        if capability in declared and not callable(getattr(manager, verb, None))
+    ]
+    if missing:
+        raise NotAnAdapter(f"{type(manager).__name__} is not a page-manager adapter: it lacks {', '.join(missing)}")
+    return declared
+
+
+def require_view(manager: object) -> None:
+    """A fresh adapter's `view()` is a `PoolView` of plain ints; a one-line `NotAnAdapter` naming
+    the first field that is not."""
+    adapter: Any = manager
+    try:
+        view = adapter.view()
+    except Exception as error:
+        raise NotAnAdapter(f"{type(manager).__name__}.view() raised {type(error).__name__}: {error}") from error
+    problem = view_shape_problem(view)
+    if problem is not None:
+        raise NotAnAdapter(f"{type(manager).__name__}.view() {problem}")
+
+
+def view_shape_problem(view: object) -> str | None:
+    """What keeps `view` from being read as a `PoolView` of plain ints, or None."""
+    if not isinstance(view, PoolView):
+        return f"returned {type(view).__name__}, not a kvsched.testing.PoolView"
+    sets = ("free", "reserved", "evictable", "host_free", "host_pending")
+    maps = ("tables", "cached", "leased", "host")
+    for name in ("holders", *sets):
+        value = getattr(view, name)
+        if not isinstance(value, tuple | list | set | frozenset) or not all(_is_int(v) for v in value):
+            return f"returned a PoolView whose {name} is {type(value).__name__} {value!r:.60}, not ints"
+    for name in maps:
+        value = getattr(view, name)
+        if not isinstance(value, Mapping) or not all(_is_int(k) for k in value):
+            return f"returned a PoolView whose {name} is {type(value).__name__} {value!r:.60}, not a mapping by page"
+    for request_id, table in view.tables.items():
+        if not isinstance(table, tuple | list) or not all(_is_int(page) for page in table):
+            return f"returned a PoolView whose table of request {request_id} is {table!r:.60}, not a tuple of pages"
+    if not all(_is_int(count) for count in view.leased.values()) or not _is_int(view.host_pages):
+        return "returned a PoolView whose leased counts or host_pages are not ints"
+    for name in sets:
+        if not isinstance(getattr(view, name), set | frozenset):
+            return f"returned a PoolView whose {name} is a {type(getattr(view, name)).__name__}, not a frozenset"
+    return None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Guarded:
@@ -144,13 +219,17 @@ class _Guarded:
 
         def call(*args: Any) -> Any:
             try:
-                return value(*args)
+                result = value(*args)
             except CheckFailed:
                 raise
             except Exception as error:
                 detail = f"the manager's {name}{args!r} raised {type(error).__name__}: {error}"
                 self._owner.failed = True
                 raise FAILED[FailureKind.UNTYPED](CheckFailure(FailureKind.UNTYPED, detail)) from error
+            problem = view_shape_problem(result) if name == "view" else None
+            if problem is not None:  # read only through a well-formed view, never a crash of the harness's own
+                self._owner._fail(FailureKind.INVARIANT, f"{type(self._manager).__name__}.view() {problem}")
+            return result
 
         return call
 
@@ -165,17 +244,10 @@ class SafetyMachine:
 
     def __init__(self, factory: ManagerFactory, pages: int = 8, page_size: int = 2, *, check: bool = True) -> None:
         manager = factory(pages, page_size)
-        require_adapter(manager)
+        self.capabilities = require_adapter(manager)
         self.failed = False
         self.manager: Any = _Guarded(manager, self)
         self.pages, self.page_size = pages, page_size
-        self.capabilities = frozenset(self.manager.capabilities)
-        unknown = self.capabilities - CAPABILITIES
-        if unknown:
-            raise ValueError(f"unknown capabilities {sorted(unknown)}; the harness knows {sorted(CAPABILITIES)}")
-        for pair in ({"lookup", "commit"}, {"lease", "end_lease"}, {"demote", "promote"}):
-            if len(self.capabilities & pair) == 1:
-                raise ValueError(f"capabilities {sorted(pair)} go together: declare both")
         self.sequences: dict[int, list[int]] = {}  # live request -> its tokens, every one computed
         self.preempted: dict[int, list[int]] = {}  # preempted request -> the tokens it resumes with
         self.tenants: dict[int, int] = {}  # request -> its tenant (tenant_of its id; a child's, its parent's)

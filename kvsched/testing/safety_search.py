@@ -46,12 +46,36 @@ from kvsched.testing.safety import (
     NotAnAdapter,
     SafetyMachine,
     require_adapter,
+    require_view,
 )
 
 IDS = st.integers(1, 5)  # request ids: at most five requests live or preempted at once
 MAX_TOKENS = 16  # a sequence stops decoding here
 POOL_SIZES = (4, 6, 8, 16)  # pages per manager, drawn per program: pressure (a request or two) to room
 SHRINKS = 1500  # shrinking stops after this many programs run
+MAX_PAGES = 4096  # the harness walks every page after every call
+MAX_PAGE_SIZE = 256  # prompts run to three pages and a page of tokens
+
+
+class BadSetting(ValueError):
+    """A campaign setting out of its range; nothing ran."""
+
+
+def check_settings(*, examples: int, steps: int, pages: int | None, page_size: int, shrinks: int) -> None:
+    """A one-line `BadSetting` for the first setting out of range."""
+    ranges = (
+        ("examples", examples, 1, None, "programs to run"),
+        ("steps", steps, 1, None, "calls per program"),
+        ("pages", pages, 1, MAX_PAGES, "pages per manager"),
+        ("page size", page_size, 1, MAX_PAGE_SIZE, "tokens per page"),
+        ("shrinks", shrinks, 0, None, "programs shrinking may run"),
+    )
+    for name, value, low, high, what in ranges:
+        if value is None and name == "pages":
+            continue  # drawn per program from POOL_SIZES
+        if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise BadSetting(f"{name} must be an int {bound} ({what}), not {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +185,14 @@ def machine_class(
             self.machine.reset_cache()
 
         def teardown(self) -> None:
-            if not self.machine.failed:
-                self.machine.teardown()
+            machine = getattr(self, "machine", None)  # None: the build raised, and that error is the one reported
+            if machine is not None and not machine.failed:
+                machine.teardown()
 
     # The rules of the optional two-phase admission and leases only for a manager that declares
     # them: a rule a program may draw changes every other program a seed gives, and the
     # campaigns over other managers stay as they were.
-    declared = frozenset(getattr(factory(min(sizes), page_size), "capabilities", ()))
+    declared = require_adapter(factory(min(sizes), page_size))
 
     class TwoPhaseRules:
         machine: SafetyMachine
@@ -359,15 +384,20 @@ def search_safety(
     stops after `shrinks` programs, so the whole result, which check failed and
     the program printed, is a function of the seed alone. `progress(programs, shrinking)` is
     called as each program starts. A factory that raises, or does not build an adapter, is a
-    `NotAnAdapter` before anything runs."""
+    `NotAnAdapter`, and a setting out of range a `BadSetting`, before anything runs."""
+    check_settings(examples=examples, steps=steps, pages=pages, page_size=page_size, shrinks=shrinks)
     module, name = source or (getattr(factory, "__module__", "__main__"), getattr(factory, "__qualname__", "factory"))
-    try:
-        probe = factory(pages or POOL_SIZES[0], page_size)
-    except Exception as error:
-        raise NotAnAdapter(
-            f"factory({pages or POOL_SIZES[0]}, {page_size}) raised {type(error).__name__}: {error}"
-        ) from error
-    require_adapter(probe)
+    sizes = POOL_SIZES if pages is None else (pages,)
+    for size in sizes:  # every size the campaign builds, so a factory that refuses one says so now
+        try:
+            probe = factory(size, page_size)
+        except Exception as error:
+            drawn = f" (the campaign builds managers of {', '.join(map(str, sizes))} pages; --pages fixes one)"
+            raise NotAnAdapter(
+                f"factory({size}, {page_size}) raised {type(error).__name__}: {error}{drawn if pages is None else ''}"
+            ) from error
+        require_adapter(probe)
+        require_view(probe)
     runs: list[SafetyMachine] = []
     machine = machine_class(factory, pages, page_size, runs, progress)
     options = bounded(examples, steps, seeded=True)  # the seed decides, whatever profile is loaded

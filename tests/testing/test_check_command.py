@@ -186,7 +186,8 @@ def test_a_missing_extra_exits_2_naming_what_to_install(
     monkeypatch.setattr("kvsched.cli.importlib.import_module", without_hypothesis)
     assert main(["check", "devtools.cow_toy:correct"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "kvsched check needs hypothesis, from the 'testing' extra: pip install 'kvsched[testing]'"
+        "kvsched check needs hypothesis, from the 'testing' extra: pip install '.[testing]' in a kvsched checkout"
+        " (or the wheel with [testing])"
     )
 
 
