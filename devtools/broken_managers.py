@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from devtools import cow_toy
+from devtools import cow_toy, offload_toy
 from kvsched.spec.host_tier import Copy as HostCopy
 from kvsched.testing.adapter import ManagerFactory, PoolView
 from kvsched.testing.adapters import kvsched_parts
@@ -178,6 +178,19 @@ def fork_then_decode_the_child(machine: SafetyMachine) -> None:
     machine.decode(2)
 
 
+def fork_then_decode_the_parent(machine: SafetyMachine) -> None:
+    """A request with a half-written last page forks; the parent decodes into it."""
+    machine.submit(1, (0, 0, 1))
+    machine.fork(1, 2)
+    machine.decode(1)
+
+
+def two_tenants_one_prompt(machine: SafetyMachine) -> None:
+    """The same prompt from two tenants (request ids of two parities)."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.submit(2, (0, 0, 0, 0, 1))
+
+
 def fork_then_decode_with_nothing_free(machine: SafetyMachine) -> None:
     machine.submit(1, (0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2))  # every page
     machine.fork(1, 2)
@@ -297,6 +310,44 @@ def promote_beside_a_live_request(machine: SafetyMachine) -> None:
     machine.submit(4, (0, 0, 0, 0, 1))  # found in the host tier only
 
 
+def lease_then_finish_then_fill(machine: SafetyMachine) -> None:
+    """A lease on a request's pages; the request finishes; another takes every page; the lease reads."""
+    machine.submit(1, (0, 0, 1))
+    number = machine.lease(1)
+    machine.finish(1)
+    machine.submit(3, (2,) * (2 * machine.pages))
+    assert number is not None
+    machine.end_lease(number)
+
+
+def load_then_reuse_then_hit(machine: SafetyMachine) -> None:
+    """A prompt demoted and evicted, loaded back from the host, its pages then taken by another
+    prompt, then the first prompt again."""
+    fill = 2 * machine.pages
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+    machine.submit(3, (2,) * fill)
+    machine.finish(3)
+    machine.submit(5, (0, 0, 0, 0, 1))  # loaded from the host
+    machine.finish(5)
+    machine.submit(7, (1,) * fill)
+    machine.finish(7)
+    machine.submit(9, (0, 0, 0, 0, 1))
+
+
+def overfill_the_host_then_return(machine: SafetyMachine) -> None:
+    """More prompts demoted than the host holds, every device page reused, then the first prompt again."""
+    prompts = [(a, a, b, b, 1) for a in range(3) for b in range(3) if a != b]
+    for number, prompt in enumerate(prompts, start=1):  # two tenants: twelve keys
+        machine.submit(number, prompt)
+        machine.finish(number)
+        machine.demote()
+    machine.submit(20, (1,) * (2 * machine.pages))
+    machine.finish(20)
+    machine.submit(21, prompts[0])  # request 1's tenant
+
+
 @dataclass(frozen=True)
 class BrokenManager:
     """One planted fault: its factory, the correct factory it derives from, the calls that reach
@@ -403,6 +454,37 @@ MANAGERS: dict[str, BrokenManager] = {
             promote_reclaimed,
             kvsched_parts.tiered,
             demote_evict_then_return,
+            FailureKind.GHOST,
+        ),
+        BrokenManager(
+            "offload_cow_above_2",
+            offload_toy.cow_above_2,
+            offload_toy.correct,
+            fork_then_decode_the_parent,
+            FailureKind.EXCLUSIVE,
+        ),
+        BrokenManager(
+            "offload_unsalted", offload_toy.unsalted, offload_toy.correct, two_tenants_one_prompt, FailureKind.GHOST
+        ),
+        BrokenManager(
+            "offload_free_drops_leases",
+            offload_toy.free_drops_leases,
+            offload_toy.correct,
+            lease_then_finish_then_fill,
+            FailureKind.GHOST,
+        ),
+        BrokenManager(
+            "offload_loaded_unkeyed",
+            offload_toy.loaded_unkeyed,
+            offload_toy.correct,
+            load_then_reuse_then_hit,
+            FailureKind.GHOST,
+        ),
+        BrokenManager(
+            "offload_host_keeps_old_key",
+            offload_toy.host_keeps_old_key,
+            offload_toy.correct,
+            overfill_the_host_then_return,
             FailureKind.GHOST,
         ),
         BrokenManager(

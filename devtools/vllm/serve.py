@@ -143,8 +143,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path)
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--logs", type=Path, help="keep the servers' logs in this folder (default: removed at the end)")
     args = parser.parse_args(argv)
-    logs = Path(tempfile.mkdtemp(prefix="kvsched-serve-"))
+    if args.logs is not None:
+        args.logs.mkdir(parents=True, exist_ok=True)
+        return _compare(args, args.logs)
+    with tempfile.TemporaryDirectory(prefix="kvsched-serve-") as logs:
+        return _compare(args, Path(logs))
+
+
+def _compare(args: argparse.Namespace, logs: Path) -> int:
+    """Every server of `MODES` on the same prompts, logs in `logs`: the same completions."""
+    keep = "" if args.logs is not None else " (rerun with --logs DIR to keep the servers' logs)"
     runs = []
     for mode in MODES:
         run = serve(mode, args.port, logs / f"{mode}.log")
@@ -153,18 +163,17 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(run)
     stock = runs[0]
     if not stock["preemptions"] or not stock["prefix_hits"]:
-        raise SystemExit(f"the stock server must preempt and hit the prefix cache: {stock}")
+        raise SystemExit(f"the stock server must preempt and hit the prefix cache: {stock}{keep}")
     for run in runs[1:]:
         if run["outputs"] != stock["outputs"]:
             differing = [n for n, (a, b) in enumerate(zip(stock["outputs"], run["outputs"], strict=True)) if a != b]
-            raise SystemExit(f"{run['mode']}: completions {differing} differ from stock vLLM's")
+            raise SystemExit(f"{run['mode']}: completions {differing} differ from stock vLLM's{keep}")
         if run["mode"].startswith("kvsched") and not run["kvsched_scheduler_loaded"]:
-            raise SystemExit(f"{run['mode']}: the server's log does not name kvsched's scheduler")
+            raise SystemExit(f"{run['mode']}: the server's log does not name kvsched's scheduler{keep}")
     if runs[-1]["checker_findings_logged"]:
-        raise SystemExit("the live checker reported findings on stock vLLM")
-    print(
-        f"identical over {len(runs)} servers, {len(stock['outputs'])} completions each; logs in {logs}", file=sys.stderr
-    )
+        raise SystemExit(f"the live checker reported findings on stock vLLM{keep}")
+    where = f"; logs in {logs}" if args.logs is not None else ""
+    print(f"identical over {len(runs)} servers, {len(stock['outputs'])} completions each{where}", file=sys.stderr)
     if args.json:
         args.json.write_text(
             json.dumps([{k: v for k, v in r.items() if k != "outputs"} for r in runs], indent=2) + "\n"

@@ -15,8 +15,10 @@ block, never handed out.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 from typing import Any
@@ -66,10 +68,9 @@ def scheduler(
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
     from vllm.v1.structured_output import StructuredOutputManager
 
-    folder = tempfile.mkdtemp(prefix="kvsched-thrash-")
-    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as file:
-        json.dump(FAKE_MODEL, file)
-    model = ModelConfig(model=folder, dtype="float16", seed=0, skip_tokenizer_init=True, max_model_len=MODEL_LEN)
+    model = ModelConfig(
+        model=model_folder(), dtype="float16", seed=0, skip_tokenizer_init=True, max_model_len=MODEL_LEN
+    )
     schedule = SchedulerConfig(
         max_num_seqs=max_seqs,
         max_num_batched_tokens=max_tokens,
@@ -99,6 +100,21 @@ def scheduler(
         block_size=BLOCK,
         log_stats=False,
     )
+
+
+_FOLDER: list[str] = []  # the fake model's folder, once made
+
+
+def model_folder() -> str:
+    """A folder holding the fake model's config.json: one per process, removed when it exits
+    (every scheduler reads the same config, so nothing is left behind however many are built)."""
+    if not _FOLDER:
+        folder = tempfile.mkdtemp(prefix="kvsched-thrash-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as file:
+            json.dump(FAKE_MODEL, file)
+        _FOLDER.append(folder)
+    return _FOLDER[0]
 
 
 def step(sched: Any) -> tuple[Any, Any]:

@@ -222,14 +222,24 @@ def machine_class(
             if request_id == other or self._known(request_id) or self._known(other):
                 return
             self.machine.lookup(request_id, starts[start][:keep])
-            view = self.machine.manager.view()
-            tokens = len(view.free | view.evictable) * page_size
-            if tokens and self.machine.submit(other, (VOCABULARY - 1,) * tokens):
-                self.machine.finish(other)
+            take_every_page(self.machine, other)
             self.machine.commit(request_id)
 
     class LeaseRules:
         machine: SafetyMachine
+        _known: Callable[[int], bool]
+
+        @rule(request_id=IDS, other=IDS)
+        def lease_across_finish(self, request_id: int, other: int) -> None:
+            """A reader leases a request's pages; the request finishes and another prompt takes
+            every page it can; then the reader reads: the lease must have kept its pages."""
+            if request_id not in self.machine.sequences or request_id == other or self._known(other):
+                return
+            number = self.machine.lease(request_id)
+            self.machine.finish(request_id)
+            take_every_page(self.machine, other)
+            if number is not None:
+                self.machine.end_lease(number)
 
         @rule(request_id=IDS)
         def lease(self, request_id: int) -> None:
@@ -245,6 +255,7 @@ def machine_class(
 
     class TierRules:
         machine: SafetyMachine
+        _known: Callable[[int], bool]
 
         @rule()
         def demote(self) -> None:
@@ -260,6 +271,39 @@ def machine_class(
             if self.machine.demote() and "reset_cache" in declared:
                 self.machine.reset_cache()
 
+        @rule(
+            request_id=IDS,
+            other=IDS,
+            start=st.integers(0, len(starts) - 1),
+            keep=st.integers(page_size + 1, 3 * page_size),
+        )
+        def round_trip(self, request_id: int, other: int, start: int, keep: int) -> None:
+            """A prompt cached and demoted, its device pages taken by another prompt, then asked
+            for again (found in the host tier: promoted); its pages demoted and taken again, then
+            asked for once more: the path of a promoted page's cache entry through the device's
+            reuse. The request stays live."""
+            if request_id == other or self._known(request_id) or self._known(other):
+                return
+            prompt = starts[start][:keep]
+            for _ in range(2):
+                if self.machine.submit(request_id, prompt):
+                    self.machine.finish(request_id)
+                self.machine.demote()
+                take_every_page(self.machine, other)
+            self.machine.submit(request_id, prompt)
+
+        @rule()
+        def fill_the_host(self) -> None:
+            """Every start, whole, under each tenant: cached, finished and demoted, more keys than
+            a host tier of the pool's size holds, so it reuses its oldest pages."""
+            free = [request_id for request_id in range(1, 6) if not self._known(request_id)]
+            tenants = {request_id % 2: request_id for request_id in reversed(free)}  # one id a tenant
+            for prompt in starts:
+                for request_id in sorted(tenants.values()):
+                    if self.machine.submit(request_id, prompt):
+                        self.machine.finish(request_id)
+                    self.machine.demote()
+
     mixins = [
         rules
         for rules, needs in (
@@ -272,6 +316,15 @@ def machine_class(
     if not mixins:
         return SafetyRun
     return type("SafetyRun", (*mixins, SafetyRun), {})
+
+
+def take_every_page(machine: SafetyMachine, request_id: int) -> None:
+    """`request_id` takes every page the manager could hand out (free or evictable), writes them
+    and finishes: every page only a cache held is reused."""
+    view = machine.manager.view()
+    tokens = len(view.free | view.evictable) * machine.page_size
+    if tokens and machine.submit(request_id, (VOCABULARY - 1,) * tokens):
+        machine.finish(request_id)
 
 
 @contextmanager
