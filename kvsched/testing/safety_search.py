@@ -379,9 +379,22 @@ def format_program(machine: SafetyMachine, failure: CheckFailure, factory_module
     return "\n".join(lines) + "\n"
 
 
-def coverage_warnings(manager: object, coverage: dict[str, int]) -> tuple[str, ...]:
-    """What a campaign over `manager` could not check: a declared capability never exercised, or
-    a verb the adapter (or an object it wraps) has but does not declare, so it is never called."""
+# What a campaign must exercise of each capability these name, per 1,000 programs: below it the
+# result warns (and `kvsched check --strict` fails), for a search that rarely reaches a verb checks
+# it little. Each floor is a fraction of what the default campaign reaches on kvsched's own parts
+# and on the offload toy (`devtools.check_defaults`, docs/benchmarks.md).
+FLOORS = {
+    "promote": ("promoted", 500),
+    "demote": ("demoted", 1000),
+    "end_lease": ("leases_read", 50),
+    "commit": ("committed", 100),
+}
+
+
+def coverage_warnings(manager: object, coverage: dict[str, int], examples: int = 0) -> tuple[str, ...]:
+    """What a campaign of `examples` programs over `manager` could not check: a declared
+    capability never exercised, or exercised below its floor (`FLOORS`), or a verb the adapter
+    (or an object it wraps) has but does not declare, so it is never called."""
     declared: frozenset[str] = frozenset(getattr(manager, "capabilities", ()))
     exercised = {
         "fork": "forked",
@@ -398,6 +411,13 @@ def coverage_warnings(manager: object, coverage: dict[str, int]) -> tuple[str, .
         for capability, counter in exercised.items()
         if capability in declared and not coverage.get(counter)
     ]
+    for capability, (counter, per_thousand) in FLOORS.items():
+        floor = -(-per_thousand * examples // 1000)
+        if capability in declared and 0 < coverage.get(counter, 0) < floor:
+            warnings.append(
+                f"capability {capability!r} was exercised {coverage[counter]} times ({counter}), below its floor of"
+                f" {floor} for {examples} programs: the search rarely reaches it (see FLOORS)"
+            )
     wrapped = [manager, *(value for value in vars(manager).values() if hasattr(value, "__dict__"))]
     for capability, verb in {"fork": "fork", "copy_on_write": "copy", "reset_cache": "reset"}.items():
         if capability in declared:
@@ -472,7 +492,7 @@ def search_safety(
         seed_value,
         seconds,
         coverage=dict(coverage),
-        warnings=coverage_warnings(probe, coverage),
+        warnings=coverage_warnings(probe, coverage, examples),
     )
     if failure is None:
         return result

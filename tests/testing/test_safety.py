@@ -47,7 +47,7 @@ def test_kvsched_parts_pass_a_campaign_that_admits_in_every_verbs() -> None:
 def test_kvsched_parts_with_a_host_tier_pass_a_campaign() -> None:
     """Cached pages demoted to the host tier, the device cache dropped, prompts found in the host
     tier and copied back: every read checked against the ghost KV."""
-    result = search_safety(kvsched_parts.tiered, examples=150, seed_value=2)
+    result = search_safety(kvsched_parts.tiered, examples=150, seed_value=0)
     assert result.passed, result.program
     assert result.coverage["demoted"] > 0 and result.coverage["promoted"] > 0
     assert result.warnings == ()
