@@ -67,20 +67,29 @@ def check_defaults(report: dict[str, Any]) -> str:
         calls = ", ".join(str(row["program_calls"]) for row in found) or "-"
         cpu = max(row["cpu_seconds"] for row in mine)
         summary.append([f"`{manager}`", f"{len(found)} of {len(mine)}", kinds, calls, f"{cpu:.1f}"])
+    exercised = [column for column in ("promoted", "demoted", "leases_read", "hit_pages") if column in rows[0]]
     detail = [
         [f"`{row['manager']}`", row["seed"], row["found"] or "pass", row["programs"], row["cpu_seconds"]]
+        + [row[column] for column in exercised]
         for row in rows
     ]
     return section(
         "kvsched check's defaults",
         "`kvsched check` at its defaults (1,000 programs, pools of 4 to 16 pages, shrinking bounded by"
-        " 1,500 programs) on a block manager with fork and copy-on-write (`devtools/cow_toy.py`) and on"
-        " the same manager with each planted copy-on-write bug: `in_place` writes a shared last page in"
-        " place; `release_first` drops its hold on the source before allocating the copy, and a refusal"
-        " does not take it back.",
+        " 1,500 programs), seeds 0 to 4, on managers written as someone else would write them, each with"
+        " its planted bugs, and on kvsched's own parts with a host tier. `cow_toy` (nano-vllm's shape, fork"
+        " and copy-on-write): `in_place` writes a shared last page in place; `release_first` drops its hold"
+        " on the source before allocating the copy, and a refusal does not take it back. `offload_toy`"
+        " (vLLM v1's shape: a tenant-salted hash chain, fork, leases, a host offload tier): `cow_above_2`"
+        " copies only above a count of 2; `unsalted` leaves the tenant out of the hash; `host_keeps_old_key`"
+        " reuses the oldest host block while its index keeps the old key; `free_drops_leases` drops the"
+        " leases' holds on a finished request's blocks; `loaded_unkeyed` gives a block loaded from the host"
+        " no key of its own, so its reuse leaves a stale lookup entry. The correct managers must pass"
+        " every seed. The last columns count what each campaign exercised: pages promoted from and"
+        " demoted to the host tier, leases read, pages found cached.",
         report,
         table(["manager", "seeds found", "check", "program lengths (calls)", "CPU s, slowest seed"], summary),
-        table(["manager", "seed", "outcome", "programs (shrinking included)", "CPU s"], detail),
+        table(["manager", "seed", "outcome", "programs (shrinking included)", "CPU s", *exercised], detail),
     )
 
 

@@ -69,7 +69,7 @@ class Bug:
     cache: str | None = None  # a broken form the prefix cache's z3 proofs refute
     reserve: str | None = None
     reserve_encoding: str | None = None
-    manager: str | None = None
+    manager: str | tuple[str, ...] | None = None
     tiers: str | None = None  # a broken tiered cache (host tier, copies, leases, two phases)
     tiers_encoding: str | None = None
 
@@ -98,7 +98,7 @@ CATALOGUE: tuple[Bug, ...] = (
         mutant="copy-on-write skipped at refcount 2",
         encoding="WriteSharedInPlace",
         contracts=("pool_writable",),
-        manager="cow_in_place",
+        manager=("cow_in_place", "offload_cow_above_2"),
     ),
     Bug(
         "cow-release-first",
@@ -407,6 +407,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "tenants-share-pages",
         "Page keys leave out the tenant, so two tenants with one prompt share KV pages (vLLM's hash advisory).",
         engine="salt_dropped",
+        manager="offload_unsalted",
     ),
     # -- the evictable reserve and safety mode ----------------------------------------------------
     Bug(
@@ -459,6 +460,18 @@ CATALOGUE: tuple[Bug, ...] = (
     ),
     # -- the tiered cache ------------------------------------------------------------------------
     Bug(
+        "loaded-page-unkeyed",
+        "A page loaded back from the host tier enters the lookup map but never gets its own key, so when it is"
+        " reused the map keeps a stale entry and a later hit serves other KV.",
+        manager="offload_loaded_unkeyed",
+    ),
+    Bug(
+        "host-index-keeps-old-key",
+        "A full host tier reuses its oldest page while its index still maps the old key to it, so a later load"
+        " of that key serves another page's KV.",
+        manager="offload_host_keeps_old_key",
+    ),
+    Bug(
         "abort-frees-pages-under-a-copy",
         "An abort frees a page a copy is still writing; the late write lands in the next owner's page (SGLang #24527).",
         tiers="sglang_24527_abort_frees_pages_under_a_copy",
@@ -468,7 +481,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "preemption-frees-leased-pages",
         "A preemption frees pages an asynchronous reader still holds; it reads another owner's KV (DingoCache PR #76).",
         tiers="dingocache_76_preemption_frees_pages_a_lease_reads",
-        manager="free_drops_leases",
+        manager=("free_drops_leases", "offload_free_drops_leases"),
         tiers_encoding="release_lets_go_of_the_lease",
         engine="lease_holds_nothing",
     ),
