@@ -348,6 +348,59 @@ def overfill_the_host_then_return(machine: SafetyMachine) -> None:
     machine.submit(21, prompts[0])  # request 1's tenant
 
 
+def complete_every_copy(machine: SafetyMachine, ok: bool = True) -> None:
+    """Every copy in flight ends, oldest first."""
+    assert machine.copies is not None
+    for copy_id in sorted(machine.copies.flights):
+        machine.complete_copy(copy_id, ok)
+
+
+def store_then_fill(machine: SafetyMachine) -> None:
+    """A prompt's pages stored to the host; another prompt takes every page while the stores fly."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+    machine.submit(3, (2,) * (2 * machine.pages))
+    complete_every_copy(machine)
+
+
+def stores_fail(machine: SafetyMachine) -> None:
+    """A prompt's pages stored to the host; every store fails."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+    complete_every_copy(machine, ok=False)
+
+
+def stored_evicted_then_loads_fail(machine: SafetyMachine) -> None:
+    """A prompt stored and evicted; asked for again, its loads fail; it decodes, and the prompt
+    comes once more."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+    complete_every_copy(machine)
+    machine.submit(3, (2,) * (2 * machine.pages))
+    machine.finish(3)
+    machine.submit(5, (0, 0, 0, 0, 1))
+    complete_every_copy(machine, ok=False)
+    machine.decode(5)
+    machine.submit(7, (0, 0, 0, 0, 1))
+
+
+def finished_while_loading(machine: SafetyMachine) -> None:
+    """A prompt stored and evicted; asked for again and finished while its loads fly; another
+    prompt takes every page."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+    complete_every_copy(machine)
+    machine.submit(3, (2,) * (2 * machine.pages))
+    machine.finish(3)
+    machine.submit(5, (0, 0, 0, 0, 1))
+    machine.finish(5)
+    machine.submit(7, (1,) * (2 * machine.pages))
+
+
 @dataclass(frozen=True)
 class BrokenManager:
     """One planted fault: its factory, the correct factory it derives from, the calls that reach
@@ -486,6 +539,34 @@ MANAGERS: dict[str, BrokenManager] = {
             offload_toy.correct,
             overfill_the_host_then_return,
             FailureKind.GHOST,
+        ),
+        BrokenManager(
+            "offload_store_unpinned",
+            offload_toy.store_unpinned,
+            offload_toy.asynchronous,
+            store_then_fill,
+            FailureKind.INVARIANT,
+        ),
+        BrokenManager(
+            "offload_failed_store_keyed",
+            offload_toy.failed_store_keyed,
+            offload_toy.asynchronous,
+            stores_fail,
+            FailureKind.INVARIANT,
+        ),
+        BrokenManager(
+            "offload_failed_load_cached",
+            offload_toy.failed_load_cached,
+            offload_toy.asynchronous,
+            stored_evicted_then_loads_fail,
+            FailureKind.INVARIANT,
+        ),
+        BrokenManager(
+            "offload_freed_under_load",
+            offload_toy.freed_under_load,
+            offload_toy.asynchronous,
+            finished_while_loading,
+            FailureKind.INVARIANT,
         ),
         BrokenManager(
             "cow_in_place", cow_toy.in_place, cow_toy.correct, fork_then_decode_the_child, FailureKind.EXCLUSIVE

@@ -20,7 +20,12 @@ import sys
 from kvsched.report import Progress, measurement, print_table, write_json
 from kvsched.testing import search_safety
 
-CORRECT = ("devtools.cow_toy:correct", "devtools.offload_toy:correct", "kvsched.testing.adapters.kvsched_parts:tiered")
+CORRECT = (
+    "devtools.cow_toy:correct",
+    "devtools.offload_toy:correct",
+    "devtools.offload_toy:asynchronous",
+    "kvsched.testing.adapters.kvsched_parts:tiered",
+)
 MANAGERS = (
     "devtools.cow_toy:correct",
     "devtools.cow_toy:in_place",
@@ -29,6 +34,11 @@ MANAGERS = (
     *(
         f"devtools.offload_toy:{fault}"
         for fault in ("cow_above_2", "unsalted", "host_keeps_old_key", "free_drops_leases", "loaded_unkeyed")
+    ),
+    "devtools.offload_toy:asynchronous",
+    *(
+        f"devtools.offload_toy:{fault}"
+        for fault in ("store_unpinned", "failed_store_keyed", "failed_load_cached", "freed_under_load")
     ),
     "kvsched.testing.adapters.kvsched_parts:tiered",
 )

@@ -17,6 +17,17 @@ admission loads the blocks that continue its device hit from the host.
 - "free_drops_leases": `free` also drops the leases' holds on the request's blocks;
 - "loaded_unkeyed": a block loaded from the host enters the hash map but is never given its
   hash, so when the free queue hands it out again the map keeps a stale entry.
+
+Asynchronous (`asynchronous=True`, capability "async_copies"): offloads and loads are copies in
+flight until the engine completes them. A copy holds its block (a reference of its own) and a load
+its host block; a store registers its hash when it completes, a failed one frees its host block;
+a load caches its block when it completes, and a failed one leaves the request computed only up to
+the block it should have filled. Its planted bugs:
+- "store_unpinned": a block under a store in flight stays in the free queue;
+- "failed_store_keyed": a failed store still registers its hash on the host block;
+- "failed_load_cached": a failed load's block is cached anyway, and the request's claim stands
+  (Dynamo #15079's shape);
+- "freed_under_load": a load takes no hold of its block, so a request freed mid-load frees it.
 """
 
 from __future__ import annotations
@@ -29,13 +40,23 @@ from kvsched.testing import PoolView
 from kvsched.testing.adapter import tenant_of
 
 FAULTS = ("cow_above_2", "unsalted", "host_keeps_old_key", "free_drops_leases", "loaded_unkeyed")
+ASYNC_FAULTS = ("store_unpinned", "failed_store_keyed", "failed_load_cached", "freed_under_load")
 
 
 class OffloadBlockManager:
     """Reference-counted blocks, a hashed prefix cache, leases and a host tier of `host_blocks`."""
 
-    def __init__(self, num_blocks: int, block_size: int, host_blocks: int, fault: str = "") -> None:
-        self.block_size, self.fault = block_size, fault
+    def __init__(
+        self, num_blocks: int, block_size: int, host_blocks: int, fault: str = "", asynchronous: bool = False
+    ) -> None:
+        self.block_size, self.fault, self.asynchronous = block_size, fault, asynchronous
+        self.in_flight: dict[int, tuple[int, int, bool]] = {}  # copy -> (block, host block, to the host)
+        self.copy_keys: dict[int, str] = {}  # copy -> the hash it carries
+        self.pins = [0] * num_blocks  # each block's references held by copies in flight
+        self.host_pins: dict[int, int] = {}  # host block -> loads reading it
+        self.host_pending: set[int] = set()  # host blocks a store still writes
+        self.computed: dict[int, int] = {}  # request -> the tokens it is told are computed
+        self._next_copy = 0
         self.ref_cnt = [0] * num_blocks
         self.free_queue: deque[int] = deque(range(num_blocks))
         self.block_hash: dict[int, str] = {}  # block -> the hash it is cached under
@@ -103,7 +124,11 @@ class OffloadBlockManager:
             self._touch(block)
         fresh = [self._pop_free() for _ in range(needed)]
         self.loads[seq_id] = []
+        self.computed[seq_id] = (len(hit) + len(loading)) * self.block_size
         for key, block in zip(loading, fresh, strict=False):
+            if self.asynchronous:
+                self._start(block, self.host_index[key], False, key)
+                continue
             host = self.host_index[key]
             self.loads[seq_id].append((host, block))
             if key not in self.cached:
@@ -140,6 +165,45 @@ class OffloadBlockManager:
                 self.block_hash[table[index]] = keys[index]
         self.hashed[seq_id] = max(self.hashed[seq_id], full)
 
+    def _start(self, block: int, host: int, to_host: bool, key: str) -> int:
+        """A copy in flight: it holds its block (but a planted fault's), a load its host block."""
+        self._next_copy += 1
+        self.in_flight[self._next_copy], self.copy_keys[self._next_copy] = (block, host, to_host), key
+        if not (to_host and self.fault == "store_unpinned") and not (not to_host and self.fault == "freed_under_load"):
+            self._touch(block)
+            self.pins[block] += 1
+        if to_host:
+            self.host_pending.add(host)
+        else:
+            self.host_pins[host] = self.host_pins.get(host, 0) + 1
+        return self._next_copy
+
+    def complete(self, copy_id: int, ok: bool) -> int | None:
+        """A copy in flight ends; for a load into a request's block, the request's computed tokens."""
+        block, host, to_host = self.in_flight.pop(copy_id)
+        key = self.copy_keys.pop(copy_id)
+        if self.pins[block]:
+            self.pins[block] -= 1
+            self._release(block)
+        if to_host:
+            self.host_pending.discard(host)
+            if ok or self.fault == "failed_store_keyed":
+                self.host_key[host], self.host_index[key] = key, host
+                self.host_order.append(host)
+            else:
+                self.host_free.append(host)
+            return None
+        self.host_pins[host] -= 1
+        owner = next((seq for seq, table in self.tables.items() if block in table), None)
+        if ok or self.fault == "failed_load_cached":
+            if key not in self.cached and block not in self.block_hash:
+                self.cached[key], self.block_hash[block] = block, key
+        elif owner is not None:
+            index = self.tables[owner].index(block)
+            self.computed[owner] = min(self.computed[owner], index * self.block_size)
+            self.hashed[owner] = min(self.hashed[owner], index)
+        return None if owner is None else self.computed[owner]
+
     def free(self, seq_id: int) -> None:
         table = self.tables.pop(seq_id)
         if self.fault == "free_drops_leases":
@@ -151,6 +215,7 @@ class OffloadBlockManager:
             self._release(block)
         del self.tokens[seq_id], self.salts[seq_id], self.hashed[seq_id]
         self.loads.pop(seq_id, None)
+        self.computed.pop(seq_id, None)
 
     def fork(self, parent: int, child: int) -> None:
         for block in self.tables[parent]:
@@ -158,6 +223,7 @@ class OffloadBlockManager:
         self.tables[child] = list(self.tables[parent])
         self.tokens[child] = list(self.tokens[parent])
         self.salts[child], self.hashed[child] = self.salts[parent], self.hashed[parent]
+        self.computed[child] = self.computed[parent]
 
     def reset_prefix_cache(self) -> bool:
         if any(self.ref_cnt):  # as vLLM: refused while any block is in use
@@ -182,18 +248,25 @@ class OffloadBlockManager:
         stores = []
         for block in list(self.free_queue):
             key = self.block_hash.get(block)
-            if key is None or key in self.host_index:
+            storing = key in self.copy_keys.values()
+            if key is None or key in self.host_index or storing:
                 continue
+            reusable = [host for host in self.host_order if not self.host_pins.get(host)]
             if self.host_free:
                 host = self.host_free.pop()
-            elif self.host_order:
-                host = self.host_order.popleft()
+            elif reusable:
+                host = reusable[0]
+                self.host_order.remove(host)
                 if self.fault != "host_keeps_old_key":
                     del self.host_index[self.host_key[host]]
+                del self.host_key[host]
             else:
                 break
-            self.host_key[host], self.host_index[key] = key, host
-            self.host_order.append(host)
+            if self.asynchronous:
+                self._start(block, host, True, key)
+            else:
+                self.host_key[host], self.host_index[key] = key, host
+                self.host_order.append(host)
             stores.append((block, host))
         return stores
 
@@ -206,9 +279,11 @@ class OffloadAdapter:
         {"fork", "copy_on_write", "reset_cache", "atomic", "tenants", "lease", "end_lease", "demote", "promote"}
     )
 
-    def __init__(self, pages: int, page_size: int, fault: str = "") -> None:
-        self.blocks = OffloadBlockManager(pages, page_size, pages, fault)
+    def __init__(self, pages: int, page_size: int, fault: str = "", asynchronous: bool = False) -> None:
+        self.blocks = OffloadBlockManager(pages, page_size, pages, fault, asynchronous)
         self.pages = pages
+        if asynchronous:
+            self.capabilities = OffloadAdapter.capabilities | {"async_copies"}
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
         return self.blocks.allocate(request_id, tokens, tenant_of(request_id))
@@ -245,6 +320,9 @@ class OffloadAdapter:
     def promote(self, request_id: int) -> list[tuple[int, int]]:
         return self.blocks.loads.get(request_id, [])
 
+    def complete(self, copy_id: int, ok: bool) -> int | None:
+        return self.blocks.complete(copy_id, ok)
+
     def view(self) -> PoolView:
         blocks = self.blocks
         leased = [0] * self.pages
@@ -252,7 +330,9 @@ class OffloadAdapter:
             for block in held:
                 leased[block] += 1
         return PoolView(
-            holders=tuple(count - lease for count, lease in zip(blocks.ref_cnt, leased, strict=True)),
+            holders=tuple(
+                count - lease - pins for count, lease, pins in zip(blocks.ref_cnt, leased, blocks.pins, strict=True)
+            ),
             free=frozenset(blocks.free_queue),
             tables={seq_id: tuple(table) for seq_id, table in blocks.tables.items()},
             cached=dict(blocks.block_hash),
@@ -260,6 +340,8 @@ class OffloadAdapter:
             host=dict(blocks.host_key),
             host_free=frozenset(blocks.host_free),
             host_pages=self.pages,
+            host_pending=frozenset(blocks.host_pending),
+            in_flight=dict(blocks.in_flight),
         )
 
 
@@ -285,3 +367,24 @@ def free_drops_leases(pages: int, page_size: int) -> OffloadAdapter:
 
 def loaded_unkeyed(pages: int, page_size: int) -> OffloadAdapter:
     return OffloadAdapter(pages, page_size, "loaded_unkeyed")
+
+
+def asynchronous(pages: int, page_size: int) -> OffloadAdapter:
+    """The offload toy with its copies in flight until the engine completes them."""
+    return OffloadAdapter(pages, page_size, asynchronous=True)
+
+
+def store_unpinned(pages: int, page_size: int) -> OffloadAdapter:
+    return OffloadAdapter(pages, page_size, "store_unpinned", asynchronous=True)
+
+
+def failed_store_keyed(pages: int, page_size: int) -> OffloadAdapter:
+    return OffloadAdapter(pages, page_size, "failed_store_keyed", asynchronous=True)
+
+
+def failed_load_cached(pages: int, page_size: int) -> OffloadAdapter:
+    return OffloadAdapter(pages, page_size, "failed_load_cached", asynchronous=True)
+
+
+def freed_under_load(pages: int, page_size: int) -> OffloadAdapter:
+    return OffloadAdapter(pages, page_size, "freed_under_load", asynchronous=True)

@@ -52,6 +52,16 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
         request asked for: pages its prompt found in the host tier, past those found on the
         device, copied into its own fresh pages before anything reads them. The admission's
         computed tokens count them.
+    complete(copy_id, ok) -> int | None        (capability "async_copies", with "demote" and "promote")
+        A copy in flight between the tiers ends: done (`ok`) or failed. With "async_copies" a
+        copy is not made within the call that starts it: `demote` starts stores, an admission
+        that finds its prompt in the host tier starts loads into the request's pages, and any
+        call may start copies of the manager's own (a store made while evicting, say). Each is
+        in the view's `in_flight` from the call that started it until the harness completes it,
+        between other calls, in any order. For a load into a request's page, `complete` returns
+        how many of the request's tokens are computed now: after a failed load, only those
+        before the page it should have filled (the harness computes the rest into the request's
+        pages once none of its loads is in flight).
     view() -> PoolView
         The pool as plain ints, read after every call.
 
@@ -91,6 +101,7 @@ CAPABILITIES = frozenset(
         "end_lease",
         "demote",
         "promote",
+        "async_copies",
     }
 )
 TENANTS = 2  # with "tenants": how many tenants the harness's requests belong to
@@ -121,7 +132,10 @@ class PoolView:
     `host_pages` is its size, `host` maps each host page that holds KV to its key (the key its
     device page was cached under), `host_free` are the host pages the tier may hand out next,
     and `host_pending` the host pages a save still in flight (a lease's, see `end_lease`) will
-    write: every host page is exactly one of the three.
+    write: every host page is exactly one of the three. With "async_copies", `in_flight` maps each
+    copy in flight to (device page, host page, to the host): a store's host page is pending until
+    it completes; neither page of a copy in flight is free; a load's device page is not cached
+    until its load completes, and a failed one never is.
     """
 
     holders: tuple[int, ...]
@@ -135,6 +149,7 @@ class PoolView:
     host_free: frozenset[int] = frozenset()
     host_pages: int = 0
     host_pending: frozenset[int] = frozenset()
+    in_flight: Mapping[int, tuple[int, int, bool]] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -22,6 +22,10 @@ Checked after every call (each failure a `CheckFailed` naming its `FailureKind`)
 - With "single_owner" (INVARIANT, every step): each page has one owner, free, cached or one
   request's own; an evictable page is cached and held by no one.
 - UNTYPED: a call into the manager raised (a crash, or the manager's own assertion).
+- With "async_copies", the copies in flight between the tiers (`kvsched.testing.safety_copies`):
+  neither page of one is free, a store's host page holds no key and a load's page is not cached
+  until it completes, and a failed one leaves no claim (INVARIANT); the ghost KV moves when a
+  copy completes.
 
 Not checked: policy. Free order, placement, eviction order, which page is reused: a manager may
 choose any, so a correct FIFO free list, tail-first release or a different eviction order pass.
@@ -40,6 +44,7 @@ from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outco
 from kvsched.testing.components.manager import (
     MANAGER,
     ManagerCommit,
+    ManagerComplete,
     ManagerConfig,
     ManagerDecode,
     ManagerDemote,
@@ -55,6 +60,7 @@ from kvsched.testing.components.manager import (
     ManagerSubmit,
     view_problems,
 )
+from kvsched.testing.safety_copies import CopiesInFlight
 
 T = TypeVar("T")
 Context = tuple[int, ...]  # the tokens up to a position (with "tenants": the tenant first)
@@ -112,6 +118,7 @@ OPTIONAL_VERBS = {
     "end_lease": "end_lease",
     "demote": "demote",
     "promote": "promote",
+    "async_copies": "complete",
 }
 PAIRS = ({"lookup", "commit"}, {"lease", "end_lease"}, {"demote", "promote"})  # declared together or not at all
 
@@ -137,6 +144,8 @@ def declared_capabilities(manager: object) -> frozenset[str]:
             raise BadCapabilities(
                 f"{name} declares {sorted(capabilities & pair)} alone: capabilities {sorted(pair)} go together"
             )
+    if "async_copies" in capabilities and not {"demote", "promote"} <= capabilities:
+        raise BadCapabilities(f"{name} declares 'async_copies' without 'demote' and 'promote': copies need a host tier")
     return capabilities
 
 
@@ -180,7 +189,7 @@ def view_shape_problem(view: object) -> str | None:
     if not isinstance(view, PoolView):
         return f"returned {type(view).__name__}, not a kvsched.testing.PoolView"
     sets = ("free", "reserved", "evictable", "host_free", "host_pending")
-    maps = ("tables", "cached", "leased", "host")
+    maps = ("tables", "cached", "leased", "host", "in_flight")
     for name in ("holders", *sets):
         value = getattr(view, name)
         if not isinstance(value, tuple | list | set | frozenset) or not all(_is_int(v) for v in value):
@@ -194,6 +203,9 @@ def view_shape_problem(view: object) -> str | None:
             return f"returned a PoolView whose table of request {request_id} is {table!r:.60}, not a tuple of pages"
     if not all(_is_int(count) for count in view.leased.values()) or not _is_int(view.host_pages):
         return "returned a PoolView whose leased counts or host_pages are not ints"
+    for copy_id, copy in view.in_flight.items():
+        if not (isinstance(copy, tuple) and len(copy) == 3 and _is_int(copy[0]) and _is_int(copy[1])):
+            return f"returned a PoolView whose in_flight copy {copy_id} is {copy!r:.60}, not (page, host page, to host)"
     for name in sets:
         if not isinstance(getattr(view, name), set | frozenset):
             return f"returned a PoolView whose {name} is a {type(getattr(view, name)).__name__}, not a frozenset"
@@ -259,6 +271,8 @@ class SafetyMachine:
         self.program: list[str] = []
         self.coverage: Counter[str] = Counter({name: 0 for name in COVERAGE})
         self.config = ManagerConfig(self.capabilities)
+        self.copies = CopiesInFlight(self) if "async_copies" in self.capabilities else None
+        self.loading: dict[int, int] = {}  # request whose pages are loading -> its tokens computed so far
         if check:
             self.check_start()
 
@@ -280,7 +294,7 @@ class SafetyMachine:
         """Sample the request's next token, make room for it, and compute its KV; False when
         the manager refuses (no page for it)."""
         self._record(f"machine.decode({request_id})")
-        tokens = self._live(request_id)
+        tokens = self._ready(request_id)
         return self._step(ManagerDecode(request_id), lambda: self._append(request_id, tokens))
 
     def _append(self, request_id: int, tokens: list[int]) -> bool:
@@ -309,6 +323,7 @@ class SafetyMachine:
     def _free(self, request_id: int) -> None:
         self.manager.free(request_id)
         del self.sequences[request_id]
+        self.loading.pop(request_id, None)  # its loads still in flight end as the harness says
         self.coverage["freed"] += 1
 
     def preempt(self, request_id: int) -> None:
@@ -332,7 +347,7 @@ class SafetyMachine:
     def fork(self, parent_id: int, child_id: int) -> bool:
         """The child shares the parent's pages and tokens (capability "fork")."""
         self._record(f"machine.fork({parent_id}, {child_id})")
-        tokens = self._live(parent_id)
+        tokens = self._ready(parent_id)
         if "fork" not in self.capabilities or child_id in self.sequences or child_id in self.preempted:
             raise ValueError(f"no fork capability, or request {child_id} exists")
         return self._step(ManagerFork(parent_id, child_id), lambda: self._fork(parent_id, child_id, tokens))
@@ -387,7 +402,7 @@ class SafetyMachine:
         self._record(f"machine.lease({request_id})")
         if "lease" not in self.capabilities:
             raise ValueError("no lease capability")
-        tokens = self._live(request_id)
+        tokens = self._ready(request_id)
         table = self.manager.view().tables[request_id]
         seen: dict[int, dict[int, Context]] = {}  # the KV of the request's written positions, by page and slot
         for position in range(len(tokens)):
@@ -462,6 +477,8 @@ class SafetyMachine:
             raise ValueError("no demote capability")
         cached = self.manager.view().cached
         pairs = self._step(ManagerDemote(), lambda: list(self.manager.demote()))
+        if self.copies is not None:  # stores in flight: checked as such, their KV moves when they complete
+            return len(pairs)
         host = self.manager.view().host
         last = {host_page: page for page, host_page in pairs}  # a later copy to a host page replaces an earlier one
         for page, host_page in pairs:
@@ -480,6 +497,7 @@ class SafetyMachine:
     def teardown(self) -> None:
         """End every lease and finish every live request; then no page may be left held or lost."""
         self._record("machine.teardown()")
+        self._land_every_copy()
         for number in list(self.leases):
             handle, seen, keys = self.leases.pop(number)
             self._read_lease(number, seen)
@@ -488,6 +506,7 @@ class SafetyMachine:
             self.manager.free(request_id)
             del self.sequences[request_id]
         self.preempted.clear()
+        self._land_every_copy()  # and any a free started
         view = self.manager.view()
         self._require_valid(view)
         if view.host_pending:
@@ -501,6 +520,14 @@ class SafetyMachine:
                 FailureKind.LEAK,
                 f"pages {lost} are neither free, evictable nor reserved once every request is freed",
             )
+
+    def _land_every_copy(self) -> None:
+        """Complete every copy in flight, oldest first (teardown)."""
+        while self.copies is not None and self.manager.view().in_flight:
+            if self.copies.flights:
+                self._complete(min(self.copies.flights), True)
+            else:  # started by a call outside `_step` (a free of teardown's): seen now
+                self.copies.observe(self.manager.view())
 
     # -- the engine's work ------------------------------------------------------------------------
 
@@ -516,7 +543,11 @@ class SafetyMachine:
         self.sequences[request_id] = tokens
         self.tenants.setdefault(request_id, tenant_of(request_id))
         self._require_valid(view)
-        if "promote" in self.capabilities:
+        if self.copies is not None:
+            self.copies.observe(view)
+            if self.copies.loads_into(request_id):  # it waits: it reads and computes once they end
+                self.loading[request_id] = cached
+        elif "promote" in self.capabilities:
             self._promote(request_id, view, cached)
         if not 0 <= cached < len(tokens):
             self._fail(
@@ -524,9 +555,10 @@ class SafetyMachine:
                 f"request {request_id}: the manager says {cached} of its {len(tokens)} tokens are computed;"
                 " a prefix hit must leave at least the last prompt token to compute",
             )
-        self._read(request_id, view, cached)
-        for position in range(cached, len(tokens)):
-            self._compute(request_id, view, position, read=False)
+        if request_id not in self.loading:
+            self._read(request_id, view, cached)
+            for position in range(cached, len(tokens)):
+                self._compute(request_id, view, position, read=False)
         self.coverage["admitted"] += 1
         self.coverage["hit_tokens"] += cached
         self.coverage["hit_pages"] += -(-cached // self.page_size)
@@ -613,11 +645,18 @@ class SafetyMachine:
         failure = check_step(before, event, Outcome(value), after, component=MANAGER, config=self.config)
         if failure is not None:
             self._fail(failure.kind, failure.detail)
+        stores: set[int] = set()
+        if self.copies is not None:
+            self.copies.observe(after.view)
+            stores = {flight.host_page for flight in self.copies.flights.values() if flight.to_host}
+        elif after.view.in_flight:
+            self._fail(FailureKind.INVARIANT, "copies are in flight, but the adapter does not declare 'async_copies'")
         saving = self.leases or (isinstance(event, ManagerLease) and value is not False)  # an ended one is popped
-        if after.view.host_pending and not saving:
+        pending = after.view.host_pending - stores
+        if pending and not saving:
             self._fail(
                 FailureKind.INVARIANT,
-                f"host pages {sorted(after.view.host_pending)} are being written while no save is in flight",
+                f"host pages {sorted(pending)} are being written while no save is in flight",
             )
         return value
 
@@ -632,6 +671,43 @@ class SafetyMachine:
         if tokens is None:
             raise ValueError(f"request {request_id} is not live")
         return tokens
+
+    def ready(self, request_id: int) -> bool:
+        """The request is live and none of its pages is still loading: it may decode, fork or be
+        leased."""
+        return request_id in self.sequences and request_id not in self.loading
+
+    def _ready(self, request_id: int) -> list[int]:
+        tokens = self._live(request_id)
+        if request_id in self.loading:
+            raise ValueError(f"request {request_id} waits for its loads (complete_copy them first)")
+        return tokens
+
+    # -- copies in flight ("async_copies") --------------------------------------------------------
+
+    def complete_copy(self, copy_id: int, ok: bool = True) -> None:
+        """A copy in flight ends, done (`ok`) or failed (capability "async_copies")."""
+        self._record(f"machine.complete_copy({copy_id}, {ok})")
+        self._complete(copy_id, ok)
+
+    def _complete(self, copy_id: int, ok: bool) -> None:
+        if self.copies is None:
+            raise ValueError("no async_copies capability")
+        flight = self.copies.flights.pop(copy_id, None)
+        if flight is None:
+            raise ValueError(f"copy {copy_id} is not in flight")
+        result = self._step(ManagerComplete(copy_id, bool(ok)), lambda: self.manager.complete(copy_id, bool(ok)))
+        self.copies.finish(copy_id, flight, bool(ok), result, self.manager.view())
+
+    def loaded(self, request_id: int) -> None:
+        """The request's last load ended: it reads what its pages hold up to the tokens the manager
+        says are computed, and computes the rest of its prompt."""
+        computed = self.loading.pop(request_id)
+        view = self.manager.view()
+        self._require_valid(view)
+        self._read(request_id, view, computed)
+        for position in range(computed, len(self.sequences[request_id])):
+            self._compute(request_id, view, position, read=False)
 
     def _record(self, line: str) -> None:
         self.program.append(line)

@@ -147,7 +147,7 @@ def machine_class(
 
         @rule(request_id=IDS)
         def decode(self, request_id: int) -> None:
-            if len(self.machine.sequences.get(request_id, ())) in range(1, MAX_TOKENS):
+            if self.machine.ready(request_id) and len(self.machine.sequences[request_id]) < MAX_TOKENS:
                 self.machine.decode(request_id)
 
         @rule(rounds=st.integers(1, 4))
@@ -155,7 +155,7 @@ def machine_class(
             """An engine's decode rounds: every live request decodes a token, `rounds` times."""
             for _ in range(rounds):
                 for request_id in sorted(self.machine.sequences):
-                    if len(self.machine.sequences[request_id]) < MAX_TOKENS:
+                    if self.machine.ready(request_id) and len(self.machine.sequences[request_id]) < MAX_TOKENS:
                         self.machine.decode(request_id)
 
         @rule(request_id=IDS)
@@ -176,7 +176,7 @@ def machine_class(
         @precondition(lambda self: "fork" in self.machine.capabilities)
         @rule(parent_id=IDS, child_id=IDS)
         def fork(self, parent_id: int, child_id: int) -> None:
-            if parent_id in self.machine.sequences and not self._known(child_id):
+            if self.machine.ready(parent_id) and not self._known(child_id):
                 self.machine.fork(parent_id, child_id)
 
         @precondition(lambda self: "reset_cache" in self.machine.capabilities)
@@ -233,7 +233,7 @@ def machine_class(
         def lease_across_finish(self, request_id: int, other: int) -> None:
             """A reader leases a request's pages; the request finishes and another prompt takes
             every page it can; then the reader reads: the lease must have kept its pages."""
-            if request_id not in self.machine.sequences or request_id == other or self._known(other):
+            if not self.machine.ready(request_id) or request_id == other or self._known(other):
                 return
             number = self.machine.lease(request_id)
             self.machine.finish(request_id)
@@ -244,7 +244,7 @@ def machine_class(
         @rule(request_id=IDS)
         def lease(self, request_id: int) -> None:
             """An asynchronous reader takes a live request's pages; it reads them some calls later."""
-            if request_id in self.machine.sequences:
+            if self.machine.ready(request_id):
                 self.machine.lease(request_id)
 
         @rule(which=st.integers(0, 3))
@@ -304,9 +304,29 @@ def machine_class(
                         self.machine.finish(request_id)
                     self.machine.demote()
 
+    class CopyRules:
+        machine: SafetyMachine
+
+        @precondition(lambda self: self.machine.copies is not None and bool(self.machine.copies.flights))
+        @rule(which=st.integers(0, 7), fails=st.integers(0, 3))
+        def complete_copy(self, which: int, fails: int) -> None:
+            """A copy in flight ends, one in four failed, any one of them: copies end out of order."""
+            assert self.machine.copies is not None
+            flights = sorted(self.machine.copies.flights)
+            self.machine.complete_copy(flights[which % len(flights)], fails != 0)
+
+        @precondition(lambda self: self.machine.copies is not None and bool(self.machine.copies.flights))
+        @rule()
+        def complete_every_copy(self) -> None:
+            """Every copy in flight ends, done, oldest first: waiting requests read and compute."""
+            assert self.machine.copies is not None
+            for copy_id in sorted(self.machine.copies.flights):
+                self.machine.complete_copy(copy_id, True)
+
     mixins = [
         rules
         for rules, needs in (
+            (CopyRules, {"async_copies"}),
             (TwoPhaseRules, {"lookup", "commit"}),
             (LeaseRules, {"lease", "end_lease"}),
             (TierRules, {"demote", "promote"}),

@@ -466,6 +466,12 @@ CATALOGUE: tuple[Bug, ...] = (
         manager="offload_loaded_unkeyed",
     ),
     Bug(
+        "failed-store-keyed",
+        "A store to the host that failed still registers its key on the host page, so a later load of that key"
+        " serves whatever the page held.",
+        manager="offload_failed_store_keyed",
+    ),
+    Bug(
         "host-index-keeps-old-key",
         "A full host tier reuses its oldest page while its index still maps the old key to it, so a later load"
         " of that key serves another page's KV.",
@@ -475,7 +481,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "abort-frees-pages-under-a-copy",
         "An abort frees a page a copy is still writing; the late write lands in the next owner's page (SGLang #24527).",
         tiers="sglang_24527_abort_frees_pages_under_a_copy",
-        manager="promote_into_other",
+        manager=("promote_into_other", "offload_freed_under_load"),
     ),
     Bug(
         "preemption-frees-leased-pages",
@@ -540,11 +546,13 @@ CATALOGUE: tuple[Bug, ...] = (
         "A page being copied to the host is evicted and reused before the copy reads it: the host keeps"
         " another request's KV (DingoCache PR #76's class).",
         engine="demotion_source_freed",
+        manager="offload_store_unpinned",
     ),
     Bug(
         "failed-copy-served",
         "A copy from the host that failed is taken as completed: the request reads a partial write.",
         engine="failed_promotion_served",
+        manager="offload_failed_load_cached",
     ),
     Bug(
         "host-page-counted-free",

@@ -19,13 +19,14 @@ from typing import Any
 
 import pytest
 
-from devtools import cow_toy
+from devtools import cow_toy, offload_toy
 from kvsched.spec import invariants
 from kvsched.spec.slots import RequestState, SchedulerState, Slot
 from kvsched.testing import CheckFailed, FailureKind, PoolView, SafetyMachine
 from kvsched.testing.components import manager, system
 from kvsched.testing.engine_model import HarnessModel
 from kvsched.testing.ghost import GhostMemory
+from kvsched.testing.safety_copies import CopiesInFlight, Flight
 
 Verdicts = tuple[bool, bool]  # (the correct state flagged, the state wrong at the edge flagged)
 PAGE = 2
@@ -174,6 +175,29 @@ def copies_in_flight() -> Verdicts:
     return bool(model.forgotten({1, 2})), bool(model.forgotten({1}))
 
 
+def safety_copies_in_flight() -> Verdicts:
+    """Safety mode's copies in flight ("async_copies"): two stores fly; only the last one's page is
+    free (the manager could hand it out while the copy reads it)."""
+
+    def flagged(free: frozenset[int]) -> bool:
+        machine = SafetyMachine(offload_toy.asynchronous, pages=8, page_size=PAGE)
+        assert machine.copies is not None
+        machine.copies.flights = {1: Flight(0, 0, True, "a", None), 2: Flight(1, 1, True, "b", None)}
+        view = PoolView(
+            (0,) * 8,
+            free | frozenset(range(2, 8)),
+            {},
+            cached={0: "a", 1: "b"},
+            host_free=frozenset(range(2, 8)),
+            host_pages=8,
+            host_pending=frozenset({0, 1}),
+            in_flight={1: (0, 0, True), 2: (1, 1, True)},
+        )
+        return _fails(FailureKind.INVARIANT, lambda: machine.copies.observe(view) if machine.copies else None)
+
+    return flagged(frozenset()), flagged(frozenset({1}))
+
+
 EDGES: dict[str, Callable[[], Verdicts]] = {
     edge.__name__: edge
     for edge in (
@@ -187,6 +211,7 @@ EDGES: dict[str, Callable[[], Verdicts]] = {
         host_pages,
         free_stack,
         copies_in_flight,
+        safety_copies_in_flight,
     )
 }
 
@@ -252,6 +277,13 @@ WEAKENINGS = (
     ),
     Weakening(
         "copies_in_flight", HarnessModel, "forgotten", "self.in_flight.items()", "list(self.in_flight.items())[:-1]"
+    ),
+    Weakening(
+        "safety_copies_in_flight",
+        CopiesInFlight,
+        "observe",
+        "for copy_id, flight in sorted(self.flights.items()):",
+        "for copy_id, flight in sorted(self.flights.items())[:-1]:",
     ),
 )
 

@@ -12,8 +12,9 @@ import pytest
 
 from devtools import offload_toy
 from kvsched.cli import main
-from kvsched.testing import FailureKind, safety_search, search_safety
+from kvsched.testing import CheckFailed, FailureKind, SafetyMachine, safety_search, search_safety
 from kvsched.testing.adapters import kvsched_parts
+from kvsched.testing.safety import BadCapabilities
 from tests.testing.test_check_command import replay
 
 
@@ -59,3 +60,76 @@ def test_a_verb_exercised_below_its_floor_warns_and_strict_fails_it(
     assert main(["check", "devtools.offload_toy:correct", "--examples", "20"]) == 0
     assert main(["check", "devtools.offload_toy:correct", "--examples", "20", "--strict"]) == 1
     assert "below its floor" in capsys.readouterr().out
+
+
+# -- copies in flight ("async_copies") ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("fault", "seed"), [("store_unpinned", 0), ("failed_store_keyed", 0)])
+def test_the_asynchronous_toys_planted_bugs_are_found_at_the_defaults(fault: str, seed: int) -> None:
+    """Two of four; every one on seeds 0-4: the benchmarks page; each pinned in the safety corpus."""
+    result = search_safety(getattr(offload_toy, fault), seed_value=seed, source=("devtools.offload_toy", fault))
+    assert result.failure is not None and result.failure.kind is FailureKind.INVARIANT, result.failure
+    assert result.program is not None and replay(result.program) is FailureKind.INVARIANT
+
+
+def test_the_correct_asynchronous_toy_passes_with_copies_completed_and_failed_out_of_order() -> None:
+    result = search_safety(offload_toy.asynchronous, examples=150, seed_value=0)
+    assert result.passed, result.program
+    assert result.coverage["promoted"] > 0 and result.coverage["demoted"] > 0
+
+
+class InFlightUndeclared(offload_toy.OffloadAdapter):
+    """Copies in flight from an adapter that does not declare "async_copies"."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size, asynchronous=True)
+        self.capabilities = offload_toy.OffloadAdapter.capabilities
+
+
+def test_copies_in_flight_need_the_capability() -> None:
+    machine = SafetyMachine(InFlightUndeclared, pages=8)
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    with pytest.raises(CheckFailed, match="does not declare 'async_copies'"):
+        machine.demote()
+
+
+class AnswersNothing(offload_toy.OffloadAdapter):
+    """A load's completion that does not say how many of its request's tokens are computed."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size, asynchronous=True)
+
+    def complete(self, copy_id: int, ok: bool) -> int | None:
+        super().complete(copy_id, ok)
+        return None
+
+
+def test_a_load_must_say_what_its_request_has_computed() -> None:
+    machine = SafetyMachine(AnswersNothing, pages=8)
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+    for copy_id in sorted(machine.copies.flights if machine.copies else ()):
+        machine.complete_copy(copy_id, True)
+    machine.submit(3, (2,) * 16)
+    machine.finish(3)
+    machine.submit(5, (0, 0, 0, 0, 1))
+    assert machine.loading == {5: 4}
+    with pytest.raises(CheckFailed, match="it must say how many of the request's tokens are computed"):
+        machine.complete_copy(min(machine.copies.flights if machine.copies else ()), True)
+
+
+def test_the_protocol_of_copies_in_flight_is_refused_when_misused() -> None:
+    machine = SafetyMachine(offload_toy.asynchronous, pages=8)
+    with pytest.raises(ValueError, match="copy 9 is not in flight"):
+        machine.complete_copy(9)
+    with pytest.raises(ValueError, match="no async_copies capability"):
+        SafetyMachine(offload_toy.correct, pages=8).complete_copy(1)
+
+    class NoTier(offload_toy.OffloadAdapter):
+        capabilities = frozenset({"async_copies", "atomic"})
+
+    with pytest.raises(BadCapabilities, match="'async_copies' without 'demote' and 'promote'"):
+        search_safety(NoTier)

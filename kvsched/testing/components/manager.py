@@ -154,6 +154,17 @@ class ManagerDemote:
 
 
 @dataclass(frozen=True, slots=True)
+class ManagerComplete:
+    """A copy in flight between the tiers ends, done or failed (capability "async_copies")."""
+
+    copy_id: int
+    ok: bool
+
+    def perform(self, machine: Any) -> Any:
+        return machine.complete_copy(self.copy_id, self.ok)
+
+
+@dataclass(frozen=True, slots=True)
 class ManagerReset:
     """Drop every cached page."""
 
@@ -306,6 +317,8 @@ def view_changes(before: PoolView, after: PoolView) -> str:
         changes.append(f"host free {sorted(before.host_free)} -> {sorted(after.host_free)}")
     if before.host_pending != after.host_pending:
         changes.append(f"host pending {sorted(before.host_pending)} -> {sorted(after.host_pending)}")
+    if before.in_flight != after.in_flight:
+        changes.append(f"in flight {dict(before.in_flight)} -> {dict(after.in_flight)}")
     return "; ".join(changes)
 
 
@@ -344,6 +357,7 @@ MANAGER = Component(
         EventSpec(ManagerLease),
         EventSpec(ManagerEndLease),
         EventSpec(ManagerDemote),
+        EventSpec(ManagerComplete),
     ),
     invariants=(),
     violations=view_problems,
