@@ -323,7 +323,9 @@ class SafetyMachine:
     def _free(self, request_id: int) -> None:
         self.manager.free(request_id)
         del self.sequences[request_id]
-        self.loading.pop(request_id, None)  # its loads still in flight end as the harness says
+        self.loading.pop(request_id, None)
+        if self.copies is not None:  # its loads still in flight end as the harness says, no one's
+            self.copies.orphan(request_id)
         self.coverage["freed"] += 1
 
     def preempt(self, request_id: int) -> None:

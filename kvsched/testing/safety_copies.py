@@ -25,7 +25,7 @@ Checked (`INVARIANT` unless said), after every call while a copy is in flight an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kvsched.testing.adapter import PoolView
@@ -62,6 +62,13 @@ class CopiesInFlight:
     def loads_into(self, request_id: int) -> list[int]:
         """The copies in flight that load into `request_id`'s pages."""
         return [copy_id for copy_id, flight in self.flights.items() if flight.request_id == request_id]
+
+    def orphan(self, request_id: int) -> None:
+        """The request was freed: its loads in flight fill a page nobody waits for (its id may
+        come back as another request's)."""
+        for copy_id, flight in self.flights.items():
+            if flight.request_id == request_id:
+                self.flights[copy_id] = replace(flight, request_id=None)
 
     def observe(self, view: PoolView) -> None:
         """After a call: the copies it started, and every copy in flight still where it must be."""

@@ -281,14 +281,17 @@ def machine_class(
             """A prompt cached and demoted, its device pages taken by another prompt, then asked
             for again (found in the host tier: promoted); its pages demoted and taken again, then
             asked for once more: the path of a promoted page's cache entry through the device's
-            reuse. The request stays live."""
+            reuse. The request stays live. With "async_copies", every copy lands after each
+            demotion and admission (the other rules end them late, failed, out of order)."""
             if request_id == other or self._known(request_id) or self._known(other):
                 return
             prompt = starts[start][:keep]
             for _ in range(2):
                 if self.machine.submit(request_id, prompt):
+                    land_every_copy(self.machine)
                     self.machine.finish(request_id)
                 self.machine.demote()
+                land_every_copy(self.machine)
                 take_every_page(self.machine, other)
             self.machine.submit(request_id, prompt)
 
@@ -319,9 +322,7 @@ def machine_class(
         @rule()
         def complete_every_copy(self) -> None:
             """Every copy in flight ends, done, oldest first: waiting requests read and compute."""
-            assert self.machine.copies is not None
-            for copy_id in sorted(self.machine.copies.flights):
-                self.machine.complete_copy(copy_id, True)
+            land_every_copy(self.machine)
 
     mixins = [
         rules
@@ -336,6 +337,12 @@ def machine_class(
     if not mixins:
         return SafetyRun
     return type("SafetyRun", (*mixins, SafetyRun), {})
+
+
+def land_every_copy(machine: SafetyMachine) -> None:
+    """Every copy in flight completes, oldest first (nothing without "async_copies")."""
+    for copy_id in sorted(machine.copies.flights if machine.copies is not None else ()):
+        machine.complete_copy(copy_id, True)
 
 
 def take_every_page(machine: SafetyMachine, request_id: int) -> None:
