@@ -25,6 +25,8 @@ def test_every_report_says_when_how_and_where_it_was_measured() -> None:
 def test_an_edited_figure_is_stale(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     page = benchmarks_page.PAGE.read_text(encoding="utf-8")
     edited = tmp_path / "benchmarks.md"
-    edited.write_text(page.replace("| `in_place` | 5 of 5 |", "| `in_place` | 4 of 5 |"), encoding="utf-8")
+    changed = page.replace("| `cow_toy:in_place` | 5 of 5 |", "| `cow_toy:in_place` | 4 of 5 |")
+    assert changed != page  # the figure is on the page
+    edited.write_text(changed, encoding="utf-8")
     monkeypatch.setattr(benchmarks_page, "PAGE", edited)
     assert benchmarks_page.main(["--check"]) == 1
