@@ -39,7 +39,7 @@ sglang:
 
 ## The test suite (fast profiles: what CI runs), on every core.
 test: setup
-	$(PYTEST) -q -n auto
+	$(PYTEST) -q -n auto --dist worksteal
 
 ## ruff + mypy --strict over every package, tests included.
 lint: setup
@@ -77,6 +77,7 @@ proofs: setup
 	$(BIN)/python -m kvsched.proofs.reserve_safety
 	$(BIN)/python -m kvsched.proofs.tier_safety
 	$(BIN)/python -m kvsched.proofs.component_explorer
+	$(PYTEST) -q -n auto --dist worksteal -m exhaustive
 
 ## The harness on every impl mutant (project tooling: devtools/, not in the wheel).
 mutants: setup

@@ -58,6 +58,7 @@ CAUGHT_ADAPTERS = {
 }
 
 
+@pytest.mark.exhaustive
 @pytest.mark.parametrize(
     ("bounds", "states", "reached"),
     [
