@@ -524,12 +524,16 @@ class SafetyMachine:
             )
 
     def _land_every_copy(self) -> None:
-        """Complete every copy in flight, oldest first (teardown)."""
-        while self.copies is not None and self.manager.view().in_flight:
+        """Complete every copy in flight, oldest first (teardown), at most a few per page: a
+        manager whose completions keep starting copies fails instead of running forever."""
+        for _ in range(4 * (self.pages + self.manager.view().host_pages) + 8):
+            if self.copies is None or not self.manager.view().in_flight:
+                return
             if self.copies.flights:
                 self._complete(min(self.copies.flights), True)
             else:  # started by a call outside `_step` (a free of teardown's): seen now
                 self.copies.observe(self.manager.view())
+        self._fail(FailureKind.LEAK, "copies stay in flight, or keep starting, while teardown completes them")
 
     # -- the engine's work ------------------------------------------------------------------------
 
@@ -699,7 +703,10 @@ class SafetyMachine:
         if flight is None:
             raise ValueError(f"copy {copy_id} is not in flight")
         result = self._step(ManagerComplete(copy_id, bool(ok)), lambda: self.manager.complete(copy_id, bool(ok)))
-        self.copies.finish(copy_id, flight, bool(ok), result, self.manager.view())
+        view = self.manager.view()
+        if copy_id in view.in_flight and view.in_flight[copy_id] == (flight.page, flight.host_page, flight.to_host):
+            self._fail(FailureKind.INVARIANT, f"{flight.describe(copy_id)} is still in flight after it completed")
+        self.copies.finish(copy_id, flight, bool(ok), result, view)
 
     def loaded(self, request_id: int) -> None:
         """The request's last load ended: it reads what its pages hold up to the tokens the manager

@@ -133,3 +133,38 @@ def test_the_protocol_of_copies_in_flight_is_refused_when_misused() -> None:
 
     with pytest.raises(BadCapabilities, match="'async_copies' without 'demote' and 'promote'"):
         search_safety(NoTier)
+
+
+class NeverLands(offload_toy.OffloadAdapter):
+    """A completion that leaves the copy in flight."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size, asynchronous=True)
+
+    def complete(self, copy_id: int, ok: bool) -> int | None:
+        return None
+
+
+def stored_one_prompt(factory: Any) -> SafetyMachine:
+    machine = SafetyMachine(factory, pages=8)
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+    return machine
+
+
+def test_a_copy_still_in_flight_after_it_completed_is_a_finding() -> None:
+    machine = stored_one_prompt(NeverLands)
+    with pytest.raises(
+        CheckFailed, match=r"copy 1 \(page \d+ to host page \d+\) is still in flight after it completed"
+    ):
+        machine.complete_copy(1)
+
+
+def test_teardown_ends_when_copies_never_leave_the_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Teardown completes copies a bounded number of times: a manager whose copies never end
+    fails there instead of hanging (here every completion is skipped, so nothing ever ends)."""
+    machine = stored_one_prompt(offload_toy.asynchronous)
+    monkeypatch.setattr(machine, "_complete", lambda copy_id, ok: None)
+    with pytest.raises(CheckFailed, match="copies stay in flight, or keep starting, while teardown completes them"):
+        machine.teardown()
