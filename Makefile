@@ -77,7 +77,7 @@ proofs: setup
 	$(BIN)/python -m kvsched.proofs.reserve_safety
 	$(BIN)/python -m kvsched.proofs.tier_safety
 	$(BIN)/python -m kvsched.proofs.component_explorer
-	$(PYTEST) -q -n auto --dist worksteal -m exhaustive
+	$(PYTEST) -q -n auto --dist worksteal -m proof
 
 ## The harness on every impl mutant (project tooling: devtools/, not in the wheel).
 mutants: setup

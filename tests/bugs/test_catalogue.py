@@ -109,6 +109,7 @@ def test_the_machine_in_lockstep_catches_an_impl_mutant_by_the_named_check(bug: 
     assert verdict.checker == bug.mutant_kind.value, verdict.failure
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("bug", [bug for bug in MUTANT_BUGS if bug.explored], ids=lambda bug: bug.id)
 def test_the_explorer_in_lockstep_catches_an_impl_mutant(bug: Bug) -> None:
     mutant = next(mutant for mutant in MUTANTS if mutant.name == bug.mutant)

@@ -153,7 +153,7 @@ def test_allocation_never_hands_out_a_reserved_page(pages_: int, n: int) -> None
         assert 0 not in reserve.allocate(n)
 
 
-@pytest.mark.exhaustive
+@pytest.mark.proof
 def test_the_proofs_explore_the_reserve_and_fail_on_a_wrong_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """`python -m kvsched.proofs.component_explorer` (in `make proofs`) searches the reserve's CI
     configurations, impl against the spec, and exits 1 when impl is a wrong reserve."""

@@ -129,7 +129,7 @@ def test_impl_refines_the_spec() -> None:
     assert CALLS["made"] > 1000 and CALLS["refused"] > 0  # good input and bad reached both
 
 
-@pytest.mark.exhaustive
+@pytest.mark.proof
 def test_every_state_of_a_small_tiered_cache_refines_the_spec() -> None:
     result = ComponentExplorer(TIERS, EXPLORED, impl_tiers, spec_tiers).run()
     assert result.complete and result.violation is None, result.violation

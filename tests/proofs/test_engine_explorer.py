@@ -58,7 +58,7 @@ CAUGHT_ADAPTERS = {
 }
 
 
-@pytest.mark.exhaustive
+@pytest.mark.proof
 @pytest.mark.parametrize(
     ("bounds", "states", "reached"),
     [

@@ -26,7 +26,7 @@ SMALL = Bounds(requests=2, pages=3, logical_pages=2, entries=1, entry_pages=2, m
 LIMIT = 20_000  # a variant not caught by then fails the test instead of exploring everything
 
 
-@pytest.mark.exhaustive
+@pytest.mark.proof
 def test_every_state_of_a_small_system_keeps_every_invariant() -> None:
     result = explore(Bounds(requests=2, pages=2, logical_pages=1, entries=1, entry_pages=1, max_external=1))
     assert result.violation is None

@@ -305,7 +305,7 @@ def test_every_carried_invariant_fails_on_some_corrupted_state() -> None:
     assert failing == {inv.__name__ for inv in carried(CONJUNCTS)}
 
 
-@pytest.mark.exhaustive
+@pytest.mark.proof
 def test_the_conjuncts_agree_with_the_spec_on_every_state() -> None:
     assert disagreements(every_state(), CHECKED, evaluator()) == []
 
