@@ -20,7 +20,6 @@ fails loudly if they disagree. Progress goes to stderr; the table and the JSON t
 
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 import time

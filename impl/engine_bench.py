@@ -23,7 +23,6 @@ Progress goes to stderr; the table and the JSON to stdout.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 import time

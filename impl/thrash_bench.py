@@ -12,7 +12,6 @@ finish with the tokens it generates alone (the bench fails loudly otherwise).
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import time

@@ -17,7 +17,6 @@ request generates alone (the bench fails loudly otherwise).
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import time

@@ -15,7 +15,6 @@ in float32 (float16 caches are widened after the gather; torch's CPU half matmul
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time

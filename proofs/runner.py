@@ -10,7 +10,6 @@ proofs/MANIFEST.json), except under CI=true (CI's checkout stays clean) unless
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
