@@ -18,6 +18,7 @@ from kvsched.testing.adapter import ManagerFactory, PoolView
 from kvsched.testing.adapters import kvsched_parts
 from kvsched.testing.outcome import FailureKind
 from kvsched.testing.safety import SafetyMachine
+from kvsched.testing.safety_search import land_every_copy
 
 Drive = Callable[[SafetyMachine], None]
 
@@ -348,20 +349,13 @@ def overfill_the_host_then_return(machine: SafetyMachine) -> None:
     machine.submit(21, prompts[0])  # request 1's tenant
 
 
-def complete_every_copy(machine: SafetyMachine, ok: bool = True) -> None:
-    """Every copy in flight ends, oldest first."""
-    assert machine.copies is not None
-    for copy_id in sorted(machine.copies.flights):
-        machine.complete_copy(copy_id, ok)
-
-
 def store_then_fill(machine: SafetyMachine) -> None:
     """A prompt's pages stored to the host; another prompt takes every page while the stores fly."""
     machine.submit(1, (0, 0, 0, 0, 1))
     machine.finish(1)
     machine.demote()
     machine.submit(3, (2,) * (2 * machine.pages))
-    complete_every_copy(machine)
+    land_every_copy(machine)
 
 
 def stores_fail(machine: SafetyMachine) -> None:
@@ -369,20 +363,25 @@ def stores_fail(machine: SafetyMachine) -> None:
     machine.submit(1, (0, 0, 0, 0, 1))
     machine.finish(1)
     machine.demote()
-    complete_every_copy(machine, ok=False)
+    land_every_copy(machine, ok=False)
+
+
+def store_and_evict(machine: SafetyMachine) -> None:
+    """A prompt cached and stored to the host, then every device page taken by another prompt."""
+    machine.submit(1, (0, 0, 0, 0, 1))
+    machine.finish(1)
+    machine.demote()
+    land_every_copy(machine)
+    machine.submit(3, (2,) * (2 * machine.pages))
+    machine.finish(3)
 
 
 def stored_evicted_then_loads_fail(machine: SafetyMachine) -> None:
     """A prompt stored and evicted; asked for again, its loads fail; it decodes, and the prompt
     comes once more."""
-    machine.submit(1, (0, 0, 0, 0, 1))
-    machine.finish(1)
-    machine.demote()
-    complete_every_copy(machine)
-    machine.submit(3, (2,) * (2 * machine.pages))
-    machine.finish(3)
+    store_and_evict(machine)
     machine.submit(5, (0, 0, 0, 0, 1))
-    complete_every_copy(machine, ok=False)
+    land_every_copy(machine, ok=False)
     machine.decode(5)
     machine.submit(7, (0, 0, 0, 0, 1))
 
@@ -390,12 +389,7 @@ def stored_evicted_then_loads_fail(machine: SafetyMachine) -> None:
 def finished_while_loading(machine: SafetyMachine) -> None:
     """A prompt stored and evicted; asked for again and finished while its loads fly; another
     prompt takes every page."""
-    machine.submit(1, (0, 0, 0, 0, 1))
-    machine.finish(1)
-    machine.demote()
-    complete_every_copy(machine)
-    machine.submit(3, (2,) * (2 * machine.pages))
-    machine.finish(3)
+    store_and_evict(machine)
     machine.submit(5, (0, 0, 0, 0, 1))
     machine.finish(5)
     machine.submit(7, (1,) * (2 * machine.pages))

@@ -339,10 +339,10 @@ def machine_class(
     return type("SafetyRun", (*mixins, SafetyRun), {})
 
 
-def land_every_copy(machine: SafetyMachine) -> None:
-    """Every copy in flight completes, oldest first (nothing without "async_copies")."""
+def land_every_copy(machine: SafetyMachine, ok: bool = True) -> None:
+    """Every copy in flight ends, done (`ok`) or failed, oldest first (nothing without "async_copies")."""
     for copy_id in sorted(machine.copies.flights if machine.copies is not None else ()):
-        machine.complete_copy(copy_id, True)
+        machine.complete_copy(copy_id, ok)
 
 
 def take_every_page(machine: SafetyMachine, request_id: int) -> None:
