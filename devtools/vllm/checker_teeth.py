@@ -102,16 +102,9 @@ def shared_prefix_workload(seed: int = 0, count: int = 48) -> list[dict[str, Any
     return requests
 
 
-def run(
-    sched: Any,
-    requests: list[dict[str, Any]],
-    timed: list[float] | None = None,
-    drop_salt: bool = False,
-    seen: list[Any] | None = None,
-) -> dict[str, int]:
-    """`requests` through `sched` to the end (a model that samples token 7); steps, preemptions.
-    With `drop_salt`, the requests' block hashes leave their cache salt out (a broken hasher);
-    `seen` receives every step's `SchedulerOutput`."""
+def add_requests(sched: Any, requests: list[dict[str, Any]], drop_salt: bool = False) -> None:
+    """`requests` added to `sched` as vLLM's engine core makes them (block hashes included; with
+    `drop_salt`, hashes that leave the cache salt out)."""
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -133,6 +126,19 @@ def run(
                 block_hasher=hasher,
             )
         )
+
+
+def run(
+    sched: Any,
+    requests: list[dict[str, Any]],
+    timed: list[float] | None = None,
+    drop_salt: bool = False,
+    seen: list[Any] | None = None,
+) -> dict[str, int]:
+    """`requests` through `sched` to the end (a model that samples token 7); steps, preemptions.
+    With `drop_salt`, the requests' block hashes leave their cache salt out (a broken hasher);
+    `seen` receives every step's `SchedulerOutput`."""
+    add_requests(sched, requests, drop_salt)
     steps = preemptions = 0
     while sched.has_requests():
         started = time.thread_time()

@@ -10,7 +10,9 @@
 #      kvsched vs stock under the live checker, four cases, identical, the checker silent, and
 #      different over a wrong reserve where eviction order shows (e2e.py); vLLM's OpenAI server
 #      the same four ways, driven by the openai client, identical and stopped cleanly (serve.py)
-#   5. the live checker's teeth and cost (checker_teeth.py); the W3 workload through vLLM's
+#   5. the live checker's teeth and cost (checker_teeth.py); beside vLLM's CPU-offloading connector,
+#      eager and lazy (evict_first on 0.34), silent on stock and three broken shapes caught
+#      (offload_checker.py; 0.32.0 and 0.34.0); the W3 workload through vLLM's
 #      scheduler over both pools, every step's output identical, and with the CPU-offload connector the
 #      offload tier's pool vLLM's own (same_schedule.py); the traces of
 #      vLLM's own pool that CI replays, recorded again and identical (record_traces.py); a page
@@ -86,6 +88,12 @@ fi
 
 step "the live checker as vLLM's KV connector: silent on stock, four broken shapes caught by name, its cost at R = 256"
 (cd / && "$py" "$here/checker_teeth.py" --json "$results/checker.json")
+if [ "$release" != 0.33.0 ]; then
+  step "the live checker beside vLLM's CPU-offloading connector (KvschedMultiConnector): silent on stock, eager and lazy; three broken offloading shapes caught by name"
+  (cd / && "$py" "$here/offload_checker.py" --json "$results/offload-checker.json")
+else
+  step "the live checker beside vLLM's CPU-offloading connector: not on 0.33.0 (its names were not read)"
+fi
 step "the W3 workload through vLLM's Scheduler over its pool and over kvsched's: every step's output identical"
 (cd / && "$py" "$here/same_schedule.py" --json "$results/same-schedule.json")
 step "the same over the wrong reserve NewestFirst: some step must differ"

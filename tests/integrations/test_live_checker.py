@@ -89,6 +89,26 @@ def moved_cached_block() -> PoolView:
     return view(held=held, ref_counts=(0, 1, 2, 1, 1, 0, 0))
 
 
+def storing_last() -> PoolView:
+    """A connector's store reads the last block (free and cached under X): it holds it, out of the
+    free queue, until the copy lands."""
+    return view(ref_counts=(0, 2, 1, 1, 1, 0, 1), free_queue=(5,), free_count=1, pinned={6: 1}, storing=(6,))
+
+
+def loading_into_last_request() -> PoolView:
+    """A connector's load writes the last request's last block: the connector holds it too, and it
+    carries no key until the copy lands."""
+    return view(ref_counts=(0, 2, 1, 1, 2, 0, 0), pinned={4: 1}, writing=(4,))
+
+
+def stored_then_freed_to_front(key: bytes = X) -> Seen:
+    """The last block, stored while free, then freed back to the queue's front under `key`."""
+    checker = LiveChecker()
+    assert found(storing_last(), checker) == set()
+    keys = (None, A0, A1, None, None, None, key)
+    return found(view(free_queue=(6, 5), keys=keys, cache_map=Map({A0: {1}, A1: {2}, key: {6}})), checker)
+
+
 # Each broken view, and the finding it must give (check, request, block): broken at the edge.
 BROKEN: dict[str, tuple[Callable[[], PoolView], tuple[str, str | None, int | None]]] = {
     "count off on the last block": (lambda: view(ref_counts=(0, 2, 1, 1, 1, 0, 1)), ("refcount", None, 6)),
@@ -115,6 +135,22 @@ BROKEN: dict[str, tuple[Callable[[], PoolView], tuple[str, str | None, int | Non
     ),
     "the last block's key unnamed": (lambda: view(cache_map=Map({A0: {1}, A1: {2}})), ("cache_map", None, 6)),
     "the last request's cached block without its key": (moved_cached_block, ("ghost_content", "b", 2)),
+    "the last block a store reads, queued free": (
+        lambda: replace(storing_last(), free_queue=(5, 6), free_count=2),
+        ("copy_in_flight", None, 6),
+    ),
+    "the last block a store reads, its hold not counted": (
+        lambda: replace(storing_last(), ref_counts=(0, 2, 1, 1, 1, 0, 0), free_queue=(5,), free_count=1),
+        ("refcount", None, 6),
+    ),
+    "the last request's block a load writes, its hold not counted": (
+        lambda: replace(loading_into_last_request(), ref_counts=(0, 2, 1, 1, 1, 0, 0)),
+        ("refcount", "b", 4),
+    ),
+    "a load writes the last block, which carries a key": (
+        lambda: view(ref_counts=(0, 2, 1, 1, 1, 0, 1), free_queue=(5,), free_count=1, pinned={6: 1}, writing=(6,)),
+        ("copy_in_flight", None, 6),
+    ),
     "the last request's key under another salt": (
         lambda: view(held=(view().held[0], replace(view().held[1], salt="tenant-b"))),
         ("salt", "b", 1),
@@ -132,6 +168,26 @@ def test_a_consistent_pool_has_no_finding() -> None:
 def test_each_broken_view_is_found(name: str) -> None:
     broken, expected = BROKEN[name]
     assert expected in found(broken())
+
+
+def test_copies_in_flight_hold_their_blocks() -> None:
+    assert found(storing_last()) == set()
+    assert found(loading_into_last_request()) == set()
+
+
+def test_a_stored_block_may_go_back_to_the_front_under_the_key_stored() -> None:
+    assert stored_then_freed_to_front() == set()
+    assert found(view(free_queue=(6, 5))) == {("free_order", None, 5)}  # never seen stored
+    assert stored_then_freed_to_front(b"other") == {("free_order", None, 5)}  # its key changed since
+
+
+def test_a_stored_block_taken_by_a_request_is_ordered_again() -> None:
+    checker = LiveChecker()
+    found(storing_last(), checker)
+    assert checker.stored == {6: X}
+    held = (view().held[0], replace(view().held[1], blocks=(1, 4, 6)))
+    found(view(held=held, ref_counts=(0, 2, 1, 1, 1, 0, 1), free_queue=(5,), free_count=1), checker)
+    assert checker.stored == {}
 
 
 def test_a_key_that_names_other_tokens_than_when_first_seen() -> None:
@@ -166,7 +222,15 @@ def caught_all(checker: type[LiveChecker]) -> bool:
         all(expected in found(broken(), checker()) for broken, expected in BROKEN.values())
         and ("ghost_content", "b", 1) in ghost_changed(checker)
         and ("finished_leftover", "b", 1) in finished_holds(checker)
+        and stored_then_freed_to_front_with(checker) == set()
     )
+
+
+def stored_then_freed_to_front_with(checker: type[LiveChecker]) -> Seen:
+    """As `stored_then_freed_to_front`, with `checker`."""
+    seen = checker()
+    seen.check(storing_last())
+    return found(view(free_queue=(6, 5)), seen)
 
 
 # Checkers weakened at an edge: each loop stops one short (the last request, block, queue entry).
@@ -181,7 +245,7 @@ WEAKENED = [
     ),
     ("    for block, key in enumerate(view.keys):", "    for block, key in enumerate(view.keys[:-1]):"),
     ("        for held in view.held:\n            known =", "        for held in view.held[:-1]:\n            known ="),
-    ("range(first, len(cached))", "range(first, len(cached) - 1)"),
+    ("range(first, len(keys))", "range(first, len(keys) - 1)"),
     (
         "            for held in view.held\n            if held.request_id",
         "            for held in view.held[:-1]\n            if held.request_id",
@@ -191,6 +255,9 @@ WEAKENED = [
         "            for block, count in enumerate(view.ref_counts[:-1])\n            if count == 0",
     ),
     ("    if counts == list(view.ref_counts):", "    if counts[:-1] == list(view.ref_counts)[:-1]:"),
+    ("    for block, pins in view.pinned.items():", "    for block, pins in list(view.pinned.items())[:-1]:"),
+    ("        for block in view.writing\n", "        for block in list(view.writing)[:-1]\n"),
+    ("        for block in view.storing:", "        for block in list(view.storing)[:-1]:"),
 ]
 
 

@@ -24,15 +24,30 @@ cannot see, and the checker refuses it.
 Importing this module without vLLM, or under a release the integration is not tested with, raises
 `UnsupportedVllm` naming what to install; under a tested release whose names differ from
 `kvsched.integrations.vllm.names`, it raises listing them. The free queue's order it checks is
-every release's own when no tier frees to the eviction end: an uncached block is never behind a
-cached one. vLLM 0.34's CPU-offload tier frees cached blocks to the front (`evict_first`); the
-checker is then one connector of several, and its order check would report those blocks.
+every release's own: an uncached block is never behind a cached one.
+
+Beside other connectors, name `KvschedMultiConnector` where vLLM's `MultiConnector` would be
+named, with the same `connectors` list: it is vLLM's MultiConnector, and after its connectors
+have built each step's metadata it checks the pool, counting the references a connector holds
+for its copies in flight. vLLM's CPU-offloading connector (`SimpleCPUOffloadConnector`, eager or
+lazy) is read: its stores and loads in flight, on the device pool and on its own host pool
+(checked as well, with no tables: only its references). In lazy mode (0.34) a completed store
+frees its blocks to the queue's front (`evict_first`): the checker saw each store in flight and
+lets those blocks sit anywhere while they keep the key stored. A connector whose references the
+checker cannot read is refused: its checks would report them.
+
+    vllm serve MODEL --kv-transfer-config '{"kv_connector": "KvschedMultiConnector",
+        "kv_connector_module_path": "kvsched.integrations.vllm.checker", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"connectors": [{"kv_connector": "SimpleCPUOffloadConnector",
+            "kv_role": "kv_both", "kv_connector_extra_config": {"lazy_offload": true}}]}}'
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, overload
 
@@ -49,6 +64,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: E402  (
     KVConnectorMetadata,
     KVConnectorRole,
 )
+from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector  # noqa: E402
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id  # noqa: E402
 
 from kvsched.integrations.vllm.hash_map import read_hash_map  # noqa: E402
@@ -92,10 +108,50 @@ def free_queue(queue: Any, bound: int) -> tuple[int, ...]:
     return tuple(blocks)
 
 
-def read_view(manager: Any, requests: dict[str, Any]) -> PoolView:
-    """vLLM's manager and pool as a `PoolView`; `requests` maps the live requests' ids to them."""
+@dataclass(slots=True)
+class Copies:
+    """What connectors have in flight on one pool: their references (block -> how many), the
+    blocks their stores read, the blocks their copies write."""
+
+    pinned: Counter[int] = field(default_factory=Counter)
+    storing: list[int] = field(default_factory=list)
+    writing: list[int] = field(default_factory=list)
+
+
+def offload_copies(connector: Any) -> tuple[Copies, Copies]:
+    """The copies vLLM's `SimpleCPUOffloadConnector` has in flight, on the device pool and on its
+    host pool: every store (issued, abandoned by a reset, or queued at a request's finish) and
+    every load (issued or abandoned) holds one reference on each of its device and host blocks,
+    and each cache hit awaiting its load one on each host block it found."""
+    device, host = Copies(), Copies()
+    manager = connector.scheduler_manager
+    if manager is None:  # the worker's side
+        return device, host
+    stores = [
+        *manager._store_event_to_blocks.values(),
+        *manager._abandoned_store_event_to_blocks.values(),
+        *manager._pending_finished_stores,
+    ]
+    loading = (*manager._reqs_to_load.values(), *manager._abandoned_reqs_to_load.values())
+    loads = [state.transfer_meta for state in loading]
+    for transfer in stores:
+        device.pinned.update(transfer.gpu_block_ids)
+        device.storing += transfer.gpu_block_ids
+        host.pinned.update(transfer.cpu_block_ids)
+        host.writing += transfer.cpu_block_ids
+    for transfer in loads:
+        device.pinned.update(transfer.gpu_block_ids)
+        device.writing += transfer.gpu_block_ids
+        host.pinned.update(transfer.cpu_block_ids)
+    for found, _, _ in manager._pending_cpu_hits.values():
+        host.pinned.update(block.block_id for group in found for block in group if not block.is_null)
+    return device, host
+
+
+def read_view(manager: Any, requests: dict[str, Any], copies: Copies | None = None) -> PoolView:
+    """vLLM's manager and pool as a `PoolView`; `requests` maps the live requests' ids to them,
+    `copies` says what connectors have in flight on the pool."""
     pool = manager.block_pool
-    blocks = pool.blocks
     held = []
     for single in manager.coordinator.single_type_managers:
         group = single.kv_cache_group_id
@@ -115,6 +171,12 @@ def read_view(manager: Any, requests: dict[str, Any]) -> PoolView:
                     salt=salt,
                 )
             )
+    return read_pool(manager.block_pool, tuple(held), copies or Copies())
+
+
+def read_pool(pool: Any, held: tuple[Held, ...], copies: Copies) -> PoolView:
+    """One of vLLM's `BlockPool`s as a `PoolView`, with the tables and copies that hold its blocks."""
+    blocks = pool.blocks
     return PoolView(
         ref_counts=list(map(REF_COUNT, blocks)),
         null_block=pool.null_block.block_id,
@@ -123,8 +185,65 @@ def read_view(manager: Any, requests: dict[str, Any]) -> PoolView:
         keys=list(map(KEY, blocks)),
         extra_keys=pool.cached_block_hashes_by_block,
         cache_map=read_hash_map(pool.cached_block_hash_to_block, RELEASE.map_of_ids),
-        held=tuple(held),
+        held=held,
+        pinned=copies.pinned,
+        storing=copies.storing,
+        writing=copies.writing,
     )
+
+
+@dataclass(slots=True)
+class Checking:
+    """The live checker's state across steps, for either connector: the requests it knows, its
+    checker on the device pool and one on each host pool beside it, what it found."""
+
+    on_finding: str
+    checker: LiveChecker = field(default_factory=LiveChecker)
+    hosts: dict[int, LiveChecker] = field(default_factory=dict)
+    requests: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    steps: int = 0
+
+    @classmethod
+    def configured(cls, transfer_config: Any) -> Checking:
+        extra = transfer_config.kv_connector_extra_config or {}
+        on_finding = str(extra.get("kvsched_on_finding", "raise"))
+        if on_finding not in ON_FINDING:
+            raise ValueError(f"kvsched_on_finding must be one of {ON_FINDING}, not {on_finding!r}")
+        return cls(on_finding)
+
+    def added(self, request: Any) -> None:
+        self.requests[request.request_id] = request
+        self.checker.request_added(request.request_id)
+
+    def finished(self, request: Any) -> None:
+        self.checker.request_finished(request.request_id)
+        self.requests.pop(request.request_id, None)
+
+    def check(self, manager: Any, offloaders: Iterable[Any] = ()) -> list[Finding]:
+        """Check `manager`'s pool, and the host pool of each of `offloaders` (vLLM's
+        `SimpleCPUOffloadConnector`s beside it); what was found (raised, or logged and kept)."""
+        self.steps += 1
+        device, hosts = Copies(), []
+        for offloader in offloaders:
+            on_device, on_host = offload_copies(offloader)
+            device.pinned.update(on_device.pinned)
+            device.storing += on_device.storing
+            device.writing += on_device.writing
+            if offloader.scheduler_manager is not None:
+                hosts.append((id(offloader), offloader.scheduler_manager.cpu_block_pool, on_host))
+        findings = self.checker.check(read_view(manager, self.requests, device))
+        for key, pool, copies in hosts:
+            host = self.hosts.setdefault(key, LiveChecker())
+            found = host.check(read_pool(pool, (), copies))
+            findings += [Finding(f.check, f.request_id, f.block_id, f.detail, "host") for f in found]
+        if findings:
+            self.findings += findings
+            if self.on_finding == "raise":
+                raise LiveFinding(findings)
+            for finding in findings:
+                logger.error("kvsched live checker, step %d: %s", self.steps, finding)
+        return findings
 
 
 class KvschedChecker(KVConnectorBase_V1):  # type: ignore[misc]
@@ -132,19 +251,24 @@ class KvschedChecker(KVConnectorBase_V1):  # type: ignore[misc]
 
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
-        extra = self._kv_transfer_config.kv_connector_extra_config or {}
-        self.on_finding = str(extra.get("kvsched_on_finding", "raise"))
-        if self.on_finding not in ON_FINDING:
-            raise ValueError(f"kvsched_on_finding must be one of {ON_FINDING}, not {self.on_finding!r}")
+        self.checking = Checking.configured(self._kv_transfer_config)
         if self._kv_transfer_config.is_kv_consumer and vllm_config.max_concurrent_batches > 1:
             raise ValueError(
                 f"kv_role {self._kv_transfer_config.kv_role!r} with overlapping batches makes vLLM defer block frees"
                 " in the scheduler, where a connector cannot see them: give the checker kv_role 'kv_producer'"
             )
-        self.checker = LiveChecker()
-        self.requests: dict[str, Any] = {}
-        self.findings: list[Finding] = []
-        self.steps = 0
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.checking.findings
+
+    @property
+    def checker(self) -> LiveChecker:
+        return self.checking.checker
+
+    @property
+    def steps(self) -> int:
+        return self.checking.steps
 
     # -- the scheduler's side ------------------------------------------------------------------
 
@@ -153,38 +277,26 @@ class KvschedChecker(KVConnectorBase_V1):  # type: ignore[misc]
         return False  # it hands no KV off: a preempted request's in-flight output is kept, as without it
 
     def on_new_request(self, request: Any) -> None:
-        self.requests[request.request_id] = request
-        self.checker.request_added(request.request_id)
+        self.checking.added(request)
 
     def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
         return 0, False  # it loads nothing
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
-        self.requests.setdefault(request.request_id, request)
+        self.checking.requests.setdefault(request.request_id, request)
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
         self.check()
         return KVConnectorMetadata()
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        self.checker.request_finished(request.request_id)
-        self.requests.pop(request.request_id, None)
+        self.checking.finished(request)
         return False, None  # its blocks are freed now, as without a connector
 
     def check(self) -> list[Finding]:
         """Check the bound manager's pool now; what was found (raised, or logged and kept)."""
         manager = self._kv_cache_manager
-        if manager is None:
-            return []
-        self.steps += 1
-        findings = self.checker.check(read_view(manager, self.requests))
-        if findings:
-            self.findings += findings
-            if self.on_finding == "raise":
-                raise LiveFinding(findings)
-            for finding in findings:
-                logger.error("kvsched live checker, step %d: %s", self.steps, finding)
-        return findings
+        return [] if manager is None else self.checking.check(manager)
 
     # -- the worker's side: nothing to load or save ----------------------------------------------
 
@@ -201,4 +313,69 @@ class KvschedChecker(KVConnectorBase_V1):  # type: ignore[misc]
         return None
 
 
-__all__ = ["KvschedChecker", "LiveFinding", "read_view"]
+def _offloader_class() -> type:
+    from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector import SimpleCPUOffloadConnector
+
+    offloader: type = SimpleCPUOffloadConnector
+    return offloader
+
+
+class KvschedMultiConnector(MultiConnector):  # type: ignore[misc]
+    """vLLM's `MultiConnector`, checking the pool after its connectors at every step; see the
+    module. Its connectors may be vLLM's CPU-offloading connector and kvsched's checker."""
+
+    def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        self.checking = Checking.configured(vllm_config.kv_transfer_config)
+        offloader = _offloader_class()
+        self.offloaders = [c for c in self._connectors if isinstance(c, offloader)]
+        if self.offloaders:
+            from kvsched.integrations.vllm.names import require_copies_names
+
+            require_copies_names()
+        unread = [type(c).__name__ for c in self._connectors if not isinstance(c, offloader)]
+        if unread:
+            raise ValueError(
+                f"KvschedMultiConnector cannot read which blocks {', '.join(unread)} holds, so its checks would"
+                " report them: it runs SimpleCPUOffloadConnector (and checks by itself: list no KvschedChecker)"
+            )
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.checking.findings
+
+    def on_new_request(self, request: Any) -> None:
+        super().on_new_request(request)
+        self.checking.added(request)
+
+    def request_finished(self, request: Any, blocks: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        self.checking.finished(request)
+        return super().request_finished(request, blocks)  # type: ignore[no-any-return]
+
+    def request_finished_all_groups(
+        self, request: Any, block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        self.checking.finished(request)
+        return super().request_finished_all_groups(request, block_ids)  # type: ignore[no-any-return]
+
+    def build_connector_meta(self, scheduler_output: Any) -> Any:
+        metadata = super().build_connector_meta(scheduler_output)  # the offloaders' copies issued first
+        if self._kv_cache_manager is not None:
+            self.checking.check(self._kv_cache_manager, self.offloaders)
+        return metadata
+
+    def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:
+        super().bind_kv_cache_manager(kv_cache_manager)
+        self._kv_cache_manager = kv_cache_manager
+
+
+__all__ = [
+    "Checking",
+    "Copies",
+    "KvschedChecker",
+    "KvschedMultiConnector",
+    "LiveFinding",
+    "offload_copies",
+    "read_pool",
+    "read_view",
+]

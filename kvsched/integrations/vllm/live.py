@@ -19,6 +19,16 @@ many more of them than the map holds.
                       key names other tokens (or another parent) than when it was first seen
     salt              a key names the same tokens under another cache salt than when first seen
     finished_leftover a finished request still holds blocks
+    copy_in_flight    a block a connector copies (a store to another tier, a load from it) is
+                      in the free queue, or a block a copy writes already carries a key
+
+A connector beside vLLM's pool (an offloading tier) holds references of its own on the blocks
+its copies in flight read or write: the view lists them (`pinned`), and they count with the
+tables'. vLLM 0.34 frees a block whose content another tier now holds to the queue's front
+(`evict_first`): a cached block the checker saw a store read, out of every table, and still
+under the key it was stored with, may sit anywhere in the queue. The same checks run on the
+offloading tier's own pool (no tables; only the connector's references): `Finding.pool` says
+which.
 
 Each finding names its check, the request and the block. A deliberately broken pool fails each
 (`tests/integrations/test_live_checker.py` on views; `devtools/vllm/checker_teeth.py` on vLLM).
@@ -42,6 +52,7 @@ CHECKS = (
     "ghost_content",
     "salt",
     "finished_leftover",
+    "copy_in_flight",
 )
 
 
@@ -53,6 +64,7 @@ class Finding:
     request_id: str | None
     block_id: int | None
     detail: str
+    pool: str = "device"
 
     def __str__(self) -> str:
         where = ", ".join(
@@ -63,7 +75,8 @@ class Finding:
             )
             if part
         )
-        return f"[{self.check}] {where}: {self.detail}" if where else f"[{self.check}] {self.detail}"
+        check = self.check if self.pool == "device" else f"{self.check}, {self.pool} pool"
+        return f"[{check}] {where}: {self.detail}" if where else f"[{check}] {self.detail}"
 
 
 class LiveFinding(KvschedError):
@@ -116,8 +129,10 @@ class PoolView:
     """A pool and its manager at one step, as read: each block's count (block id = index), the
     null block, the free queue head to tail as walked (a block twice shows twice), the count the
     queue keeps, each block's key (None: uncached) and the further keys a few blocks carry, the
-    hash map, and every live request's blocks. The sequences and the map may be the pool's own,
-    read in place."""
+    hash map, every live request's blocks, and the copies in flight: the references connectors
+    hold on blocks (block -> how many), the blocks a store reads (their content leaves for another
+    tier) and those a copy writes (they carry no key until it completes). The sequences and the
+    map may be the pool's own, read in place."""
 
     ref_counts: Sequence[int]
     null_block: int
@@ -127,6 +142,9 @@ class PoolView:
     extra_keys: Mapping[int, Collection[bytes]]
     cache_map: HashMap
     held: tuple[Held, ...]
+    pinned: Mapping[int, int] = field(default_factory=dict)
+    storing: Collection[int] = ()
+    writing: Collection[int] = ()
 
     def carried(self, block: int) -> tuple[bytes, ...]:
         """Every key `block` carries."""
@@ -142,6 +160,7 @@ class LiveChecker:
     ghosts: dict[bytes, tuple[tuple[int, ...], bytes | None, object]] = field(default_factory=dict)
     verified: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
+    stored: dict[int, bytes] = field(default_factory=dict)  # block -> the key a store read it under
 
     def request_finished(self, request_id: str) -> None:
         """`request_id` finished: from the next view on, it must hold nothing."""
@@ -158,14 +177,29 @@ class LiveChecker:
         if len(self.ghosts) > GHOSTS_KEPT + 2 * view.cache_map.pairs():
             self._forget_ghosts(view)
         counts = _table_counts(view)
+        self._remember_stores(view)
         return [
             *_refcounts(view, counts),
             *_free_blocks(view, counts),
-            *_order(view),
+            *_order(view, self.stored),
             *_cache_map(view),
+            *_written(view),
             *self._content(view),
             *self._leftovers(view),
         ]
+
+    def _remember_stores(self, view: PoolView) -> None:
+        """The blocks a store read out of every table, while they keep that key and stay out of
+        every table: the release may free them to the queue's front."""
+        if not view.storing and not self.stored:
+            return
+        in_table = {block for held in view.held for block in held.blocks}
+        for block in view.storing:
+            key = view.keys[block]
+            if key is not None and block not in in_table:
+                self.stored[block] = key
+        for block in [block for block, key in self.stored.items() if view.keys[block] != key or block in in_table]:
+            del self.stored[block]
 
     def _forget_ghosts(self, view: PoolView) -> None:
         """Keep the ghosts of the keys the map still names (a long-running server sees keys
@@ -223,11 +257,14 @@ class LiveChecker:
 
 
 def _table_counts(view: PoolView) -> list[int]:
-    """How many table entries hold each block (the null block: its own count, unmaintained)."""
+    """How many table entries and connectors' copies hold each block (the null block: its own
+    count, unmaintained)."""
     counts = [0] * len(view.ref_counts)
     for held in view.held:
         for block in held.blocks:
             counts[block] += 1
+    for block, pins in view.pinned.items():
+        counts[block] += pins
     counts[view.null_block] = view.ref_counts[view.null_block]
     return counts
 
@@ -240,7 +277,7 @@ def _refcounts(view: PoolView, counts: list[int]) -> list[Finding]:
     if counts == list(view.ref_counts):
         return []
     return [
-        Finding("refcount", _holder(view, block), block, f"counted {count}, held by {held} table entries")
+        Finding("refcount", _holder(view, block), block, f"counted {count}, held {held} times by tables and copies")
         for block, (count, held) in enumerate(zip(view.ref_counts, counts, strict=True))
         if count != held
     ]
@@ -255,6 +292,8 @@ def _free_blocks(view: PoolView, counts: list[int]) -> list[Finding]:
         seen.add(block)
         if block == view.null_block:
             findings.append(Finding("free_queue", None, block, "the null block is queued"))
+        elif counts[block] and _holder(view, block) is None:
+            findings.append(Finding("copy_in_flight", None, block, "a copy in flight holds it, yet it is queued free"))
         elif counts[block]:
             findings.append(Finding("free_in_table", _holder(view, block), block, "is in the free queue"))
         elif view.ref_counts[block] != 0:
@@ -308,13 +347,24 @@ def _unnamed(block: int, key: bytes) -> Finding:
     return Finding("cache_map", None, block, f"carries a key the map does not name for it ({key.hex()[:16]})")
 
 
-def _order(view: PoolView) -> list[Finding]:
-    """The release's order (vLLM 0.32): freed blocks without a hash go to the front (reused first,
-    newest first), cached ones to the back (reused last, oldest first), and allocation takes from
-    the front, so the queue is its uncached blocks, then its cached ones."""
-    cached = [view.keys[block] is not None for block in view.free_queue]
-    first = cached.index(True) if True in cached else len(cached)
-    behind = next((position for position in range(first, len(cached)) if not cached[position]), None)
+def _order(view: PoolView, stored: Mapping[int, bytes]) -> list[Finding]:
+    """The release's order: freed blocks without a hash go to the front (reused first, newest
+    first), cached ones to the back (reused last, oldest first), and allocation takes from the
+    front, so the queue is its uncached blocks, then its cached ones; a block another tier
+    stored may also have gone to the front (0.34's `evict_first`), so it may sit anywhere."""
+    keys = [view.keys[block] for block in view.free_queue]
+    kept_last = [key is not None and stored.get(block) != key for block, key in zip(view.free_queue, keys, strict=True)]
+    first = kept_last.index(True) if True in kept_last else len(keys)
+    behind = next((position for position in range(first, len(keys)) if keys[position] is None), None)
     if behind is None:
         return []
     return [Finding("free_order", None, view.free_queue[behind], "an uncached block is queued behind a cached one")]
+
+
+def _written(view: PoolView) -> list[Finding]:
+    """A block a copy in flight writes holds no content yet: it carries no key."""
+    return [
+        Finding("copy_in_flight", _holder(view, block), block, "a copy in flight writes it, yet it carries a key")
+        for block in view.writing
+        if view.carried(block)
+    ]

@@ -204,6 +204,42 @@ OFFLOAD_TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
         "ChunkStatus.is_ready": ((43, 43, 43), None),
     },
 }
+
+# What the live checker reads beside vLLM's CPU-offloading connector (KvschedMultiConnector): the
+# copies SimpleCPUOffloadConnector's scheduler has in flight, and the MultiConnector it extends.
+# Read on 0.32.0 and 0.34.0 (0.33.0's were not: the checker refuses the connector there).
+SIMPLE = "vllm.v1.simple_kv_offload.manager"
+COPIES_TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
+    SIMPLE: {
+        "SimpleCPUOffloadScheduler": ((141, None, 143), None),
+        "SimpleCPUOffloadScheduler._store_event_to_blocks": ((257, None, 266), None),
+        "SimpleCPUOffloadScheduler._abandoned_store_event_to_blocks": ((258, None, 267), None),
+        "SimpleCPUOffloadScheduler._pending_finished_stores": ((263, None, 272), None),
+        "SimpleCPUOffloadScheduler._reqs_to_load": ((231, None, 239), None),
+        "SimpleCPUOffloadScheduler._abandoned_reqs_to_load": ((264, None, 273), None),
+        "SimpleCPUOffloadScheduler._pending_cpu_hits": ((241, None, 249), None),
+        "SimpleCPUOffloadScheduler.cpu_block_pool": ((226, None, 234), None),
+        "SimpleCPUOffloadScheduler._prepare_lazy_store_specs": ((586, None, 644), ""),
+        "SimpleCPUOffloadScheduler.update_state_after_alloc": ((395, None, 443), "request blocks num_external_tokens"),
+        "TransferMeta.gpu_block_ids": ((85, None, 87), None),
+        "TransferMeta.cpu_block_ids": ((86, None, 88), None),
+        "LoadRequestState.transfer_meta": ((93, None, 95), None),
+    },
+    f"{CONNECTOR}.v1.simple_cpu_offload_connector": {
+        "SimpleCPUOffloadConnector": ((66, None, 82), None),
+        "SimpleCPUOffloadConnector.scheduler_manager": ((143, None, 182), None),
+    },
+    f"{CONNECTOR}.v1.multi_connector": {
+        "MultiConnector": ((135, None, 133), None),
+        "MultiConnector.__init__": ((174, None, 172), "vllm_config role kv_cache_config"),
+        "MultiConnector._connectors": ((184, None, 182), None),
+        "MultiConnector.build_connector_meta": ((483, None, 533), "scheduler_output"),
+        "MultiConnector.request_finished": ((573, None, 623), "request blocks"),
+        "MultiConnector.request_finished_all_groups": ((595, None, 645), "request block_ids"),
+        "MultiConnector.on_new_request": ((479, None, 526), "request"),
+        "MultiConnector.bind_kv_cache_manager": ((255, None, 302), "kv_cache_manager"),
+    },
+}
 # fmt: on
 
 Seen = tuple[int, str | None]  # the line of the definition, and the parameters (None: an attribute)
@@ -224,6 +260,7 @@ def _per_release(table: dict[str, dict[str, tuple[Lines, Params]]]) -> dict[str,
 
 NAMES = _per_release(TABLE)
 OFFLOAD_NAMES = _per_release(OFFLOAD_TABLE)
+COPIES_NAMES = _per_release(COPIES_TABLE)
 
 
 def _defines(member: ast.stmt, name: str) -> bool:
@@ -350,6 +387,20 @@ def require_offload_names() -> Release:
     return _required(OFFLOAD_NAMES)
 
 
+@functools.cache
+def require_copies_names() -> Release:
+    """As `require_names`, for the names of `COPIES_TABLE` (what the live checker reads of vLLM's
+    CPU-offloading connector); `UnsupportedVllm` on a release whose names were not read."""
+    release = require_tested_vllm().split("+")[0]
+    if not any(release in seen for seen in COPIES_NAMES.values()):
+        raise UnsupportedVllm(
+            f"the live checker beside SimpleCPUOffloadConnector is tested on vLLM"
+            f" {', '.join(r for r in RELEASE_ORDER if any(r in seen for seen in COPIES_NAMES.values()))},"
+            f" not {release}"
+        )
+    return _required(COPIES_NAMES)
+
+
 def _required(table: dict[str, dict[str, Seen]] | None) -> Release:
     release = require_tested_vllm().split("+")[0]
     drift = check_names(release, table)
@@ -362,10 +413,11 @@ def _required(table: dict[str, dict[str, Seen]] | None) -> Release:
 def main() -> int:
     """`python -m kvsched.integrations.vllm.names`: check the installed vLLM against the table."""
     release = require_tested_vllm().split("+")[0]
-    drift = check_names(release) + check_names(release, OFFLOAD_NAMES)
+    tables = (NAMES, OFFLOAD_NAMES, COPIES_NAMES)
+    drift = [line for table in tables for line in check_names(release, table)]
     for line in drift:
         print(line)
-    checked = sum(release in seen for table in (NAMES, OFFLOAD_NAMES) for seen in table.values())
+    checked = sum(release in seen for table in tables for seen in table.values())
     print(f"vLLM {release}: {checked} names checked, {len(drift)} differ")
     return 1 if drift else 0
 
@@ -374,6 +426,8 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 __all__ = [
+    "COPIES_NAMES",
+    "COPIES_TABLE",
     "NAMES",
     "OFFLOAD_NAMES",
     "OFFLOAD_TABLE",
@@ -381,6 +435,7 @@ __all__ = [
     "TABLE",
     "Release",
     "check_names",
+    "require_copies_names",
     "require_names",
     "require_offload_names",
 ]
