@@ -284,7 +284,15 @@ def silent(lazy: bool) -> dict[str, Any]:
 
 
 def plain_checker_reports() -> dict[str, Any]:
-    sched, counted = run(multi([offload(True), PLAIN_CHECKER], checking=False))
+    import logging
+
+    logger = logging.getLogger("kvsched.integrations.vllm.checker")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)  # a thousand findings, counted below rather than logged
+    try:
+        sched, counted = run(multi([offload(True), PLAIN_CHECKER], checking=False))
+    finally:
+        logger.setLevel(level)
     checker = sched.connector._connectors[1]
     checks = sorted({finding.check for finding in checker.findings})
     if not checks:
