@@ -46,6 +46,8 @@ EngineFactory = Callable[[EngineConfig, Any], Any]
 EOS = 7
 IDS = 6  # request ids 1..6; 0 and 7 are never submitted
 BASES = ((3, 1, 4, 1, 5, 9, 2, 6), (2, 7, 1, 8, 2, 8, 1, 8))  # what prompts start with
+SETTLE_STEPS = 8  # steps in which a request of BASES' length, alone, runs to its end
+FULL_HOST_PAGES = 2  # a host tier of this many pages or fewer: a round trip fills it
 
 SHAPES = {
     "default": EngineConfig(
@@ -466,14 +468,46 @@ class EngineMachine(CheckedMachine):
             self.fail(CheckFailure(FailureKind.LIVENESS, f"pages {held} or state slots still held after draining"))
 
 
+class FullHostMachine(EngineMachine):
+    """The engine machine on a host tier small enough to fill (`FULL_HOST_PAGES` pages or fewer):
+    one rule more, which fills it while a promotion reads it."""
+
+    @rule(
+        first=st.integers(1, IDS),
+        length=st.integers(4, 5),
+        more=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=2).map(tuple),
+        newcomer=st.lists(st.integers(0, VOCAB - 1), min_size=4, max_size=8).map(tuple),
+        copies=COPIES,
+    )
+    def round_trip(
+        self, first: int, length: int, more: tuple[int, ...], newcomer: tuple[int, ...], copies: tuple[int, ...]
+    ) -> None:
+        """With a host tier: a prompt computed, pushed to the host by another prompt's pressure,
+        asked for again with more tokens, and a newcomer arriving while that return's copies are
+        in flight (as `copies` says): the host fills while a promotion still reads it."""
+        ids = [(first + offset - 1) % IDS + 1 for offset in range(4)]
+        prompt, other = BASES[0][:length], BASES[1]
+        for request in (EngineRequest(ids[0], prompt, 1), EngineRequest(ids[1], other, 2)):
+            self.run(ev.Submit(request))
+            for _ in range(SETTLE_STEPS):
+                self.run(ev.Step(copies=(DONE,)))
+        self.run(ev.Submit(EngineRequest(ids[2], prompt + more, 1)))
+        self.run(ev.Step(copies=copies))
+        self.run(ev.Submit(EngineRequest(ids[3], newcomer, 2)))
+        for _ in range(4):
+            self.run(ev.Step(copies=copies))
+
+
 def engine_machine(
     factory: EngineFactory = impl_engine,
     reference: EngineFactory | None = spec_engine,
     config: EngineConfig = SHAPES["default"],
 ) -> type[EngineMachine]:
-    """An `EngineMachine` class over these engines and shape (what hypothesis runs)."""
+    """An `EngineMachine` class over these engines and shape (what hypothesis runs); on a host
+    tier small enough to fill, a `FullHostMachine`."""
+    base = FullHostMachine if 0 < config.host_pages <= FULL_HOST_PAGES else EngineMachine
 
-    class Machine(EngineMachine):
+    class Machine(base):  # type: ignore[valid-type,misc]
         def __init__(self) -> None:
             super().__init__(factory, reference, config)
 

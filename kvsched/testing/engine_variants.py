@@ -390,7 +390,7 @@ ENGINE_VARIANTS = (
         FailureKind.INVARIANT,
         shape="host_small",
         target=HostTier,
-        examples=3000,  # the host full while a promotion reads its least recently used page
+        examples=3000,  # the host full while a promotion reads its least recently used page: a round trip
     ),
     EngineVariant(
         "lease_holds_nothing",
