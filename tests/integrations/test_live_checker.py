@@ -135,6 +135,10 @@ BROKEN: dict[str, tuple[Callable[[], PoolView], tuple[str, str | None, int | Non
     ),
     "the last block's key unnamed": (lambda: view(cache_map=Map({A0: {1}, A1: {2}})), ("cache_map", None, 6)),
     "the last request's cached block without its key": (moved_cached_block, ("ghost_content", "b", 2)),
+    "the last request's block past its cached ones carries a key": (
+        lambda: view(keys=(None, A0, A1, None, X, None, None), cache_map=Map({A0: {1}, A1: {2}, X: {4}})),
+        ("stale_key", "b", 4),
+    ),
     "the last block a store reads, queued free": (
         lambda: replace(storing_last(), free_queue=(5, 6), free_count=2),
         ("copy_in_flight", None, 6),
@@ -168,6 +172,11 @@ def test_a_consistent_pool_has_no_finding() -> None:
 def test_each_broken_view_is_found(name: str) -> None:
     broken, expected = BROKEN[name]
     assert expected in found(broken())
+
+
+def test_a_block_just_filled_may_carry_its_own_key_before_its_count_catches_up() -> None:
+    keys = (None, A0, A1, A2, None, None, X)  # request a's block 2, past its 2 cached: A2, its own
+    assert found(view(keys=keys, cache_map=Map({A0: {1}, A1: {2}, A2: {3}, X: {6}}))) == set()
 
 
 def test_copies_in_flight_hold_their_blocks() -> None:
@@ -258,6 +267,7 @@ WEAKENED = [
     ("    for block, pins in view.pinned.items():", "    for block, pins in list(view.pinned.items())[:-1]:"),
     ("        for block in view.writing\n", "        for block in list(view.writing)[:-1]\n"),
     ("        for block in view.storing:", "        for block in list(view.storing)[:-1]:"),
+    ("range(held.cached, len(held.blocks))", "range(held.cached, len(held.blocks) - 1)"),
 ]
 
 

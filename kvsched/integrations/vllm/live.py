@@ -19,6 +19,8 @@ many more of them than the map holds.
                       key names other tokens (or another parent) than when it was first seen
     salt              a key names the same tokens under another cache salt than when first seen
     finished_leftover a finished request still holds blocks
+    stale_key         a block a request is still writing (past its cached blocks) carries a key
+                      other than its own tokens': a key outlived the content it named
     copy_in_flight    a block a connector copies (a store to another tier, a load from it) is
                       in the free queue, or a block a copy writes already carries a key
 
@@ -52,6 +54,7 @@ CHECKS = (
     "ghost_content",
     "salt",
     "finished_leftover",
+    "stale_key",
     "copy_in_flight",
 )
 
@@ -184,6 +187,7 @@ class LiveChecker:
             *_order(view, self.stored),
             *_cache_map(view),
             *_written(view),
+            *_stale(view),
             *self._content(view),
             *self._leftovers(view),
         ]
@@ -359,6 +363,21 @@ def _order(view: PoolView, stored: Mapping[int, bytes]) -> list[Finding]:
     if behind is None:
         return []
     return [Finding("free_order", None, view.free_queue[behind], "an uncached block is queued behind a cached one")]
+
+
+def _stale(view: PoolView) -> list[Finding]:
+    """A block a request is still writing holds none of the content a key names, unless it is its
+    own tokens' key (the block filled, its count not yet caught up): it carries no other key."""
+    findings = []
+    for held in view.held:
+        for index in range(held.cached, len(held.blocks)):
+            block = held.blocks[index]
+            carried = view.carried(block) if block != view.null_block else ()
+            own = (held.keys[index],) if index < len(held.keys) else ()
+            if carried and carried != own:
+                detail = f"its block {index}, past its {held.cached} cached, carries a key"
+                findings.append(Finding("stale_key", held.request_id, block, detail))
+    return findings
 
 
 def _written(view: PoolView) -> list[Finding]:
