@@ -179,9 +179,9 @@ def run(kv_transfer: dict[str, Any], seed: int = 0, blocks: int = 40) -> tuple[A
 def front_stored(sched: Any) -> int:
     """How many cached blocks sit in the free queue ahead of an uncached one (freed to the front
     once stored: the blocks the order check lets through)."""
-    pool = sched.kv_cache_manager.block_pool
-    queue, block, ahead = pool.free_block_queue, pool.free_block_queue.fake_free_list_head.next_free_block, 0
-    cached_seen = 0
+    queue = sched.kv_cache_manager.block_pool.free_block_queue
+    block = queue.fake_free_list_head.next_free_block
+    cached_seen = ahead = 0
     while block is not None and block is not queue.fake_free_list_tail:
         if block.block_hash is not None:
             cached_seen += 1
@@ -307,7 +307,7 @@ def order_needs_the_stores() -> dict[str, Any]:
 
     from kvsched.integrations.vllm.live import LiveChecker, LiveFinding
 
-    with mock.patch.object(LiveChecker, "_remember_stores", lambda self, view: None):
+    with mock.patch.object(LiveChecker, "_remember_stores", lambda self, *args: None):
         try:
             run(multi([offload(True)]))
         except LiveFinding as error:

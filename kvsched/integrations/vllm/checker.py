@@ -118,15 +118,12 @@ class Copies:
     writing: list[int] = field(default_factory=list)
 
 
-def offload_copies(connector: Any) -> tuple[Copies, Copies]:
-    """The copies vLLM's `SimpleCPUOffloadConnector` has in flight, on the device pool and on its
-    host pool: every store (issued, abandoned by a reset, or queued at a request's finish) and
-    every load (issued or abandoned) holds one reference on each of its device and host blocks,
-    and each cache hit awaiting its load one on each host block it found."""
+def offload_copies(manager: Any) -> tuple[Copies, Copies]:
+    """The copies the scheduler side of vLLM's `SimpleCPUOffloadConnector` has in flight, on the
+    device pool and on its host pool: every store (issued, abandoned by a reset, or queued at a
+    request's finish) and every load (issued or abandoned) holds one reference on each of its
+    device and host blocks, and each cache hit awaiting its load one on each host block it found."""
     device, host = Copies(), Copies()
-    manager = connector.scheduler_manager
-    if manager is None:  # the worker's side
-        return device, host
     stores = [
         *manager._store_event_to_blocks.values(),
         *manager._abandoned_store_event_to_blocks.values(),
@@ -171,7 +168,7 @@ def read_view(manager: Any, requests: dict[str, Any], copies: Copies | None = No
                     salt=salt,
                 )
             )
-    return read_pool(manager.block_pool, tuple(held), copies or Copies())
+    return read_pool(pool, tuple(held), copies or Copies())
 
 
 def read_pool(pool: Any, held: tuple[Held, ...], copies: Copies) -> PoolView:
@@ -226,12 +223,14 @@ class Checking:
         self.steps += 1
         device, hosts = Copies(), []
         for offloader in offloaders:
-            on_device, on_host = offload_copies(offloader)
+            tier = offloader.scheduler_manager  # None on the worker's side
+            if tier is None:
+                continue
+            on_device, on_host = offload_copies(tier)
             device.pinned.update(on_device.pinned)
             device.storing += on_device.storing
             device.writing += on_device.writing
-            if offloader.scheduler_manager is not None:
-                hosts.append((id(offloader), offloader.scheduler_manager.cpu_block_pool, on_host))
+            hosts.append((id(offloader), tier.cpu_block_pool, on_host))
         findings = self.checker.check(read_view(manager, self.requests, device))
         for key, pool, copies in hosts:
             host = self.hosts.setdefault(key, LiveChecker())
@@ -322,7 +321,7 @@ def _offloader_class() -> type:
 
 class KvschedMultiConnector(MultiConnector):  # type: ignore[misc]
     """vLLM's `MultiConnector`, checking the pool after its connectors at every step; see the
-    module. Its connectors may be vLLM's CPU-offloading connector and kvsched's checker."""
+    module. Its connectors are vLLM's CPU-offloading connectors, whose copies it reads."""
 
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)

@@ -180,7 +180,7 @@ class LiveChecker:
         if len(self.ghosts) > GHOSTS_KEPT + 2 * view.cache_map.pairs():
             self._forget_ghosts(view)
         counts = _table_counts(view)
-        self._remember_stores(view)
+        self._remember_stores(view, counts)
         return [
             *_refcounts(view, counts),
             *_free_blocks(view, counts),
@@ -192,17 +192,21 @@ class LiveChecker:
             *self._leftovers(view),
         ]
 
-    def _remember_stores(self, view: PoolView) -> None:
+    def _remember_stores(self, view: PoolView, counts: list[int]) -> None:
         """The blocks a store read out of every table, while they keep that key and stay out of
-        every table: the release may free them to the queue's front."""
+        every table: the release may free them to the queue's front. (A block is in a table when
+        more hold it than the copies do.)"""
         if not view.storing and not self.stored:
             return
-        in_table = {block for held in view.held for block in held.blocks}
+
+        def in_table(block: int) -> bool:
+            return counts[block] > view.pinned.get(block, 0)
+
         for block in view.storing:
             key = view.keys[block]
-            if key is not None and block not in in_table:
+            if key is not None and not in_table(block):
                 self.stored[block] = key
-        for block in [block for block, key in self.stored.items() if view.keys[block] != key or block in in_table]:
+        for block in [block for block, key in self.stored.items() if view.keys[block] != key or in_table(block)]:
             del self.stored[block]
 
     def _forget_ghosts(self, view: PoolView) -> None:
