@@ -80,7 +80,7 @@ def test_cancel_releases_exactly_as_finish_and_reports_once(flavour: Any, when: 
     assert output.finished.get(target) is FinishReason.CANCELLED
     _, finished = run_to_completion(subject)
     assert target not in finished
-    assert subject.pool.free_count() == config.pages
+    assert len(subject.to_spec().system.pool.free) == config.pages
     with pytest.raises(spec.UnknownRequest):
         subject.cancel(target)  # finished ids are forgotten
 
@@ -153,8 +153,7 @@ def test_a_full_prefix_hit_still_prefills_one_token(flavour: Any) -> None:
     subject.submit(EngineRequest(1, prompt, 3))
     subject.step()
     identity = spec.derive_prefix_identity(1, 2, 3, 4, [])
-    pages = tuple(page for page in subject.scheduler.page_table(1) if page is not None)[:2]
-    subject.store.publish(spec.PrefixPageSet(identity, pages, 4), subject.pool)
+    subject.publish(1, 4, identity)
     subject.submit(EngineRequest(2, prompt, 3, prefix=identity))
     copies = model.copies
     output = subject.step()
@@ -222,7 +221,7 @@ def test_a_model_failure_leaves_the_engine_exactly_as_before(flavour: Any, where
     assert subject.to_spec() == before
     model.failing = ""
     run_to_completion(subject)  # the retried step and the rest: invariants after each
-    assert subject.pool.free_count() == config.pages
+    assert len(subject.to_spec().system.pool.free) == config.pages
 
 
 def test_both_flavours_export_the_pinned_names() -> None:
