@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsched.impl import checkpoint
+from kvsched.impl.engine_keys import PageKeys
 from kvsched.impl.engine_leases import Leases
 from kvsched.impl.engine_queue import WaitingQueue
 from kvsched.impl.engine_rows import (
@@ -48,7 +49,6 @@ from kvsched.impl.engine_rows import (
     commit_round,
 )
 from kvsched.impl.host_tier import HostTier
-from kvsched.impl.page_hash import PageHasher
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.prefix_cache import Mark, PrefixCache
@@ -83,14 +83,13 @@ from kvsched.spec.engine_config import (
     admission_pages,
     fits,
     pages_for,
-    salt_of,
 )
 from kvsched.spec.engine_state import EngineState, Queued, Running, external_holds
 from kvsched.spec.errors import Exhausted
 from kvsched.spec.host_tier import PROMOTE, Copy
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, PrefillItem
-from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, page_hash
+from kvsched.spec.page_keys import Key
 from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet, droppable
 from kvsched.spec.prefix_cache import get_cache_references
 from kvsched.spec.sequence import FinishReason
@@ -205,10 +204,8 @@ class Engine:
         "scheduler": "a certified part: the checkpoint",
         "cache": "its journal: mark and undo",
         "host": "its snapshot, saved with the checkpoint",
-        "hasher": "remembers keys by their bytes: never wrong",
         "_tokens": "a step writes only the rows of slots that were empty when it began",
-        "_page_keys": "a slot's keys name its tokens; a failed admission's are replaced by the slot's next",
-        "_salts": "remembers salts by tenant and adapter: never wrong",
+        "keys": "a part: a slot's keys name its tokens; a failed admission's are replaced by the slot's next",
         "_committed": "one step's running sum, set before it is read",
         "_filled": "one round's output buffer",
         "_done": "one round's output buffer",
@@ -241,9 +238,7 @@ class Engine:
         self._cancelled: list[int] = []
         self._admissions = 0
         self.cache = PrefixCache(config.pages)
-        self.hasher = PageHasher(config.page_size, page_hash(config.page_hash))
-        self._page_keys: list[list[Key]] = [[] for _ in range(config.requests)]  # each slot's full pages' keys
-        self._salts: dict[tuple[int, int], CacheSalt] = {}  # (tenant, adapter) -> its salt, once built
+        self.keys = PageKeys(config, self._tokens)
         self._committed: int | None = None  # this step's running prefills' pages past their chunks
         self._filled = np.zeros((config.requests, FILLED), dtype=np.int64)  # a round's filled pages
         self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
@@ -310,10 +305,7 @@ class Engine:
         why = self._never_fits(request)
         if why is not None:
             raise refusals.request_too_large(request.request_id, why)
-        keys = None
-        if self.config.prefix_caching:  # its prompt's full pages are hashed here, once
-            pages = len(request.prompt) // self.config.page_size
-            keys = self.hasher.keys_of(request.prompt_bytes, pages, self._salt(request))
+        keys = self.keys.of_prompt(request) if self.config.prefix_caching else None  # hashed here, once
         self._enqueue(Queued(request), front=False, keys=keys)
 
     def _never_fits(self, request: EngineRequest) -> str | None:
@@ -361,7 +353,7 @@ class Engine:
         self._fields[slot, STATE_SLOT] = state_slot
         self._admissions += 1
         self._requests[slot] = replace(request, request_id=child_id)
-        self._page_keys[slot] = list(self._page_keys[parent])
+        self.keys.slots[slot] = list(self.keys.slots[parent])
         self._running[child_id] = slot
         if parent in self._prefilling:
             self._prefilling.add(slot)
@@ -726,7 +718,7 @@ class Engine:
         newcomers.append(Newcomer(slot, identity, hit, pages, counted))
         if self.config.prefix_caching:
             self.cache.count_query(length_of, len(hit) * page_size)
-            self._page_keys[slot] = keys
+            self.keys.slots[slot] = keys
         self._touch_queue()
         self.queue.pop_front()
         self._tokens[slot, : len(request.prompt)] = np.frombuffer(request.prompt_bytes, dtype="<u4")
@@ -748,19 +740,8 @@ class Engine:
         return Chunk(request_id, cached, length, ()), slot
 
     def _keys_of(self, entry: Queued, pages: int) -> list[Key]:
-        """The keys of the queued `entry`'s first `pages` full pages: those hashed at submit or
-        kept at its preemption (the same tokens: its entry is the one they were kept with),
-        extended; else hashed now."""
-        request = entry.request
-        kept = self.queue.kept_keys(entry)
-        keys = kept[:pages] if kept is not None else None
-        if keys is not None and len(keys) == pages:
-            return keys
-        data = request.prompt_bytes + pack_tokens(entry.generated) if entry.generated else request.prompt_bytes
-        if keys is None:
-            return self.hasher.keys_of(data, pages, self._salt(request))
-        self.hasher.extend(keys, data, pages, self._salt(request))
-        return keys
+        """The keys of the queued `entry`'s first `pages` full pages (`PageKeys.of_queued`)."""
+        return self.keys.of_queued(entry, pages, self.queue.kept_keys(entry))
 
     def _admission_pages(self, length: int, cached: int, free: int, chunks: list[tuple[Chunk, int]]) -> int:
         """The spec's `_admission_pages`, the running prefills' rests from their fields; 0 when
@@ -871,7 +852,7 @@ class Engine:
         generated = tuple(self._tokens[slot, len(request.prompt) : int(self._fields[slot, LENGTH])].tolist())
         self._release([slot])
         # its keys name the same tokens when it is admitted again
-        keys = self._page_keys[slot] if self.config.prefix_caching else None
+        keys = self.keys.slots[slot] if self.config.prefix_caching else None
         self._enqueue(Queued(request, generated), front=True, keys=keys)
         record.preempted.append(request.request_id)
 
@@ -896,7 +877,7 @@ class Engine:
         rows: list[int] = []
         depths: list[int] = []
         for _, slot, first, end in written:
-            slot_keys = self._key_pages(slot, end)
+            slot_keys = self.keys.through(slot, self._request(slot), end)
             keys += slot_keys[first:end]
             rows += [slot] * (end - first)
             depths += range(first, end)
@@ -904,48 +885,15 @@ class Engine:
         self.cache.insert(self.pool, keys, pages, depths)
 
     def _publish_round(self, filled: list[list[int]]) -> None:
-        """`_publish_written` of a step without chunks: the page each request's round filled.
-        The pages that follow their request's keyed ones are keyed in one batch; any other (no
-        full page keyed yet) is keyed from its row alone."""
+        """`_publish_written` of a step without chunks: the page each request's round filled."""
         filled.sort()  # by admission
-        page_keys = self._page_keys
-        following = [(slot, depth) for _, slot, depth, _ in filled if 0 < depth == len(page_keys[slot])]
-        if following:
-            row_bytes, page_bytes = self._tokens.shape[1] * 4, self.config.page_size * 4
-            parents = [page_keys[slot][-1] for slot, _ in following]
-            starts = [slot * row_bytes + depth * page_bytes for slot, depth in following]
-            hashed = self.hasher.next_keys(parents, self._token_bytes(), starts)
-            for (slot, _), key in zip(following, hashed, strict=True):
-                page_keys[slot].append(key)
-        keys = [
-            page_keys[slot][depth] if depth < len(page_keys[slot]) else self._key_pages(slot, depth + 1)[depth]
-            for _, slot, depth, _ in filled
-        ]
+        keys = self.keys.of_filled(filled, self._request)
         self.cache.insert(self.pool, keys, [row[3] for row in filled], [row[2] for row in filled])
-
-    def _token_bytes(self) -> memoryview:
-        """The token rows' bytes, row after row (a view: nothing is copied)."""
-        return self._tokens.data.cast("B")
-
-    def _key_pages(self, slot: int, pages: int) -> list[Key]:
-        """The keys of `slot`'s first `pages` full pages (and any it already had)."""
-        slot_keys = self._page_keys[slot]
-        if len(slot_keys) < pages:
-            salt = None if slot_keys else self._salt(self._request(slot))
-            self.hasher.extend(slot_keys, self._token_bytes(), pages, salt, slot * self._tokens.shape[1] * 4)
-        return slot_keys
 
     def _request(self, slot: int) -> EngineRequest:
         request = self._requests[slot]
         assert request is not None, "a running request's slot"
         return request
-
-    def _salt(self, request: EngineRequest) -> CacheSalt:
-        """The request's salt (`salt_of`), built once per tenant and adapter."""
-        salt = self._salts.get((request.tenant, request.adapter))
-        if salt is None:
-            salt = self._salts[request.tenant, request.adapter] = salt_of(self.config, request)
-        return salt
 
     def _evict(self, pages: int, keep: list[int] | None = None) -> int:
         """The spec's `_evict`: evict, or demote what the host tier wants."""

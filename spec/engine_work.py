@@ -50,11 +50,7 @@ class Work:
     @classmethod
     def of(cls, state: EngineState, config: EngineConfig) -> Work:
         """`state`, open for change."""
-        pool = BlockPool(config.pages)
-        store = PrefixKvStore(config.prefix_entries, min(config.logical_pages, MAX_SET_PAGES), pool=pool)
-        scheduler = RequestScheduler(
-            config.requests, config.logical_pages, pool=pool, prefixes=store, page_size=config.page_size
-        )
+        pool, store, scheduler = _certified_parts(config)
         pool.commit(state.system.pool)
         store.commit(state.system.store)
         scheduler.commit(state.system.scheduler)
@@ -77,9 +73,7 @@ class Work:
     @classmethod
     def initial(cls, config: EngineConfig) -> EngineState:
         """An engine of `config` with nothing queued or running."""
-        pool = BlockPool(config.pages)
-        store = PrefixKvStore(config.prefix_entries, min(config.logical_pages, MAX_SET_PAGES), pool=pool)
-        scheduler = RequestScheduler(config.requests, config.logical_pages, pool=pool, prefixes=store)
+        pool, store, scheduler = _certified_parts(config)
         system = SystemState(pool.state, store.state, scheduler.state, (), EMPTY_CACHE)
         return initial_engine(system, config)
 
@@ -132,3 +126,13 @@ class Work:
     def own_state_slot(self, slot: int, owner: int | None) -> None:
         """Recurrent-state slot `slot` is held by `owner` (None: free)."""
         self.state_slots = self.state_slots[:slot] + (owner,) + self.state_slots[slot + 1 :]
+
+
+def _certified_parts(config: EngineConfig) -> tuple[BlockPool, PrefixKvStore, RequestScheduler]:
+    """A fresh pool, prefix store and request scheduler of `config`, bound together."""
+    pool = BlockPool(config.pages)
+    store = PrefixKvStore(config.prefix_entries, min(config.logical_pages, MAX_SET_PAGES), pool=pool)
+    scheduler = RequestScheduler(
+        config.requests, config.logical_pages, pool=pool, prefixes=store, page_size=config.page_size
+    )
+    return pool, store, scheduler

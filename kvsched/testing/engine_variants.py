@@ -1,9 +1,10 @@
 """Deliberately broken engines: proof that the engine harness can fail.
 
-Each variant is impl's `Engine` with one method (of the engine, its `PrefixCache` or its
-`HostTier`) replaced by a seam override: a function of a few visible lines that takes the
-method's place in a subclass, reintroducing a bug serving engines have shipped (as
-`devtools/mutants_corpus.py` does for impl's parts; no engine source is edited as text).
+Each variant is impl's `Engine` with one method (of the engine or one of its parts: its
+`PrefixCache`, `HostTier`, `Leases` or `PageKeys`) replaced by a seam override: a function of a
+few visible lines that takes the method's place in a subclass, reintroducing a bug serving
+engines have shipped (as `devtools/mutants_corpus.py` does for impl's parts; no engine source is
+edited as text).
 `ENGINE_VARIANTS` names each, the bug it is, the machine shape it runs on, and the check that
 must catch it with the spec beside it (`with_reference`) and without (`alone`: the engine's own
 checks).
@@ -19,6 +20,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from kvsched.impl.engine import Engine, Saved
+from kvsched.impl.engine_keys import PageKeys
 from kvsched.impl.engine_leases import Leases
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool, release_array
@@ -71,7 +73,8 @@ class EngineVariant:
 
         def build(config: EngineConfig, model: Any) -> Engine:
             engine = Engine(config, model)
-            part = {PrefixCache: engine.cache, HostTier: engine.host, Leases: engine.leases}[self.target]
+            parts = {PrefixCache: engine.cache, HostTier: engine.host, Leases: engine.leases, PageKeys: engine.keys}
+            part = parts[self.target]
             part.__class__ = broken
             return engine
 
@@ -117,7 +120,7 @@ def complete_to_the_top(self: HostTier, copy: Copy, ok: bool) -> None:
         free.append(free.pop(0))
 
 
-def salt_without_adapter(self: Engine, request: EngineRequest) -> CacheSalt:
+def salt_without_adapter(self: PageKeys, request: EngineRequest) -> CacheSalt:
     """A page key salted with the tenant but not the LoRA adapter."""
     return salt_of(self.config, replace(request, adapter=0))
 
@@ -174,7 +177,7 @@ def cache_when_seated(self: Engine, newcomers: list[Newcomer]) -> tuple[tuple[in
     """Newcomers' full pages enter the cache when their pages are seated, before their KV is written."""
     copies = Engine._seat(self, newcomers)
     for newcomer in newcomers:
-        keys = self._page_keys[newcomer.slot]
+        keys = self.keys.slots[newcomer.slot]
         first, end = newcomer.pages.start, min(len(keys), newcomer.pages.stop)
         if first < end:
             pages = get_slots(self.scheduler).tables[newcomer.slot][first:end].tolist()
@@ -191,7 +194,7 @@ def hold_nothing(self: PrefixCache, pool: BlockPool, pages: Any) -> None:
     """The cache takes no reference of its own."""
 
 
-def salt_without_tenant(self: Engine, request: EngineRequest) -> CacheSalt:
+def salt_without_tenant(self: PageKeys, request: EngineRequest) -> CacheSalt:
     """A page key salted without the tenant: two tenants with one prompt share pages."""
     return salt_of(self.config, replace(request, tenant=0))
 
@@ -332,11 +335,12 @@ ENGINE_VARIANTS = (
         "salt_dropped",
         "page keys leave out the tenant, so two tenants with the same prompt share KV pages"
         " (vLLM's hash-collision advisory)",
-        "_salt",
+        "salt",
         salt_without_tenant,
         FailureKind.LOCKSTEP,
         FailureKind.ISOLATION,
         shape="cached",
+        target=PageKeys,
     ),
     EngineVariant(
         "demotion_source_freed",
@@ -440,11 +444,12 @@ ENGINE_VARIANTS = (
         "adapter_dropped",
         "page keys keep the tenant but leave out the LoRA adapter: one adapter's KV is served to another"
         " (vLLM #30931's class)",
-        "_salt",
+        "salt",
         salt_without_adapter,
         FailureKind.LOCKSTEP,
         FailureKind.ISOLATION,
         shape="cached",
+        target=PageKeys,
     ),
     EngineVariant(
         "budget_forgets_decode",

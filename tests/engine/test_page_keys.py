@@ -36,7 +36,7 @@ class RehashingEngine(impl.Engine):
     def _keys_of(self, entry: Queued, pages: int) -> list[Key]:
         request = entry.request
         data = request.prompt_bytes + pack_tokens(entry.generated)
-        return self.hasher.keys_of(data, pages, self._salt(request))
+        return self.keys.hasher.keys_of(data, pages, self.keys.salt(request))
 
 
 class AdmissionHashingEngine(impl.Engine):
