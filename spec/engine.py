@@ -114,12 +114,13 @@ from kvsched.spec.engine_running import (
 from kvsched.spec.engine_state import EngineState, Queued, enqueue, live_ids, victim
 from kvsched.spec.engine_work import Work
 from kvsched.spec.errors import Exhausted, KvschedError
-from kvsched.spec.host_tier import HostStats
+from kvsched.spec.host_tier import HostState, HostStats
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel
 from kvsched.spec.plan import WritePlan
+from kvsched.spec.pool import BlockPool
 from kvsched.spec.prefix import PrefixPageSet
-from kvsched.spec.prefix_cache import CacheStats
+from kvsched.spec.prefix_cache import CacheState, CacheStats
 from kvsched.spec.round import lower_round
 from kvsched.spec.sequence import FinishReason
 
@@ -149,6 +150,22 @@ class Engine:
 
     def _work(self) -> Work:
         return Work.of(self._state, self.config)
+
+    @property
+    def pool(self) -> BlockPool:
+        """The pool, to read: a `BlockPool` holding the engine's pool state now (a copy: the
+        engine changes only through its operations)."""
+        return self._work().pool
+
+    @property
+    def cache(self) -> CacheState:
+        """The automatic prefix cache's state."""
+        return self._state.system.cache
+
+    @property
+    def host(self) -> HostState:
+        """The host tier's state."""
+        return self._state.host
 
     # -- intake -------------------------------------------------------------------------------
 
@@ -326,10 +343,11 @@ def make_room(work: Work, preempted: list[int]) -> tuple[WritePlan, list[Chunk]]
     them, so a model failure can always be undone."""
     relieved = False
     while True:
-        trial = Work.of(work.state, work.config)  # room is tried on a copy: a failed try drops it
+        before = work.state
         try:
-            room = room_for_running(trial)
+            room = room_for_running(work)
         except Exhausted as error:
+            work.reopen(before)  # the try is dropped
             relieved_now = relieve(work, error.needed or 1)
             if relieved_now == 0 and work.host.copies:
                 return None  # copies in flight free or unpin pages when they complete: wait
@@ -341,15 +359,9 @@ def make_room(work: Work, preempted: list[int]) -> tuple[WritePlan, list[Chunk]]
             relieved = True
             continue
         if relieved:
+            work.reopen(before)
             return None
-        _take(work, trial)
         return room
-
-
-def _take(work: Work, trial: Work) -> None:
-    """`work` becomes `trial`, a copy it opened, changed."""
-    for name in Work.__slots__:
-        setattr(work, name, getattr(trial, name))
 
 
 def commit_step(plan: StepPlan, answers: ModelAnswers, config: EngineConfig) -> tuple[EngineState, StepOutput]:

@@ -70,6 +70,16 @@ class Work:
             state.admissions,
         )
 
+    def reopen(self, state: EngineState) -> None:
+        """The work holds `state` again (one it held before: the parts it changed since are
+        dropped)."""
+        self.pool.commit(state.system.pool)
+        self.store.commit(state.system.store)
+        self.scheduler.commit(state.system.scheduler)
+        self.cache, self.host, self.leases = state.system.cache, state.host, state.leases
+        self.queue, self.running, self.state_slots = state.queue, state.running, state.state_slots
+        self.cancelled, self.admissions = state.cancelled, state.admissions
+
     @classmethod
     def initial(cls, config: EngineConfig) -> EngineState:
         """An engine of `config` with nothing queued or running."""
