@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 PYTEST  := $(BIN)/python -m pytest
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup test lint docs verify demo deep bench gpu-check proofs contracts mutants vllm sglang clean
+.PHONY: help setup test lint docs verify demo deep bench gpu-check proofs contracts mutants vllm sglang ray clean
 
 ## This list (the default target).
 help:
@@ -36,6 +36,13 @@ SGLANG_VENV ?= .venv-sglang
 SGLANG_WORK ?= .sglang-work
 sglang:
 	bash devtools/sglang/run.sh $(SGLANG_VENV) $(SGLANG_WORK)
+
+## kvsched check --ray: the Ray tests on a Ray cluster started here, in its own venv with kvsched[ray].
+RAY_VENV ?= .venv-ray
+ray:
+	test -d $(RAY_VENV) || $(PY) -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/python -m pip install -q -e '.[ray]' 'pytest>=8'
+	$(RAY_VENV)/bin/python -m pytest -q -m ray tests/testing/test_check_workers.py
 
 ## The test suite (fast profiles: what CI runs), on every core.
 test: setup

@@ -209,6 +209,24 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shrinks", type=int, default=None, help="safety: programs shrinking may run (default 1500)")
     parser.add_argument("--strict", action="store_true", help="safety: exit 1 on a coverage warning too")
     parser.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH ('-': stdout, no table)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="safety: cut the campaign into shards of seeds (seed, seed+1, ...) run by N local processes;"
+        " the verdict and program are the same for any N",
+    )
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="safety: run the shards on a Ray cluster: 'auto' (the one this machine belongs to), 'local' (start"
+        " one here) or an address (needs kvsched[ray])",
+    )
+    parser.add_argument("--shard", type=int, default=None, help="safety: programs per shard (default 100)")
+    parser.add_argument(
+        "--journal", metavar="FILE", default=None, help="safety: record finished shards in FILE; a rerun resumes"
+    )
 
 
 def command_check(args: argparse.Namespace) -> int:

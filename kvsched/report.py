@@ -101,6 +101,13 @@ class Progress:
         self._phase, self._shown = phase, True
         self.stream.flush()
 
+    def note(self, message: str) -> None:
+        """Show `message` after the label: redrawn in place on a terminal, a line elsewhere."""
+        text = f"{self.label}: {message}"
+        self.stream.write(f"\r\x1b[2K{text}" if self.live else text + "\n")
+        self._shown = True
+        self.stream.flush()
+
     def __enter__(self) -> Progress:
         return self
 

@@ -3,10 +3,11 @@
 Safety mode (the default) takes a `ManagerFactory` (`factory(pages, page_size)` returning a
 `PageManager`, `kvsched.testing.adapter`) and runs `search_safety`. Exact mode takes a
 `SystemFactory` (`kvsched.testing.system`) and runs the lockstep campaign against kvsched's spec,
-which only kvsched's own implementation is meant to pass. Progress goes to stderr; a summary
-table to stdout (or one JSON document with `--json`). Exit status: 0 every check passed, 1 a
-counterexample (printed as a runnable program) or, with `--strict`, a coverage warning; usage and
-configuration errors are the CLI's `UsageError` (exit 2).
+which only kvsched's own implementation is meant to pass. With `--workers`, `--ray`, `--shard` or
+`--journal`, a safety campaign is cut into shards of seeds (`kvsched.testing.campaign_shards`).
+Progress goes to stderr; a summary table to stdout (or one JSON document with `--json`). Exit
+status: 0 every check passed, 1 a counterexample (printed as a runnable program) or, with
+`--strict`, a coverage warning; usage and configuration errors are the CLI's `UsageError` (exit 2).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import argparse
 import importlib
 import inspect
 import sys
+from pathlib import Path
 from typing import Any
 
 from kvsched.report import Progress, UsageError, print_table, require_writable, write_json
 from kvsched.testing.safety import NotAnAdapter
-from kvsched.testing.safety_search import SHRINKS, BadSetting, check_settings, search_safety
+from kvsched.testing.safety_search import SHRINKS, BadSetting, SafetyResult, check_settings, search_safety
 
 
 def resolve(target: str) -> tuple[str, str, Any]:
@@ -44,7 +46,16 @@ def resolve(target: str) -> tuple[str, str, Any]:
     return module_name, name, found
 
 
-SAFETY_ONLY = {"pages": "--pages", "page_size": "--page-size", "shrinks": "--shrinks", "strict": "--strict"}
+SAFETY_ONLY = {
+    "pages": "--pages",
+    "page_size": "--page-size",
+    "shrinks": "--shrinks",
+    "strict": "--strict",
+    "workers": "--workers",
+    "ray": "--ray",
+    "shard": "--shard",
+    "journal": "--journal",
+}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except BadSetting as error:
         raise UsageError(f"kvsched check: {_option(str(error))}") from error
+    if args.workers is not None or args.ray is not None or args.journal is not None or args.shard is not None:
+        return _sharded(args, factory, page_size)
     with Progress(f"kvsched check {args.target}", args.examples) as progress:
         try:
             result = search_safety(
@@ -91,13 +104,19 @@ def run(args: argparse.Namespace) -> int:
             )
         except NotAnAdapter as error:
             raise UsageError(f"kvsched check: {args.target}: {error}") from error
+    return _report(args, result, {"seed": result.seed})
+
+
+def _report(args: argparse.Namespace, result: SafetyResult, where: dict[str, Any]) -> int:
+    """Print (or write as JSON) a safety campaign's result; its exit status. `where` names the
+    seeds it ran (and, sharded, its workers and shards)."""
     summary = {
         "target": result.target,
         "mode": "safety",
         "outcome": "pass" if result.passed else "FAIL",
         "programs": result.programs,
         "steps": result.steps,
-        "seed": result.seed,
+        **where,
         "cpu_seconds": round(result.seconds, 2),
         "check": None if result.failure is None else result.failure.kind.name,
         "detail": None if result.failure is None else result.failure.detail,
@@ -109,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, summary)
     if args.json != "-":
-        columns = ["target", "mode", "outcome", "programs", "cpu_seconds"]
+        columns = ["target", "mode", "outcome", "programs", *where, "cpu_seconds"]
         print_table([[summary[column] for column in columns]], columns)
         print()
         print_table([list(result.coverage.values())], list(result.coverage))
@@ -118,6 +137,49 @@ def run(args: argparse.Namespace) -> int:
         if result.program is not None:
             print(f"\n{result.failure}\n\ncounterexample, {result.program_steps} calls:\n\n{result.program}")
     return 1 if not result.passed or (args.strict and result.warnings) else 0
+
+
+def _sharded(args: argparse.Namespace, factory: Any, page_size: int) -> int:
+    """The campaign cut into shards of seeds over workers (`kvsched.testing.campaign_shards`)."""
+    from kvsched.testing import campaign_shards
+    from kvsched.testing.workers import RayMissing, WorkerLost
+
+    if args.ray is not None and args.workers is not None:
+        raise UsageError("kvsched check: --workers or --ray, not both (Ray decides its own workers)")
+    workers = 1 if args.workers is None else args.workers
+    shard = campaign_shards.SHARD if args.shard is None else args.shard
+    if workers < 1 or shard < 1:
+        raise UsageError(f"kvsched check: --workers and --shard must be at least 1, not {workers}, {shard}")
+    journal = None if args.journal is None else Path(args.journal)
+    if journal is not None:
+        require_writable(args.journal, "kvsched check")
+    shards = campaign_shards.plan(
+        args.target,
+        examples=args.examples,
+        seed=args.seed,
+        steps=args.steps,
+        pages=args.pages,
+        page_size=page_size,
+        shrinks=SHRINKS if args.shrinks is None else args.shrinks,
+        shard=shard,
+    )
+    with Progress(f"kvsched check {args.target}", len(shards)) as progress:
+        try:
+            result, _ = campaign_shards.run_campaign(
+                shards,
+                factory,
+                workers=workers,
+                ray=args.ray,
+                journal=journal,
+                progress=lambda line: progress.note(line),
+            )
+        except (RayMissing, ValueError) as error:
+            raise UsageError(f"kvsched check: {error}") from error
+        except WorkerLost as error:
+            raise UsageError(f"kvsched check: {args.target}: {error} (the manager kills its process)") from error
+    last = shards[-1]
+    where = f"ray {args.ray}" if args.ray is not None else workers
+    return _report(args, result, {"workers": where, "shards": len(shards), "seeds": f"{args.seed}..{last.seed}"})
 
 
 def _option(message: str) -> str:

@@ -160,6 +160,7 @@ def truncated(data: bytes) -> bytes:
 register_page_hash("sha256-1byte", truncated)
 
 
+@pytest.mark.proof  # a search until it catches the broken system: make proofs (CI) runs it
 def test_a_truncated_hash_collides_and_the_machine_catches_the_wrong_kv() -> None:
     machine = engine_machine(factory=spec_engine, reference=None, config=shape("cached", page_hash="sha256-1byte"))
     machine.TestCase.settings = SEARCH
@@ -173,6 +174,7 @@ def test_a_truncated_hash_collides_and_the_machine_catches_the_wrong_kv() -> Non
     assert caught.value.failure.kind in caught_by
 
 
+@pytest.mark.proof  # a search until it catches the broken system: make proofs (CI) runs it
 def test_the_full_hash_passes_the_same_search() -> None:
     machine = engine_machine(factory=spec_engine, reference=None, config=shape("cached"))
     machine.TestCase.settings = SEARCH
