@@ -5,24 +5,23 @@ Same operations, outputs, errors and order as `kvsched.spec.engine` (read it for
 in its scheduler slot's row of fixed arrays allocated at construction (`kvsched.impl.engine_rows`:
 its tokens and its fields), so a decode step appends every token and finds every finished
 request in one kernel call, and its `StepOutput.tokens` is a lazy mapping over the round's output
-arrays. `running` maps request id -> slot in admission order; the queue and the leases are parts
-(`kvsched.impl.engine_queue`, `kvsched.impl.engine_leases`).
+arrays. The running requests, the queue, the page keys and the leases are parts, each with its
+own state and `to_spec` (`kvsched.impl.engine_running`, `engine_queue`, `engine_keys`,
+`engine_leases`).
 
 Atomicity, two ways:
 - A step that only decodes (nothing to cancel, prefill or admit) plans, runs the model, then
   commits: its only change before the model calls is the decode round's write plan, which
   `undo_decode_round` takes back exactly if a call fails. Every later change follows the last
   model call. It copies nothing, so its cost does not grow with the pool.
-- Any other step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified parts;
-  `fields` and the indexes here) and restores it on any error.
-Token rows need no copy: a step admits only into slots that were empty when it began (finished
-requests leave at its end, and a step that preempts admits nobody), so it overwrites no live row.
+- Any other step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified parts,
+  the running set's `save`, the cache's journal mark, the queue's and host tier's snapshots) and
+  restores it on any error.
 `to_spec()` is the abstraction function to the spec's `EngineState`.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -39,15 +38,14 @@ from kvsched.impl.engine_rows import (
     COMPUTED,
     DECODING,
     EOS,
-    FIELDS,
     FILLED,
     LENGTH,
     LIMIT,
     NO_TOKEN,
     STATE_SLOT,
-    TOKEN,
     commit_round,
 )
+from kvsched.impl.engine_running import RunningSet
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
@@ -84,7 +82,7 @@ from kvsched.spec.engine_config import (
     fits,
     pages_for,
 )
-from kvsched.spec.engine_state import EngineState, Queued, Running, external_holds
+from kvsched.spec.engine_state import EngineState, Queued, external_holds
 from kvsched.spec.errors import Exhausted
 from kvsched.spec.host_tier import PROMOTE, Copy
 from kvsched.spec.identity import PrefixIdentity
@@ -158,21 +156,20 @@ class Shortfall:
 @dataclass(slots=True)
 class Saved:
     """The engine at the start of a step: the certified parts (`parts`), the cache's journal mark,
-    copies of `Engine.STEP_STATE` and, once the step first changes the queue, the queue's snapshot."""
+    copies of `Engine.STEP_STATE`, the running set's save and, once the step first changes the
+    queue, the queue's snapshot."""
 
     parts: checkpoint.Checkpoint
     cache: Mark
     state: dict[str, Any]
+    running: dict[str, Any]  # the running set's save (`RunningSet.save`)
     queue: tuple[Any, ...] | None = None  # the queue's snapshot, once the step changes it
     host: tuple[Any, ...] | None = None  # the host tier's snapshot (None: the engine has none)
 
 
 def _copy(value: Any) -> Any:
-    """A copy deep enough that changing the engine's value leaves it as it is: arrays, lists,
-    sets and dicts are copied (their items are ints, tuples, records or None, never changed in
-    place); ints, tuples and None are kept."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
+    """A copy deep enough that changing the engine's value leaves it as it is: lists, sets and
+    dicts are copied (their items are ints, never changed in place); ints and None are kept."""
     if isinstance(value, list | set | dict):
         return type(value)(value)
     return value
@@ -183,17 +180,7 @@ class Engine:
 
     # What a failed step puts back, beside the certified parts (`kvsched.impl.checkpoint`) and
     # the cache (its journal): saved at the start of every step that is not decode-only ...
-    STEP_STATE: ClassVar[tuple[str, ...]] = (
-        "_fields",
-        "_requests",
-        "_running",
-        "_prefilling",
-        "_state_owners",
-        "_state_free",
-        "_cancelled",
-        "_admissions",
-        "_waiting",
-    )
+    STEP_STATE: ClassVar[tuple[str, ...]] = ("_cancelled",)
     # Everything else the engine holds, and why a failed step needs none of it back (a test
     # requires every attribute to be in one of the three).
     NOT_RESTORED: ClassVar[Mapping[str, str]] = {
@@ -204,7 +191,7 @@ class Engine:
         "scheduler": "a certified part: the checkpoint",
         "cache": "its journal: mark and undo",
         "host": "its snapshot, saved with the checkpoint",
-        "_tokens": "a step writes only the rows of slots that were empty when it began",
+        "running": "a part: saved with the checkpoint (`RunningSet.save`)",
         "keys": "a part: a slot's keys name its tokens; a failed admission's are replaced by the slot's next",
         "_committed": "one step's running sum, set before it is read",
         "_filled": "one round's output buffer",
@@ -226,26 +213,17 @@ class Engine:
         self.scheduler = RequestScheduler(
             config.requests, config.logical_pages, pool=self.pool, prefixes=self.store, page_size=config.page_size
         )
-        width = min(config.max_seq_len, config.table_tokens)
-        self._tokens = np.zeros((config.requests, width), dtype=TOKEN)
-        self._fields = np.zeros((config.requests, FIELDS), dtype=np.int64)
-        self._requests: list[EngineRequest | None] = [None] * config.requests
-        self._running: dict[int, int] = {}  # request id -> slot, admission order
-        self._prefilling: set[int] = set()  # slots of running requests still prefilling
+        self.running = RunningSet(config)
         self.queue = WaitingQueue()
-        self._state_owners: list[int | None] = [None] * config.state_slots
-        self._state_free: list[int] = list(range(config.state_slots))  # a min-heap
         self._cancelled: list[int] = []
-        self._admissions = 0
         self.cache = PrefixCache(config.pages)
-        self.keys = PageKeys(config, self._tokens)
+        self.keys = PageKeys(config, self.running.tokens)
         self._committed: int | None = None  # this step's running prefills' pages past their chunks
         self._filled = np.zeros((config.requests, FILLED), dtype=np.int64)  # a round's filled pages
         self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
         self._saved: Saved | None = None  # the running step's checkpoint
         self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
         self.host = HostTier(config.host_pages)
-        self._waiting: dict[int, tuple[int, ...]] = {}  # slot -> the promotions it waits for
         self._fetching: dict[int, list[tuple[Key, int, int]]] = {}  # newcomer slot -> its host run, until seated
         self.leases = Leases()
         if config.host_pages:
@@ -262,25 +240,14 @@ class Engine:
             external_holds(self.host.to_spec(), self.leases.to_spec()),
             self.cache.to_spec(),
         )
-        queue = self.queue.to_spec()
-        running = []
-        for slot in self._running.values():
-            request = self._requests[slot]
-            assert request is not None
-            row = self._fields[slot].tolist()
-            generated = tuple(self._tokens[slot, len(request.prompt) : row[LENGTH]].tolist())
-            state_slot = None if row[STATE_SLOT] < 0 else row[STATE_SLOT]
-            waiting = self._waiting.get(slot, ())
-            running.append(
-                Running(request, generated, row[COMPUTED], bool(row[DECODING]), row[ADMITTED], state_slot, waiting)
-            )
+        running, state_slots, admissions = self.running.to_spec()
         return EngineState(
             system,
-            queue,
-            tuple(running),
-            tuple(self._state_owners),
+            self.queue.to_spec(),
+            running,
+            state_slots,
             tuple(self._cancelled),
-            self._admissions,
+            admissions,
             self.host.to_spec(),
             self.leases.to_spec(),
         )
@@ -300,7 +267,7 @@ class Engine:
             raise refusals.queue_full(request.request_id, len(self.queue))
         if request.request_id in self._cancelled:
             raise refusals.unreported_cancel(request.request_id)
-        if request.request_id in self.queue or request.request_id in self._running:
+        if request.request_id in self.queue or request.request_id in self.running.slots:
             raise refusals.duplicate_request(request.request_id)
         why = self._never_fits(request)
         if why is not None:
@@ -315,7 +282,7 @@ class Engine:
     def cancel(self, request_id: int) -> None:
         """Stop a queued or running request now; the next step reports it as CANCELLED."""
         request_id = require_u64("request_id", request_id)
-        slot = self._running.get(request_id)
+        slot = self.running.slots.get(request_id)
         if slot is not None:
             self._release([slot])
         elif request_id in self.queue:
@@ -328,41 +295,38 @@ class Engine:
         """Run a copy of a running request (the spec's `fork`)."""
         parent_id = require_u64("parent_id", parent_id)
         child_id = require_u64("child_id", child_id)
-        parent = self._running.get(parent_id)
+        parent = self.running.slots.get(parent_id)
         if parent is None:
             raise refusals.unknown_request(parent_id)
         if child_id in self._cancelled:
             raise refusals.unreported_cancel(child_id)
-        if child_id in self.queue or child_id in self._running:
+        if child_id in self.queue or child_id in self.running.slots:
             raise refusals.duplicate_request(child_id)
-        if parent in self._waiting:
+        if parent in self.running.waiting:
             raise refusals.copy_pending(parent_id, self._promoted_page(parent))
-        if len(self._running) >= self.config.max_batch_size:
+        if len(self.running.slots) >= self.config.max_batch_size:
             raise refusals.batch_full(child_id, self.config.max_batch_size)
-        if self._state_owners and not self._state_free:
-            raise refusals.no_state_slot(child_id, len(self._state_owners))
+        if not self.running.state_slot_free():
+            raise refusals.no_state_slot(child_id, len(self.running.state_owners))
         slot = self.scheduler.fork(parent_id, child_id, self.pool)
-        request = self._requests[parent]
+        request = self.running.requests[parent]
         assert request is not None
-        self._tokens[slot] = self._tokens[parent]
-        self._fields[slot] = self._fields[parent]
-        self._fields[slot, ADMITTED] = self._admissions
-        state_slot = heapq.heappop(self._state_free) if self._state_owners else -1
-        if state_slot >= 0:
-            self._state_owners[state_slot] = child_id
-        self._fields[slot, STATE_SLOT] = state_slot
-        self._admissions += 1
-        self._requests[slot] = replace(request, request_id=child_id)
+        self.running.tokens[slot] = self.running.tokens[parent]
+        self.running.fields[slot] = self.running.fields[parent]
+        self.running.fields[slot, ADMITTED] = self.running.admissions
+        self.running.fields[slot, STATE_SLOT] = self.running.take_state_slot(child_id)
+        self.running.admissions += 1
+        self.running.requests[slot] = replace(request, request_id=child_id)
         self.keys.slots[slot] = list(self.keys.slots[parent])
-        self._running[child_id] = slot
-        if parent in self._prefilling:
-            self._prefilling.add(slot)
+        self.running.slots[child_id] = slot
+        if parent in self.running.prefilling:
+            self.running.prefilling.add(slot)
 
     def publish(self, request_id: int, tokens: int, identity: PrefixIdentity) -> None:
         """Publish a running request's KV for its first `tokens` tokens (the spec's `publish`)."""
         request_id = require_u64("request_id", request_id)
         slot = self._readable(request_id)
-        count = refusals.require_published_tokens(request_id, tokens, int(self._fields[slot, COMPUTED]))
+        count = refusals.require_published_tokens(request_id, tokens, int(self.running.fields[slot, COMPUTED]))
         pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
         self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
 
@@ -371,7 +335,7 @@ class Engine:
         request_id = require_u64("request_id", request_id)
         slot = self._readable(request_id)
         table = self.scheduler.page_table(request_id)[
-            : pages_for(int(self._fields[slot, COMPUTED]), self.config.page_size)
+            : pages_for(int(self.running.fields[slot, COMPUTED]), self.config.page_size)
         ]
         return self.leases.take(self.pool, tuple(page for page in table if page is not None))
 
@@ -382,7 +346,7 @@ class Engine:
     def has_work(self) -> bool:
         """Something is queued or running, a cancellation is not yet reported, or a copy between
         the tiers is in flight."""
-        return bool(self.queue or self._running or self._cancelled or self.host.copies)
+        return bool(self.queue or self.running.slots or self._cancelled or self.host.copies)
 
     def reset_cache(self) -> None:
         """Drop every page of the automatic prefix cache and the host tier's cache; `CacheInUse`
@@ -449,9 +413,9 @@ class Engine:
     def _decodes_only(self) -> bool:
         """This step can only decode: nothing to cancel or prefill, and nobody it could admit
         (the queue is empty or the batch full)."""
-        if self._cancelled or self._prefilling or self.host.pages:
+        if self._cancelled or self.running.prefilling or self.host.pages:
             return False  # (a host tier's steps poll and issue copies: the general step)
-        return not self.queue or len(self._running) >= self.config.max_batch_size
+        return not self.queue or len(self.running.slots) >= self.config.max_batch_size
 
     def _decode_step(self) -> Record | None:
         """A step that only decodes: plan the round, run it, commit. None, with nothing changed,
@@ -497,13 +461,9 @@ class Engine:
         parts = checkpoint.save(self.pool, self.store, self.scheduler, None if reuse is None else reuse.parts)
         state: dict[str, Any] = {}
         for name in self.STEP_STATE:
-            value = getattr(self, name)
-            if reuse is not None and isinstance(value, np.ndarray):
-                np.copyto(reuse.state[name], value)
-                state[name] = reuse.state[name]
-            else:
-                state[name] = _copy(value)
-        return Saved(parts, self.cache.mark(), state, host=self.host.snapshot() if self.host.pages else None)
+            state[name] = _copy(getattr(self, name))
+        running = self.running.save(None if reuse is None else reuse.running)
+        return Saved(parts, self.cache.mark(), state, running, host=self.host.snapshot() if self.host.pages else None)
 
     def _rollback(self, saved: Saved) -> None:
         """Restore `saved` (which stays intact: it may be restored again)."""
@@ -513,12 +473,9 @@ class Engine:
             self.host.restore(saved.host)
         if saved.queue is not None:
             self.queue.restore(saved.queue)
+        self.running.restore(saved.running)
         for name, value in saved.state.items():
-            current = getattr(self, name)
-            if isinstance(current, np.ndarray):
-                np.copyto(current, value)  # in place: views of it stay views
-            else:
-                setattr(self, name, _copy(value))
+            setattr(self, name, _copy(value))
 
     def _make_room(self, record: Record, inner: Saved) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
         """The spec's `_make_room` from checkpoint `inner`: room for the running requests, or
@@ -550,15 +507,15 @@ class Engine:
         plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
         budget = self._token_budget(get_indexes(self.scheduler)[2])
         chunks = []
-        for slot in sorted(self._prefilling, key=self._prefill_order):
+        for slot in sorted(self.running.prefilling, key=self.running.prefill_order):
             if self._waits(slot):
                 continue  # it computes nothing until its promotions complete
             if budget == 0:
                 break
-            request = self._requests[slot]
+            request = self.running.requests[slot]
             assert request is not None
-            computed = int(self._fields[slot, COMPUTED])
-            length = min(self.config.chunk_size, int(self._fields[slot, LENGTH]) - computed, budget)
+            computed = int(self.running.fields[slot, COMPUTED])
+            length = min(self.config.chunk_size, int(self.running.fields[slot, LENGTH]) - computed, budget)
             room = self.scheduler.record_chunk(request.request_id, length, self.pool)
             chunks.append((Chunk(request.request_id, computed, length, _pairs(room)), slot))
             budget -= length
@@ -593,14 +550,14 @@ class Engine:
         filled, done = self._filled[:count], self._done[:count]
         tables = get_slots(self.scheduler).tables
         at, filled_count, done_count = commit_round(
-            slots, sampled, self._fields, self._tokens, tables, self.config.page_size, filled, done
+            slots, sampled, self.running.fields, self.running.tokens, tables, self.config.page_size, filled, done
         )
         assert at < 0, "the round's outputs name their slots, ascending, each with room for a token"
         record.ids, record.tokens = outputs["request_id"].copy(), sampled.copy()
         record.tokens_run += count
         if self.config.prefix_caching:
             record.filled = filled[:filled_count].tolist()
-        fields = self._fields
+        fields = self.running.fields
         for index in done[:done_count].tolist():
             slot, token = int(slots[index]), int(sampled[index])
             reason = FinishReason.EOS if token == fields[slot, EOS] else FinishReason.MAX_LENGTH
@@ -608,7 +565,7 @@ class Engine:
 
     def _finishing(self, slot: int, reason: FinishReason, record: Record) -> None:
         """`slot`'s request finished: reported now, released at the end of the step."""
-        request = self._requests[slot]
+        request = self.running.requests[slot]
         assert request is not None
         record.finished[request.request_id] = reason
         record.finishing.append(slot)
@@ -650,30 +607,25 @@ class Engine:
             fetch = self._fetching.pop(newcomer.slot, None)
             if fetch is None:
                 continue
-            request = self._request(newcomer.slot)
+            request = self.running.request(newcomer.slot)
             waiting = []
             for depth, (key, _, _) in zip(newcomer.pages, fetch, strict=True):
                 page = int(tables[newcomer.slot, depth])
                 self.pool.retain(page)  # the copy's hold
                 waiting.append(self.host.promote(key, page, request.request_id))
             self.host.count_hit(len(fetch) * self.config.page_size)
-            self._waiting[newcomer.slot] = tuple(waiting)
+            self.running.waiting[newcomer.slot] = tuple(waiting)
         return copies
 
     def _guarded(self, free: int) -> bool:
         """The memory guard stops admissions: fewer than `prefill_reserve_pages` are `free` while
         requests run (an empty batch is never starved)."""
-        return free < self.config.prefill_reserve_pages and bool(self._running)
+        return free < self.config.prefill_reserve_pages and bool(self.running.slots)
 
     def _reused(self, tokens: int, length: int) -> int:
         """Of a named prefix's `tokens`, those a sequence of `length` reuses: all but its last
         token at most (recomputed, so the request samples from its own logits)."""
         return min(tokens, length - 1)
-
-    def _prefill_order(self, slot: int) -> tuple[int, int]:
-        request = self._requests[slot]
-        assert request is not None
-        return (-request.priority, int(self._fields[slot, ADMITTED]))
 
     def _admit(
         self, budget: int, free: int, newcomers: list[Newcomer], chunks: list[tuple[Chunk, int]]
@@ -681,11 +633,11 @@ class Engine:
         """Admit the front of the queue into `newcomers` (its pages not yet seated), with `free`
         pages left: its chunk and slot; a `Shortfall` when its pages are not free; else None."""
         front = self.queue.front()
-        if front is None or len(self._running) >= self.config.max_batch_size:
+        if front is None or len(self.running.slots) >= self.config.max_batch_size:
             return None
         if self._guarded(free):
             return None
-        if self._state_owners and not self._state_free:
+        if not self.running.state_slot_free():
             return None
         request = front.request
         length_of = len(request.prompt) + len(front.generated)
@@ -721,22 +673,20 @@ class Engine:
             self.keys.slots[slot] = keys
         self._touch_queue()
         self.queue.pop_front()
-        self._tokens[slot, : len(request.prompt)] = np.frombuffer(request.prompt_bytes, dtype="<u4")
+        self.running.tokens[slot, : len(request.prompt)] = np.frombuffer(request.prompt_bytes, dtype="<u4")
         if front.generated:
-            self._tokens[slot, len(request.prompt) : length_of] = front.generated
-        state_slot = heapq.heappop(self._state_free) if self._state_owners else -1
-        if state_slot >= 0:
-            self._state_owners[state_slot] = request_id
+            self.running.tokens[slot, len(request.prompt) : length_of] = front.generated
+        state_slot = self.running.take_state_slot(request_id)
         eos = NO_TOKEN if request.eos_token_id is None else request.eos_token_id
         limit = len(request.prompt) + request.max_new_tokens
         cached += fetched
-        self._fields[slot] = (length_of, limit, eos, cached, 0, self._admissions, state_slot)
+        self.running.fields[slot] = (length_of, limit, eos, cached, 0, self.running.admissions, state_slot)
         if self._committed is not None:  # the pages its prefill takes after this step's chunk
             self._committed += pages_for(length_of, page_size) - pages_for(cached + length, page_size)
-        self._admissions += 1
-        self._requests[slot] = request
-        self._running[request_id] = slot
-        self._prefilling.add(slot)
+        self.running.admissions += 1
+        self.running.requests[slot] = request
+        self.running.slots[request_id] = slot
+        self.running.prefilling.add(slot)
         return Chunk(request_id, cached, length, ()), slot
 
     def _keys_of(self, entry: Queued, pages: int) -> list[Key]:
@@ -746,17 +696,17 @@ class Engine:
     def _admission_pages(self, length: int, cached: int, free: int, chunks: list[tuple[Chunk, int]]) -> int:
         """The spec's `_admission_pages`, the running prefills' rests from their fields; 0 when
         even the most they could need leaves `free` enough (the same admission, sooner known)."""
-        if not self._running:
+        if not self.running.slots:
             return 0
-        most = admission_pages(self.config, length, cached, len(self._prefilling) * self.config.logical_pages)
+        most = admission_pages(self.config, length, cached, len(self.running.prefilling) * self.config.logical_pages)
         if most <= free:
             return 0
         committed = self._committed
         if committed is None:  # summed once a step, then kept up to date by each admission
-            page_size, fields = self.config.page_size, self._fields
+            page_size, fields = self.config.page_size, self.running.fields
             recorded = {slot: chunk.start + chunk.length for chunk, slot in chunks}
             committed = 0
-            for slot in self._prefilling:  # a few slots: a loop costs less than numpy's calls here
+            for slot in self.running.prefilling:  # a few slots: a loop costs less than numpy's calls here
                 computed = recorded.get(slot)
                 if computed is None:
                     computed = fields[slot, COMPUTED].item()
@@ -784,7 +734,7 @@ class Engine:
             PrefillItem(
                 chunk.request_id,
                 slot,
-                tuple(self._tokens[slot, chunk.start : chunk.start + chunk.length].tolist()),
+                tuple(self.running.tokens[slot, chunk.start : chunk.start + chunk.length].tolist()),
                 chunk.start,
                 self.scheduler.page_table(chunk.request_id),
             )
@@ -796,15 +746,15 @@ class Engine:
             computed = chunk.start + chunk.length
             record.chunks.append((slot, chunk.start, computed))
             record.tokens_run += chunk.length
-            self._fields[slot, COMPUTED] = computed
-            if computed == self._fields[slot, LENGTH]:
+            self.running.fields[slot, COMPUTED] = computed
+            if computed == self.running.fields[slot, LENGTH]:
                 self._complete(slot, chunk.request_id, token, record)
 
     def _complete(self, slot: int, request_id: int, token: int, record: Record) -> None:
         """The prefill of `slot` is complete and sampled `token`: append it; finish, or decode."""
-        fields = self._fields
+        fields = self.running.fields
         length = int(fields[slot, LENGTH])
-        self._tokens[slot, length] = token
+        self.running.tokens[slot, length] = token
         fields[slot, LENGTH] = length + 1
         record.prefilled[request_id] = (token,)
         if token == fields[slot, EOS] or length + 1 >= fields[slot, LIMIT]:
@@ -815,7 +765,7 @@ class Engine:
         self.scheduler.seed_decode_token(request_id, token)
         fields[slot, DECODING] = 1
         fields[slot, COMPUTED] = length
-        self._prefilling.discard(slot)
+        self.running.prefilling.discard(slot)
 
     # -- releasing and preempting -------------------------------------------------------------
 
@@ -825,31 +775,13 @@ class Engine:
             self.cache.stamp(get_slots(self.scheduler).tables[slots])
         finish_slots(self.scheduler, slots, self.pool)
         for slot in slots:
-            request = self._requests[slot]
-            assert request is not None
-            state_slot = int(self._fields[slot, STATE_SLOT])
-            if state_slot >= 0:
-                self._free_state_slot(state_slot)
-            del self._running[request.request_id]
-            self._prefilling.discard(slot)
-            self._waiting.pop(slot, None)
-            self._requests[slot] = None
-
-    def _victim_order(self, slot: int) -> tuple[int, int]:
-        return (self._request(slot).priority, -int(self._fields[slot, ADMITTED]))
+            self.running.leave(slot)
 
     def _victim(self) -> int | None:
-        return min(self._running.values(), key=self._victim_order, default=None)
-
-    def _free_state_slot(self, state_slot: int) -> None:
-        """A released request's recurrent-state slot is free again."""
-        self._state_owners[state_slot] = None
-        heapq.heappush(self._state_free, state_slot)
+        return min(self.running.slots.values(), key=self.running.victim_order, default=None)
 
     def _preempt(self, slot: int, record: Record) -> None:
-        request = self._requests[slot]
-        assert request is not None
-        generated = tuple(self._tokens[slot, len(request.prompt) : int(self._fields[slot, LENGTH])].tolist())
+        request, generated = self.running.request(slot), self.running.generated(slot)
         self._release([slot])
         # its keys name the same tokens when it is admitted again
         keys = self.keys.slots[slot] if self.config.prefix_caching else None
@@ -867,7 +799,7 @@ class Engine:
             if record.filled:
                 self._publish_round(record.filled)
             return
-        page_size, fields = self.config.page_size, self._fields
+        page_size, fields = self.config.page_size, self.running.fields
         written = [(admitted, slot, depth, depth + 1) for admitted, slot, depth, _ in record.filled]
         for slot, start, stop in record.chunks:  # (admitted, slot, first page, end page)
             if start // page_size != stop // page_size:
@@ -877,7 +809,7 @@ class Engine:
         rows: list[int] = []
         depths: list[int] = []
         for _, slot, first, end in written:
-            slot_keys = self.keys.through(slot, self._request(slot), end)
+            slot_keys = self.keys.through(slot, self.running.request(slot), end)
             keys += slot_keys[first:end]
             rows += [slot] * (end - first)
             depths += range(first, end)
@@ -887,13 +819,8 @@ class Engine:
     def _publish_round(self, filled: list[list[int]]) -> None:
         """`_publish_written` of a step without chunks: the page each request's round filled."""
         filled.sort()  # by admission
-        keys = self.keys.of_filled(filled, self._request)
+        keys = self.keys.of_filled(filled, self.running.request)
         self.cache.insert(self.pool, keys, [row[3] for row in filled], [row[2] for row in filled])
-
-    def _request(self, slot: int) -> EngineRequest:
-        request = self._requests[slot]
-        assert request is not None, "a running request's slot"
-        return request
 
     def _evict(self, pages: int, keep: list[int] | None = None) -> int:
         """The spec's `_evict`: evict, or demote what the host tier wants."""
@@ -927,19 +854,19 @@ class Engine:
                 self.cache.insert(self.pool, [copy.key], [copy.page], [copy.depth])
             self.pool.release(copy.page)
             self.host.complete(copy, ok)
-            slot = self._running.get(copy.request_id) if copy.request_id is not None else None
-            waiting = self._waiting.get(slot, ()) if slot is not None else ()
+            slot = self.running.slots.get(copy.request_id) if copy.request_id is not None else None
+            waiting = self.running.waiting.get(slot, ()) if slot is not None else ()
             if slot is None or copy.transfer_id not in waiting:
                 continue
             if ok:
                 rest = tuple(tid for tid in waiting if tid != copy.transfer_id)
                 if rest:
-                    self._waiting[slot] = rest
+                    self.running.waiting[slot] = rest
                 else:
-                    del self._waiting[slot]
+                    del self.running.waiting[slot]
             elif slot not in failed:
                 failed.append(slot)
-        for slot in sorted(failed, key=self._victim_order):  # the latest first: places kept
+        for slot in sorted(failed, key=self.running.victim_order):  # the latest first: places kept
             self._preempt(slot, record)
         return bool(failed)
 
@@ -953,24 +880,24 @@ class Engine:
 
     def _waits(self, slot: int) -> bool:
         """`slot`'s request waits for promotions (it computes nothing meanwhile)."""
-        return slot in self._waiting
+        return slot in self.running.waiting
 
     def _readable(self, request_id: int) -> int:
         """The spec's `_readable`: the slot of a running request that waits for no copy."""
-        slot = self._running.get(request_id)
+        slot = self.running.slots.get(request_id)
         if slot is None:
             raise refusals.unknown_request(request_id)
-        if slot in self._waiting:
+        if slot in self.running.waiting:
             raise refusals.copy_pending(request_id, self._promoted_page(slot))
         return slot
 
     def _promoted_page(self, slot: int) -> int:
         """A page `slot`'s request waits for."""
-        return next(copy.page for copy in self.host.copies.values() if copy.transfer_id in self._waiting[slot])
+        return next(copy.page for copy in self.host.copies.values() if copy.transfer_id in self.running.waiting[slot])
 
     def _drop_for_the_last(self) -> bool:
         """The spec's `_drop_for_the_last` (a rare path: it reads the abstract states)."""
-        if len(self._running) != 1:
+        if len(self.running.slots) != 1:
             return False
         cached = get_cache_references(self.cache.to_spec())
         identity = droppable(self.store.to_spec(), self.pool.to_spec(), cached)

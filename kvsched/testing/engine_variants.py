@@ -1,7 +1,7 @@
 """Deliberately broken engines: proof that the engine harness can fail.
 
 Each variant is impl's `Engine` with one method (of the engine or one of its parts: its
-`PrefixCache`, `HostTier`, `Leases` or `PageKeys`) replaced by a seam override: a function of a
+`PrefixCache`, `HostTier`, `Leases`, `PageKeys` or `RunningSet`) replaced by a seam override: a function of a
 few visible lines that takes the method's place in a subclass, reintroducing a bug serving
 engines have shipped (as `devtools/mutants_corpus.py` does for impl's parts; no engine source is
 edited as text).
@@ -22,6 +22,7 @@ import numpy as np
 from kvsched.impl.engine import Engine, Saved
 from kvsched.impl.engine_keys import PageKeys
 from kvsched.impl.engine_leases import Leases
+from kvsched.impl.engine_running import RunningSet
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool, release_array
 from kvsched.impl.prefix_cache import PrefixCache
@@ -73,7 +74,13 @@ class EngineVariant:
 
         def build(config: EngineConfig, model: Any) -> Engine:
             engine = Engine(config, model)
-            parts = {PrefixCache: engine.cache, HostTier: engine.host, Leases: engine.leases, PageKeys: engine.keys}
+            parts = {
+                PrefixCache: engine.cache,
+                HostTier: engine.host,
+                Leases: engine.leases,
+                PageKeys: engine.keys,
+                RunningSet: engine.running,
+            }
             part = parts[self.target]
             part.__class__ = broken
             return engine
@@ -155,10 +162,10 @@ def never_guarded(self: Engine, free: int) -> bool:
     return False
 
 
-def free_state_slot_twice(self: Engine, state_slot: int) -> None:
+def free_state_slot_twice(self: RunningSet, state_slot: int) -> None:
     """A released state slot is pushed on the free heap twice."""
-    Engine._free_state_slot(self, state_slot)
-    heapq.heappush(self._state_free, state_slot)
+    RunningSet.free_state_slot(self, state_slot)
+    heapq.heappush(self.state_free, state_slot)
 
 
 def skip_round_copies(self: Engine, pairs: tuple[tuple[int, int], ...]) -> None:
@@ -272,10 +279,11 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "state_slot_released_twice",
         "a finished request's recurrent-state slot is released twice, so two requests share it",
-        "_free_state_slot",
+        "free_state_slot",
         free_state_slot_twice,
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
+        target=RunningSet,
     ),
     EngineVariant(
         "decode_copies_skipped",

@@ -9,7 +9,10 @@ from dataclasses import replace
 import pytest
 
 from kvsched import impl
+from kvsched.impl.engine_running import RunningSet
 from kvsched.spec import EngineRequest, KvschedError
+from kvsched.spec.engine_config import EngineConfig
+from kvsched.spec.model import EngineModel
 from kvsched.testing.engine_model import HarnessModel
 from tests.engine.support import SMALL
 
@@ -55,16 +58,32 @@ def test_every_attribute_is_restored_or_says_why_not() -> None:
     assert not restored & set(engine.NOT_RESTORED)
     assert len(engine.STEP_STATE) == len(restored)
     assert set(vars(engine)) == restored | set(engine.NOT_RESTORED)
+    part = set(RunningSet.STEP_STATE)  # the running set, a part the checkpoint saves
+    assert not part & set(RunningSet.NOT_RESTORED) and len(RunningSet.STEP_STATE) == len(part)
+    assert set(RunningSet.__slots__) == part | set(RunningSet.NOT_RESTORED)
 
 
 def test_a_failed_step_puts_everything_back() -> None:
     assert failed_step_keeps_the_state(impl.Engine)
 
 
-@pytest.mark.parametrize("forgotten", ["_cancelled", "_admissions", "_running", "_fields"])
-def test_an_engine_that_forgets_a_field_fails(forgotten: str) -> None:
+def test_an_engine_that_forgets_a_field_fails() -> None:
     class Forgetful(impl.Engine):
-        STEP_STATE = tuple(name for name in impl.Engine.STEP_STATE if name != forgotten)
+        STEP_STATE = tuple(name for name in impl.Engine.STEP_STATE if name != "_cancelled")
+
+    assert not failed_step_keeps_the_state(Forgetful)
+
+
+@pytest.mark.parametrize("forgotten", ["admissions", "slots", "fields"])
+def test_a_running_set_that_forgets_a_field_fails(forgotten: str) -> None:
+    class ForgetfulSet(RunningSet):
+        __slots__ = ()
+        STEP_STATE = tuple(name for name in RunningSet.STEP_STATE if name != forgotten)
+
+    class Forgetful(impl.Engine):
+        def __init__(self, config: EngineConfig, model: EngineModel) -> None:
+            super().__init__(config, model)
+            self.running.__class__ = ForgetfulSet
 
     assert not failed_step_keeps_the_state(Forgetful)
 

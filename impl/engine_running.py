@@ -1,0 +1,173 @@
+"""The engine's running requests as a part: each in its scheduler slot's row, and what the engine
+knows of it beyond the scheduler.
+
+    tokens, fields   the rows (`kvsched.impl.engine_rows`): prompt + generated, and LENGTH,
+                     LIMIT, EOS, COMPUTED, DECODING, ADMITTED, STATE_SLOT
+    requests         each slot's request (None: an empty slot)
+    slots            request id -> slot, in admission order
+    prefilling       the slots still prefilling
+    waiting          slot -> the promotions (copies from the host tier) it waits for
+    admissions       the admission clock
+    state_owners     each recurrent-state slot's owner; `state_free` the free ones, a min-heap
+
+`to_spec()` is its part of the spec's `EngineState` (`running`, `state_slots`, `admissions`).
+A step that is not decode-only saves the part (`save`) and a failed one puts it back
+(`restore`): everything but the token rows, which a step writes only in slots that were empty
+when it began (finished requests leave at its end, and a step that preempts admits nobody).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kvsched.impl.engine_rows import ADMITTED, COMPUTED, DECODING, FIELDS, LENGTH, STATE_SLOT, TOKEN
+from kvsched.spec.engine_config import EngineConfig, EngineRequest
+from kvsched.spec.engine_state import Running
+
+
+class RunningSet:
+    """The running requests; see the module docstring."""
+
+    __slots__ = (
+        "admissions",
+        "fields",
+        "prefilling",
+        "requests",
+        "slots",
+        "state_free",
+        "state_owners",
+        "tokens",
+        "waiting",
+    )
+
+    # What a failed step puts back (every attribute but `tokens`: see the module docstring).
+    STEP_STATE: ClassVar[tuple[str, ...]] = (
+        "fields",
+        "requests",
+        "slots",
+        "prefilling",
+        "waiting",
+        "admissions",
+        "state_owners",
+        "state_free",
+    )
+    # ... and why it needs no more (a test requires every attribute to be in one of the two).
+    NOT_RESTORED: ClassVar[Mapping[str, str]] = {
+        "tokens": "a step writes only the rows of slots that were empty when it began",
+    }
+
+    def __init__(self, config: EngineConfig) -> None:
+        width = min(config.max_seq_len, config.table_tokens)
+        self.tokens = np.zeros((config.requests, width), dtype=TOKEN)
+        self.fields = np.zeros((config.requests, FIELDS), dtype=np.int64)
+        self.requests: list[EngineRequest | None] = [None] * config.requests
+        self.slots: dict[int, int] = {}  # request id -> slot, admission order
+        self.prefilling: set[int] = set()  # slots of running requests still prefilling
+        self.waiting: dict[int, tuple[int, ...]] = {}  # slot -> the promotions it waits for
+        self.admissions = 0
+        self.state_owners: list[int | None] = [None] * config.state_slots
+        self.state_free: list[int] = list(range(config.state_slots))  # a min-heap
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self.slots
+
+    def to_spec(self) -> tuple[tuple[Running, ...], tuple[int | None, ...], int]:
+        """The spec's `running`, `state_slots` and `admissions`."""
+        running = []
+        for slot in self.slots.values():
+            request = self.request(slot)
+            row = self.fields[slot].tolist()
+            generated = tuple(self.tokens[slot, len(request.prompt) : row[LENGTH]].tolist())
+            state_slot = None if row[STATE_SLOT] < 0 else row[STATE_SLOT]
+            waiting = self.waiting.get(slot, ())
+            running.append(
+                Running(request, generated, row[COMPUTED], bool(row[DECODING]), row[ADMITTED], state_slot, waiting)
+            )
+        return tuple(running), tuple(self.state_owners), self.admissions
+
+    def request(self, slot: int) -> EngineRequest:
+        """The request running in `slot`."""
+        request = self.requests[slot]
+        assert request is not None, "a running request's slot"
+        return request
+
+    def generated(self, slot: int) -> tuple[int, ...]:
+        """The tokens `slot`'s request generated so far."""
+        return tuple(self.tokens[slot, len(self.request(slot).prompt) : int(self.fields[slot, LENGTH])].tolist())
+
+    # -- recurrent-state slots ----------------------------------------------------------------
+
+    def state_slot_free(self) -> bool:
+        """A newcomer can have a state slot (or the engine has none)."""
+        return not self.state_owners or bool(self.state_free)
+
+    def take_state_slot(self, owner: int) -> int:
+        """The lowest free state slot, now `owner`'s (-1 when the engine has none)."""
+        if not self.state_owners:
+            return -1
+        state_slot = heapq.heappop(self.state_free)
+        self.state_owners[state_slot] = owner
+        return state_slot
+
+    def free_state_slot(self, state_slot: int) -> None:
+        """A released request's recurrent-state slot is free again."""
+        self.state_owners[state_slot] = None
+        heapq.heappush(self.state_free, state_slot)
+
+    # -- leaving, and the orders ----------------------------------------------------------------
+
+    def leave(self, slot: int) -> None:
+        """`slot`'s request leaves (its pages are the scheduler's to release): its state slot is
+        freed and the slot is empty."""
+        state_slot = int(self.fields[slot, STATE_SLOT])
+        if state_slot >= 0:
+            self.free_state_slot(state_slot)
+        del self.slots[self.request(slot).request_id]
+        self.prefilling.discard(slot)
+        self.waiting.pop(slot, None)
+        self.requests[slot] = None
+
+    def prefill_order(self, slot: int) -> tuple[int, int]:
+        """The order running prefills get their chunks in: strict priority, then admission."""
+        return (-self.request(slot).priority, int(self.fields[slot, ADMITTED]))
+
+    def victim_order(self, slot: int) -> tuple[int, int]:
+        """Preemption order: the smallest is preempted first (lowest priority, latest admitted)."""
+        return (self.request(slot).priority, -int(self.fields[slot, ADMITTED]))
+
+    # -- a step's checkpoint ----------------------------------------------------------------------
+
+    def save(self, reuse: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The part as a failed step puts it back; `reuse`, an earlier save, lends its arrays."""
+        saved: dict[str, Any] = {}
+        for name in self.STEP_STATE:
+            value = getattr(self, name)
+            if isinstance(value, np.ndarray):
+                if reuse is not None:
+                    np.copyto(reuse[name], value)
+                    saved[name] = reuse[name]
+                else:
+                    saved[name] = value.copy()
+            elif isinstance(value, list | set | dict):
+                saved[name] = type(value)(value)  # their items are never changed in place
+            else:
+                saved[name] = value
+        return saved
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Put back a `save` (which stays intact: it may be restored again)."""
+        for name, value in saved.items():
+            current = getattr(self, name)
+            if isinstance(current, np.ndarray):
+                np.copyto(current, value)  # in place: views of it stay views
+            elif isinstance(value, list | set | dict):
+                setattr(self, name, type(value)(value))
+            else:
+                setattr(self, name, value)
