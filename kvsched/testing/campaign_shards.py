@@ -47,6 +47,11 @@ class Shard:
     page_size: int
     shrinks: int
 
+    @property
+    def campaign(self) -> str:
+        """What makes its results comparable with another shard's: the target and the settings."""
+        return f"{self.target} steps={self.steps} pages={self.pages} page_size={self.page_size} shrinks={self.shrinks}"
+
 
 @dataclass(frozen=True, slots=True)
 class ShardResult:
@@ -62,6 +67,7 @@ class ShardResult:
     detail: str | None = None
     program: str | None = None
     program_steps: int = 0
+    campaign: str = ""  # the shard's `Shard.campaign`
 
 
 def plan(
@@ -109,6 +115,7 @@ def run_shard(shard: Shard) -> ShardResult:
         None if failure is None else failure.detail,
         result.program,
         result.program_steps,
+        shard.campaign,
     )
 
 
@@ -208,7 +215,11 @@ def _read(journal: Path | None, shards: list[Shard]) -> list[ShardResult]:
             continue
         result = ShardResult(**json.loads(line))
         shard = shards[result.index] if 0 <= result.index < len(shards) else None
-        if shard is None or (shard.seed, shard.examples) != (result.seed, result.examples):
-            raise ValueError(f"{journal}:{number}: a shard of another campaign (seed {result.seed})")
+        if shard is None or (shard.seed, shard.examples, shard.campaign) != (
+            result.seed,
+            result.examples,
+            result.campaign,
+        ):
+            raise ValueError(f"{journal}:{number}: a shard of another campaign ({result.campaign}, seed {result.seed})")
         results.append(result)
     return results

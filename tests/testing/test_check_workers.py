@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,9 @@ def test_a_journal_resumes_a_stopped_campaign_where_it_stopped(tmp_path: Path) -
     )
     with pytest.raises(ValueError, match="a shard of another campaign"):
         campaign_shards.run_campaign(other, cow_toy.correct, journal=journal)
+    another_target = [replace(shard, target="devtools.cow_toy:in_place") for shard in shards]
+    with pytest.raises(ValueError, match="a shard of another campaign"):
+        campaign_shards.run_campaign(another_target, cow_toy.in_place, journal=journal)
 
 
 def test_ray_is_never_imported_unless_asked_for(tmp_path: Path) -> None:
