@@ -31,6 +31,11 @@ from kvsched.testing.safety import COVERAGE
 from kvsched.testing.safety_search import POOL_SIZES, SafetyResult, coverage_warnings, search_safety
 from kvsched.testing.workers import run_shards
 
+
+class ForeignJournal(ValueError):
+    """A journal line of another campaign (other seeds, target or settings)."""
+
+
 SHARD = 100  # programs per shard: a few seconds of a small manager's campaign, so a task's start is noise
 
 
@@ -128,9 +133,10 @@ class Tally:
     programs: int = 0
     findings: int = 0
     started: float = 0.0
+    resumed: int = 0  # programs read back from the journal (not run now: not in the rate)
 
     def line(self, workers: str) -> str:
-        rate = self.programs / max(time.monotonic() - self.started, 1e-9)
+        rate = (self.programs - self.resumed) / max(time.monotonic() - self.started, 1e-9)
         return (
             f"{self.done} of {self.shards} shards, {self.programs} programs ({rate:.0f}/s), "
             f"{workers}, {self.findings} finding{'s' * (self.findings != 1)}"
@@ -151,6 +157,7 @@ def run_campaign(
     results: dict[int, ShardResult] = {result.index: result for result in _read(journal, shards)}
     tally = Tally(len(shards), len(results), sum(result.programs for result in results.values()))
     tally.findings = sum(result.check is not None for result in results.values())
+    tally.resumed = tally.programs
     tally.started = time.monotonic()
     where = f"Ray ({ray})" if ray is not None else f"{workers} worker{'s' * (workers != 1)}"
 
@@ -220,6 +227,7 @@ def _read(journal: Path | None, shards: list[Shard]) -> list[ShardResult]:
             result.examples,
             result.campaign,
         ):
-            raise ValueError(f"{journal}:{number}: a shard of another campaign ({result.campaign}, seed {result.seed})")
+            other = f"{result.campaign}, seed {result.seed}"
+            raise ForeignJournal(f"{journal}:{number}: a shard of another campaign ({other})")
         results.append(result)
     return results

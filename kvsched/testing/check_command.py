@@ -173,7 +173,7 @@ def _sharded(args: argparse.Namespace, factory: Any, page_size: int) -> int:
                 journal=journal,
                 progress=lambda line: progress.note(line),
             )
-        except (RayMissing, ValueError) as error:
+        except (RayMissing, campaign_shards.ForeignJournal) as error:
             raise UsageError(f"kvsched check: {error}") from error
         except WorkerLost as error:
             raise UsageError(f"kvsched check: {args.target}: {error} (the manager kills its process)") from error
