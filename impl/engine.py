@@ -5,9 +5,11 @@ Same operations, outputs, errors and order as `kvsched.spec.engine` (read it for
 in its scheduler slot's row of fixed arrays allocated at construction (`kvsched.impl.engine_rows`:
 its tokens and its fields), so a decode step appends every token and finds every finished
 request in one kernel call, and its `StepOutput.tokens` is a lazy mapping over the round's output
-arrays. The running requests, the queue, the page keys and the leases are parts, each with its
-own state and `to_spec` (`kvsched.impl.engine_running`, `engine_queue`, `engine_keys`,
-`engine_leases`).
+arrays. The engine is wiring and the step over parts, the spec's in impl's storage: the running
+requests, the queue, the page keys and the leases each hold their own state and `to_spec`
+(`kvsched.impl.engine_running`, `engine_queue`, `engine_keys`, `engine_leases`); the admission
+policy (`engine_admission`), the cache's policy and the relief of pressure (`engine_cache`) and
+the copies between the tiers (`engine_host`) change the engine's parts.
 
 Atomicity, two ways:
 - A step that only decodes (nothing to cancel, prefill or admit) plans, runs the model, then
@@ -15,21 +17,24 @@ Atomicity, two ways:
   `undo_decode_round` takes back exactly if a call fails. Every later change follows the last
   model call. It copies nothing, so its cost does not grow with the pool.
 - Any other step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified parts,
-  the running set's `save`, the cache's journal mark, the queue's and host tier's snapshots) and
-  restores it on any error.
+  the running set's `save`, the cache's journal mark, the host tier's snapshot; the queue marks
+  itself) and restores it on any error.
 `to_spec()` is the abstraction function to the spec's `EngineState`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from kvsched.impl import checkpoint
+from kvsched.impl.engine_admission import Admission, copy_pairs
+from kvsched.impl.engine_cache import CachePolicy
+from kvsched.impl.engine_host import HostCopies
 from kvsched.impl.engine_keys import PageKeys
 from kvsched.impl.engine_leases import Leases
 from kvsched.impl.engine_queue import WaitingQueue
@@ -41,24 +46,20 @@ from kvsched.impl.engine_rows import (
     FILLED,
     LENGTH,
     LIMIT,
-    NO_TOKEN,
     STATE_SLOT,
     commit_round,
 )
-from kvsched.impl.engine_running import RunningSet
+from kvsched.impl.engine_running import Record, RunningSet
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.prefix_cache import Mark, PrefixCache
 from kvsched.impl.scheduler import (
-    Newcomer,
     RequestScheduler,
-    claim_slot,
     finish_slots,
     get_indexes,
     get_slots,
     round_outputs,
-    seat_newcomers,
     undo_decode_round,
 )
 from kvsched.impl.slots import PREFILL
@@ -68,7 +69,6 @@ from kvsched.spec.domain import require_u64
 from kvsched.spec.engine_calls import (
     Chunk,
     call_model,
-    chunk_pages,
     copier,
     issue_copies,
     poll_copies,
@@ -78,18 +78,14 @@ from kvsched.spec.engine_config import (
     EngineConfig,
     EngineRequest,
     StepOutput,
-    admission_pages,
-    fits,
     pages_for,
 )
 from kvsched.spec.engine_state import EngineState, Queued, external_holds
 from kvsched.spec.errors import Exhausted
-from kvsched.spec.host_tier import PROMOTE, Copy
+from kvsched.spec.host_tier import Copy
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel, PrefillItem
-from kvsched.spec.page_keys import Key
-from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet, droppable
-from kvsched.spec.prefix_cache import get_cache_references
+from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet
 from kvsched.spec.sequence import FinishReason
 from kvsched.spec.system import SystemState
 
@@ -125,45 +121,16 @@ class StepTokens(Mapping[int, tuple[int, ...]]):
         return repr(self._dict())
 
 
-NOTHING = np.zeros(0, dtype=np.uint64)  # no round ran: no ids, no tokens
-NOTHING.flags.writeable = False
-
-
-@dataclass(slots=True)
-class Record:
-    """What a step has done so far."""
-
-    ids: npt.NDArray[Any] = field(default_factory=lambda: NOTHING)  # the round's request ids (an array it owns)
-    tokens: npt.NDArray[Any] = field(default_factory=lambda: NOTHING)  # and sampled tokens
-    prefilled: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    finished: dict[int, FinishReason] = field(default_factory=dict)
-    preempted: list[int] = field(default_factory=list)
-    finishing: list[int] = field(default_factory=list)  # slots finished this step: released at its end
-    tokens_run: int = 0
-    chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (slot, start, stop) each chunk wrote
-    filled: list[list[int]] = field(default_factory=list)  # the round's filled pages: (admitted, slot, depth, page)
-
-
-@dataclass(frozen=True, slots=True)
-class Shortfall:
-    """An admission short of free pages: how many it needs, and the cached pages it would hit
-    (which relief must not evict)."""
-
-    pages: int
-    keep: list[int]
-
-
 @dataclass(slots=True)
 class Saved:
     """The engine at the start of a step: the certified parts (`parts`), the cache's journal mark,
-    copies of `Engine.STEP_STATE`, the running set's save and, once the step first changes the
-    queue, the queue's snapshot."""
+    copies of `Engine.STEP_STATE`, the running set's save and the host tier's snapshot (the queue
+    keeps its own: `WaitingQueue.mark`)."""
 
     parts: checkpoint.Checkpoint
     cache: Mark
     state: dict[str, Any]
     running: dict[str, Any]  # the running set's save (`RunningSet.save`)
-    queue: tuple[Any, ...] | None = None  # the queue's snapshot, once the step changes it
     host: tuple[Any, ...] | None = None  # the host tier's snapshot (None: the engine has none)
 
 
@@ -193,14 +160,14 @@ class Engine:
         "host": "its snapshot, saved with the checkpoint",
         "running": "a part: saved with the checkpoint (`RunningSet.save`)",
         "keys": "a part: a slot's keys name its tokens; a failed admission's are replaced by the slot's next",
-        "_committed": "one step's running sum, set before it is read",
         "_filled": "one round's output buffer",
         "_done": "one round's output buffer",
-        "_saved": "the running step's checkpoint",
         "_step_state": "the last checkpoint, whose buffers the next reuses",
-        "_fetching": "one step's newcomers' host runs, emptied when they are seated",
-        "queue": "a part: its snapshot, taken when a step first changes it",
+        "queue": "a part: marked when a step begins, it copies itself when the step first changes it",
         "leases": "a part changed by lease and end_lease only, never by a step",
+        "cache_policy": "a part with no state of its own",
+        "host_copies": "a part with no state of its own",
+        "admission": "a part whose state is one step's, set before it is read",
     }
 
     def __init__(self, config: EngineConfig, model: EngineModel) -> None:
@@ -218,14 +185,18 @@ class Engine:
         self._cancelled: list[int] = []
         self.cache = PrefixCache(config.pages)
         self.keys = PageKeys(config, self.running.tokens)
-        self._committed: int | None = None  # this step's running prefills' pages past their chunks
         self._filled = np.zeros((config.requests, FILLED), dtype=np.int64)  # a round's filled pages
         self._done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
-        self._saved: Saved | None = None  # the running step's checkpoint
         self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
         self.host = HostTier(config.host_pages)
-        self._fetching: dict[int, list[tuple[Key, int, int]]] = {}  # newcomer slot -> its host run, until seated
         self.leases = Leases()
+        self.cache_policy = CachePolicy(
+            config, self.pool, self.store, self.scheduler, self.cache, self.host, self.keys, self.running
+        )
+        self.host_copies = HostCopies(config.page_size, self.pool, self.cache, self.host, self.running)
+        self.admission = Admission(
+            config, self.scheduler, self.store, self.queue, self.running, self.keys, self.cache_policy, self.host_copies
+        )
         if config.host_pages:
             copier(model, required=True)
 
@@ -269,15 +240,11 @@ class Engine:
             raise refusals.unreported_cancel(request.request_id)
         if request.request_id in self.queue or request.request_id in self.running.slots:
             raise refusals.duplicate_request(request.request_id)
-        why = self._never_fits(request)
+        why = self.admission.never_fits(request)
         if why is not None:
             raise refusals.request_too_large(request.request_id, why)
         keys = self.keys.of_prompt(request) if self.config.prefix_caching else None  # hashed here, once
-        self._enqueue(Queued(request), front=False, keys=keys)
-
-    def _never_fits(self, request: EngineRequest) -> str | None:
-        """Why `request` can never run on this engine (`fits`), or None."""
-        return fits(self.config, request)
+        self.queue.push(Queued(request), front=False, keys=keys)
 
     def cancel(self, request_id: int) -> None:
         """Stop a queued or running request now; the next step reports it as CANCELLED."""
@@ -303,7 +270,7 @@ class Engine:
         if child_id in self.queue or child_id in self.running.slots:
             raise refusals.duplicate_request(child_id)
         if parent in self.running.waiting:
-            raise refusals.copy_pending(parent_id, self._promoted_page(parent))
+            raise refusals.copy_pending(parent_id, self.host_copies.promoted_page(parent))
         if len(self.running.slots) >= self.config.max_batch_size:
             raise refusals.batch_full(child_id, self.config.max_batch_size)
         if not self.running.state_slot_free():
@@ -325,7 +292,7 @@ class Engine:
     def publish(self, request_id: int, tokens: int, identity: PrefixIdentity) -> None:
         """Publish a running request's KV for its first `tokens` tokens (the spec's `publish`)."""
         request_id = require_u64("request_id", request_id)
-        slot = self._readable(request_id)
+        slot = self.host_copies.readable(request_id)
         count = refusals.require_published_tokens(request_id, tokens, int(self.running.fields[slot, COMPUTED]))
         pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
         self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
@@ -333,7 +300,7 @@ class Engine:
     def lease(self, request_id: int) -> int:
         """An asynchronous reader holds the running request's written pages (the spec's `lease`)."""
         request_id = require_u64("request_id", request_id)
-        slot = self._readable(request_id)
+        slot = self.host_copies.readable(request_id)
         table = self.scheduler.page_table(request_id)[
             : pages_for(int(self.running.fields[slot, COMPUTED]), self.config.page_size)
         ]
@@ -356,19 +323,6 @@ class Engine:
         self.cache.reset(self.pool)
         self.host.reset()
 
-    # -- the queue ----------------------------------------------------------------------------
-
-    def _enqueue(self, entry: Queued, *, front: bool, keys: list[Key] | None = None) -> None:
-        """Queue `entry` (a submission at the back of its class; a preempted request at the front)."""
-        self._touch_queue()
-        self.queue.push(entry, front=front, keys=keys)
-
-    def _touch_queue(self) -> None:
-        """Save the queue (once per step) before the step changes it."""
-        saved = self._saved
-        if saved is not None and saved.queue is None:
-            saved.queue = self.queue.snapshot()
-
     # -- the step -----------------------------------------------------------------------------
 
     def step(self) -> StepOutput:
@@ -381,30 +335,35 @@ class Engine:
                 return self._output(record, counters)
         issued = self.host.issued
         done = poll_copies(copier(self.model), list(self.host.copies.values()))
-        saved = self._saved = self._step_state = self._save(self._step_state)
+        saved = self._step_state = self._save(self._step_state)
+        self.queue.mark()
         try:
             record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
             self._cancelled = []
             room = None
-            if not self._complete_copies(done, record):
+            failed = self.host_copies.complete(done)
+            for slot in failed:  # a promotion failed: its request is preempted
+                self._preempt(slot, record)
+            if not failed:
                 room = self._make_room(record, self._save() if done else saved)
             if room is not None:
                 plan, chunks = room
                 self._commit_round(self._run_round(plan), record)
                 self._prefill(chunks, record)
                 self._finish_step(record)
-            self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
+            self.cache_policy.evict(self.config.prefill_reserve_pages - self.pool.free_count())
             self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
         except BaseException:
             self._undo_step(saved)
             raise
         finally:
-            self._saved = None
+            self.queue.settle()
         return self._output(record, counters)
 
     def _undo_step(self, saved: Saved) -> None:
         """A step failed: the engine as it was when it began."""
         self._rollback(saved)
+        self.queue.undo()
 
     def _issue_copies(self, copies: list[Copy]) -> None:
         """Start the step's new copies between the tiers: one call, its last (all or none)."""
@@ -432,7 +391,7 @@ class Engine:
             raise
         self._commit_round(count, record)
         self._finish_step(record)
-        self._evict(self.config.prefill_reserve_pages - self.pool.free_count())
+        self.cache_policy.evict(self.config.prefill_reserve_pages - self.pool.free_count())
         return record
 
     def _undo_round(self, plan: ArrayWritePlan) -> None:
@@ -441,7 +400,7 @@ class Engine:
 
     def _finish_step(self, record: Record) -> None:
         """After the step's model calls: cache the pages it completed, release what finished."""
-        self._publish_written(record)
+        self.cache_policy.publish_written(record)
         if record.finishing:
             self._release(record.finishing)
 
@@ -471,8 +430,6 @@ class Engine:
         self.cache.undo(saved.cache)
         if saved.host is not None:
             self.host.restore(saved.host)
-        if saved.queue is not None:
-            self.queue.restore(saved.queue)
         self.running.restore(saved.running)
         for name, value in saved.state.items():
             setattr(self, name, _copy(value))
@@ -487,10 +444,10 @@ class Engine:
             except Exhausted as error:
                 self._rollback(inner)
                 self._cancelled = []
-                relieved_now = self._relieve(error.needed or 1)
+                relieved_now = self.cache_policy.relieve(error.needed or 1)
                 if relieved_now == 0 and self.host.copies:
                     return None  # copies in flight free or unpin pages when they complete: wait
-                if relieved_now == 0 and not self._drop_for_the_last():
+                if relieved_now == 0 and not self.cache_policy.drop_for_the_last():
                     slot = self._victim()
                     if slot is None:
                         raise
@@ -505,10 +462,10 @@ class Engine:
 
     def _room_for_running(self) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]]:
         plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
-        budget = self._token_budget(get_indexes(self.scheduler)[2])
+        budget = self.admission.token_budget(get_indexes(self.scheduler)[2])
         chunks = []
         for slot in sorted(self.running.prefilling, key=self.running.prefill_order):
-            if self._waits(slot):
+            if self.host_copies.waits(slot):
                 continue  # it computes nothing until its promotions complete
             if budget == 0:
                 break
@@ -517,13 +474,9 @@ class Engine:
             computed = int(self.running.fields[slot, COMPUTED])
             length = min(self.config.chunk_size, int(self.running.fields[slot, LENGTH]) - computed, budget)
             room = self.scheduler.record_chunk(request.request_id, length, self.pool)
-            chunks.append((Chunk(request.request_id, computed, length, _pairs(room)), slot))
+            chunks.append((Chunk(request.request_id, computed, length, copy_pairs(room)), slot))
             budget -= length
         return plan, chunks
-
-    def _token_budget(self, decoding: int) -> int:
-        """The tokens the step's prefill chunks may take, `decoding` requests decoding."""
-        return self.config.max_batched_tokens - decoding
 
     def _run_round(self, plan: ArrayWritePlan) -> int:
         """The decode round's model calls (its copies, then the round): how many requests it ran.
@@ -532,7 +485,7 @@ class Engine:
         if count == 0:
             return 0
         if plan.copy_sources.shape[0]:
-            self._copy_round_pages(_pairs(plan))
+            self._copy_round_pages(copy_pairs(plan))
         self.scheduler.execute_decode_round(self.model)
         return count
 
@@ -572,160 +525,12 @@ class Engine:
 
     def _prefill(self, chunks: list[tuple[Chunk, int]], record: Record) -> None:
         """Run the running requests' chunks and admit newcomers into the budget left (their
-        pages attached and allocated in one call once all are chosen: `seat_newcomers`)."""
-        budget = self._token_budget(record.tokens_run) - sum(chunk.length for chunk, _ in chunks)
-        copies = [pair for chunk, _ in chunks for pair in chunk.copies]
-        self._committed = None
-        self._fetching.clear()
-        newcomers: list[Newcomer] = []
-        claimed = 0  # the free pages the newcomers' chunks take
-        while budget:
-            admitted = self._admit(budget, self.pool.free_count() - claimed, newcomers, chunks)
-            if admitted is None:
-                break
-            if isinstance(admitted, Shortfall):  # relieve the pressure for a later step, after seating
-                copies += self._seat(newcomers)
-                newcomers = []
-                self._relieve(admitted.pages, keep=admitted.keep)
-                break
-            if admitted[1] not in self._fetching:  # else it waits for its promotions
-                chunks.append(admitted)
-            budget -= admitted[0].length
-            claimed += len(newcomers[-1].pages)
-        copies += self._seat(newcomers)
+        pages attached and allocated in one call once all are chosen: `Admission.admit`)."""
+        budget = self.admission.token_budget(record.tokens_run) - sum(chunk.length for chunk, _ in chunks)
+        copies = tuple(pair for chunk, _ in chunks for pair in chunk.copies)
+        copies += self.admission.admit(budget, chunks)
         if chunks:
-            self._run_chunks(chunks, tuple(copies), record)
-
-    def _seat(self, newcomers: list[Newcomer]) -> tuple[tuple[int, int], ...]:
-        """Attach and allocate the newcomers' pages, and promote into those of the ones that
-        found pages in the host tier; the copies their chunks need."""
-        if not newcomers:
-            return ()
-        copies = _pairs(seat_newcomers(self.scheduler, newcomers, self.store, self.pool))
-        tables = get_slots(self.scheduler).tables
-        for newcomer in newcomers:
-            fetch = self._fetching.pop(newcomer.slot, None)
-            if fetch is None:
-                continue
-            request = self.running.request(newcomer.slot)
-            waiting = []
-            for depth, (key, _, _) in zip(newcomer.pages, fetch, strict=True):
-                page = int(tables[newcomer.slot, depth])
-                self.pool.retain(page)  # the copy's hold
-                waiting.append(self.host.promote(key, page, request.request_id))
-            self.host.count_hit(len(fetch) * self.config.page_size)
-            self.running.waiting[newcomer.slot] = tuple(waiting)
-        return copies
-
-    def _guarded(self, free: int) -> bool:
-        """The memory guard stops admissions: fewer than `prefill_reserve_pages` are `free` while
-        requests run (an empty batch is never starved)."""
-        return free < self.config.prefill_reserve_pages and bool(self.running.slots)
-
-    def _reused(self, tokens: int, length: int) -> int:
-        """Of a named prefix's `tokens`, those a sequence of `length` reuses: all but its last
-        token at most (recomputed, so the request samples from its own logits)."""
-        return min(tokens, length - 1)
-
-    def _admit(
-        self, budget: int, free: int, newcomers: list[Newcomer], chunks: list[tuple[Chunk, int]]
-    ) -> tuple[Chunk, int] | Shortfall | None:
-        """Admit the front of the queue into `newcomers` (its pages not yet seated), with `free`
-        pages left: its chunk and slot; a `Shortfall` when its pages are not free; else None."""
-        front = self.queue.front()
-        if front is None or len(self.running.slots) >= self.config.max_batch_size:
-            return None
-        if self._guarded(free):
-            return None
-        if not self.running.state_slot_free():
-            return None
-        request = front.request
-        length_of = len(request.prompt) + len(front.generated)
-        identity, named, cached = self._usable_prefix(request.prefix, length_of, budget)
-        page_size = self.config.page_size
-        keys: list[Key] = []
-        hit: list[int] = []
-        fetch: list[tuple[Key, int, int]] = []
-        if self.config.prefix_caching:
-            keys = self._keys_of(front, length_of // page_size)
-            if cached % page_size == 0:
-                wanted = keys[cached // page_size : (length_of - 1) // page_size]
-                hit = self.cache.lookup(wanted)
-                if self.host.pages and identity is None:
-                    fetch = self.host.run(wanted[len(hit) :])
-        cached += len(hit) * page_size
-        fetched = len(fetch) * page_size
-        length = min(self.config.chunk_size, length_of - cached - fetched, budget)
-        pages = chunk_pages(cached + fetched, length, page_size)
-        needed = max(len(fetch) + len(pages), self._admission_pages(length_of, cached, free, chunks))
-        if needed > free:
-            return Shortfall(needed, hit)  # relieved for a later step: this one writes no freed page
-        request_id = request.request_id
-        slot = claim_slot(self.scheduler, request_id)
-        if fetch:  # fresh pages for the host run, counted; it waits for their promotions (`_seat`)
-            pages, counted, length = range(cached // page_size, cached // page_size + len(fetch)), fetched, 0
-            self._fetching[slot] = fetch
-        else:
-            counted = length if named + len(hit) * page_size == cached else 0  # a full hit's prefix counts it
-        newcomers.append(Newcomer(slot, identity, hit, pages, counted))
-        if self.config.prefix_caching:
-            self.cache.count_query(length_of, len(hit) * page_size)
-            self.keys.slots[slot] = keys
-        self._touch_queue()
-        self.queue.pop_front()
-        self.running.tokens[slot, : len(request.prompt)] = np.frombuffer(request.prompt_bytes, dtype="<u4")
-        if front.generated:
-            self.running.tokens[slot, len(request.prompt) : length_of] = front.generated
-        state_slot = self.running.take_state_slot(request_id)
-        eos = NO_TOKEN if request.eos_token_id is None else request.eos_token_id
-        limit = len(request.prompt) + request.max_new_tokens
-        cached += fetched
-        self.running.fields[slot] = (length_of, limit, eos, cached, 0, self.running.admissions, state_slot)
-        if self._committed is not None:  # the pages its prefill takes after this step's chunk
-            self._committed += pages_for(length_of, page_size) - pages_for(cached + length, page_size)
-        self.running.admissions += 1
-        self.running.requests[slot] = request
-        self.running.slots[request_id] = slot
-        self.running.prefilling.add(slot)
-        return Chunk(request_id, cached, length, ()), slot
-
-    def _keys_of(self, entry: Queued, pages: int) -> list[Key]:
-        """The keys of the queued `entry`'s first `pages` full pages (`PageKeys.of_queued`)."""
-        return self.keys.of_queued(entry, pages, self.queue.kept_keys(entry))
-
-    def _admission_pages(self, length: int, cached: int, free: int, chunks: list[tuple[Chunk, int]]) -> int:
-        """The spec's `_admission_pages`, the running prefills' rests from their fields; 0 when
-        even the most they could need leaves `free` enough (the same admission, sooner known)."""
-        if not self.running.slots:
-            return 0
-        most = admission_pages(self.config, length, cached, len(self.running.prefilling) * self.config.logical_pages)
-        if most <= free:
-            return 0
-        committed = self._committed
-        if committed is None:  # summed once a step, then kept up to date by each admission
-            page_size, fields = self.config.page_size, self.running.fields
-            recorded = {slot: chunk.start + chunk.length for chunk, slot in chunks}
-            committed = 0
-            for slot in self.running.prefilling:  # a few slots: a loop costs less than numpy's calls here
-                computed = recorded.get(slot)
-                if computed is None:
-                    computed = fields[slot, COMPUTED].item()
-                committed += pages_for(fields[slot, LENGTH].item(), page_size) - pages_for(computed, page_size)
-            self._committed = committed
-        return admission_pages(self.config, length, cached, committed)
-
-    def _usable_prefix(
-        self, identity: PrefixIdentity | None, length: int, budget: int
-    ) -> tuple[PrefixIdentity | None, int, int]:
-        """The named prefix a request of `length` tokens can attach: its identity, its tokens and
-        the tokens it leaves uncomputed (all but the last token at most); else (None, 0, 0)."""
-        page_set = None if identity is None else self.store.get(identity)
-        if page_set is None or page_set.token_count > length:
-            return None, 0, 0
-        cached = self._reused(page_set.token_count, length)
-        if length - cached > min(self.config.chunk_size, budget):
-            return None, 0, 0
-        return identity, page_set.token_count, cached
+            self._run_chunks(chunks, copies, record)
 
     def _run_chunks(self, chunks: list[tuple[Chunk, int]], copies: tuple[tuple[int, int], ...], record: Record) -> None:
         if copies:
@@ -785,132 +590,5 @@ class Engine:
         self._release([slot])
         # its keys name the same tokens when it is admitted again
         keys = self.keys.slots[slot] if self.config.prefix_caching else None
-        self._enqueue(Queued(request, generated), front=True, keys=keys)
+        self.queue.push(Queued(request, generated), front=True, keys=keys)
         record.preempted.append(request.request_id)
-
-    # -- the automatic prefix cache ----------------------------------------------------------
-
-    def _publish_written(self, record: Record) -> None:
-        """The spec's `_publish_written`: cache the full pages each request completed this step,
-        in admission order (the round's filled pages, one a slot, and the chunks' pages)."""
-        if not self.config.prefix_caching:
-            return
-        if not record.chunks:
-            if record.filled:
-                self._publish_round(record.filled)
-            return
-        page_size, fields = self.config.page_size, self.running.fields
-        written = [(admitted, slot, depth, depth + 1) for admitted, slot, depth, _ in record.filled]
-        for slot, start, stop in record.chunks:  # (admitted, slot, first page, end page)
-            if start // page_size != stop // page_size:
-                written.append((int(fields[slot, ADMITTED]), slot, start // page_size, stop // page_size))
-        written.sort()
-        keys: list[Key] = []
-        rows: list[int] = []
-        depths: list[int] = []
-        for _, slot, first, end in written:
-            slot_keys = self.keys.through(slot, self.running.request(slot), end)
-            keys += slot_keys[first:end]
-            rows += [slot] * (end - first)
-            depths += range(first, end)
-        pages = get_slots(self.scheduler).tables[rows, depths].tolist()
-        self.cache.insert(self.pool, keys, pages, depths)
-
-    def _publish_round(self, filled: list[list[int]]) -> None:
-        """`_publish_written` of a step without chunks: the page each request's round filled."""
-        filled.sort()  # by admission
-        keys = self.keys.of_filled(filled, self.running.request)
-        self.cache.insert(self.pool, keys, [row[3] for row in filled], [row[2] for row in filled])
-
-    def _evict(self, pages: int, keep: list[int] | None = None) -> int:
-        """The spec's `_evict`: evict, or demote what the host tier wants."""
-        if pages <= 0 or not self.config.prefix_caching:
-            return 0
-        demoted = 0
-        if self.host.pages:
-            for page in self.cache.victims(self.pool, pages, keep or ()).tolist():
-                key, depth = self.cache.entry(page)
-                if self.host.wants(page, key):
-                    self._hold_demoted(page)
-                    self.host.demote(page, key, depth)
-                    demoted += 1
-        evicted = self.cache.evict(self.pool, pages - demoted, keep or ())
-        if evicted and self.host.refused:
-            self.host.keep_refused(self.cache.cached_mask())
-        return demoted + evicted
-
-    # -- the host tier ------------------------------------------------------------------------
-
-    def _complete_copies(self, done: dict[int, bool], record: Record) -> bool:
-        """The spec's `_complete_copies`: whether a failed promotion preempted a request."""
-        if not done:
-            return False
-        failed: list[int] = []
-        for copy in list(self.host.copies.values()):
-            ok = self._outcome(done, copy)
-            if ok is None:
-                continue
-            if copy.kind == PROMOTE and ok:
-                self.cache.insert(self.pool, [copy.key], [copy.page], [copy.depth])
-            self.pool.release(copy.page)
-            self.host.complete(copy, ok)
-            slot = self.running.slots.get(copy.request_id) if copy.request_id is not None else None
-            waiting = self.running.waiting.get(slot, ()) if slot is not None else ()
-            if slot is None or copy.transfer_id not in waiting:
-                continue
-            if ok:
-                rest = tuple(tid for tid in waiting if tid != copy.transfer_id)
-                if rest:
-                    self.running.waiting[slot] = rest
-                else:
-                    del self.running.waiting[slot]
-            elif slot not in failed:
-                failed.append(slot)
-        for slot in sorted(failed, key=self.running.victim_order):  # the latest first: places kept
-            self._preempt(slot, record)
-        return bool(failed)
-
-    def _hold_demoted(self, page: int) -> None:
-        """The demotion's copy holds its device page until it completes."""
-        self.pool.retain(page)
-
-    def _outcome(self, done: dict[int, bool], copy: Copy) -> bool | None:
-        """What the model reported of `copy`: completed, failed, or None (still in flight)."""
-        return done.get(copy.transfer_id)
-
-    def _waits(self, slot: int) -> bool:
-        """`slot`'s request waits for promotions (it computes nothing meanwhile)."""
-        return slot in self.running.waiting
-
-    def _readable(self, request_id: int) -> int:
-        """The spec's `_readable`: the slot of a running request that waits for no copy."""
-        slot = self.running.slots.get(request_id)
-        if slot is None:
-            raise refusals.unknown_request(request_id)
-        if slot in self.running.waiting:
-            raise refusals.copy_pending(request_id, self._promoted_page(slot))
-        return slot
-
-    def _promoted_page(self, slot: int) -> int:
-        """A page `slot`'s request waits for."""
-        return next(copy.page for copy in self.host.copies.values() if copy.transfer_id in self.running.waiting[slot])
-
-    def _drop_for_the_last(self) -> bool:
-        """The spec's `_drop_for_the_last` (a rare path: it reads the abstract states)."""
-        if len(self.running.slots) != 1:
-            return False
-        cached = get_cache_references(self.cache.to_spec())
-        identity = droppable(self.store.to_spec(), self.pool.to_spec(), cached)
-        return identity is not None and self.store.remove(identity, self.pool)
-
-    def _relieve(self, pages: int, keep: list[int] | None = None) -> int:
-        """The spec's `_relieve`: evict cached pages, else reclaim idle named prefixes."""
-        evicted = self._evict(max(pages - self.pool.free_count(), 1), keep)
-        if evicted:
-            return evicted
-        spare = self.cache.cached_mask().astype(np.uint32) if self.config.prefix_caching else None
-        return self.store.reclaim(self.pool, pages, spare, keep or ())  # `keep`: reused, never counted freed
-
-
-def _pairs(plan: ArrayWritePlan) -> tuple[tuple[int, int], ...]:
-    return tuple(zip(plan.copy_sources.tolist(), plan.copy_destinations.tolist(), strict=True))

@@ -6,9 +6,9 @@ either end is O(1) (a new priority class costs O(classes)); a cancel is O(its cl
 automatic prefix cache, a queued request's full pages' keys are kept beside it (hashed at
 submit, or kept from its slot when it is preempted), tied to the entry they were kept with.
 
-A step saves the queue only when it first changes it (`snapshot()`, taken by the engine's
-checkpoint), and a failed step puts it back (`restore`). `to_spec()` is its part of the spec's
-`EngineState.queue`.
+A step marks the queue when it begins (`mark`): the queue copies itself when the step first
+changes it, a failed step puts that copy back (`undo`), and a step that ended lets it go
+(`settle`). `to_spec()` is its part of the spec's `EngineState.queue`.
 """
 
 from __future__ import annotations
@@ -24,13 +24,15 @@ from kvsched.spec.page_keys import Key
 class WaitingQueue:
     """The queue; see the module docstring."""
 
-    __slots__ = ("_classes", "_ids", "_keys", "_priorities")
+    __slots__ = ("_before", "_classes", "_ids", "_keys", "_marked", "_priorities")
 
     def __init__(self) -> None:
         self._classes: dict[int, deque[Queued]] = {}  # priority -> its FIFO
         self._priorities: list[int] = []  # the classes' priorities, ascending
         self._ids: set[int] = set()  # the ids queued
         self._keys: dict[int, tuple[Queued, list[Key]]] = {}  # request id -> (its entry, its keys)
+        self._marked = False  # a step is running: its first change copies the queue into `_before`
+        self._before: tuple[Any, ...] | None = None
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -48,6 +50,7 @@ class WaitingQueue:
 
     def push(self, entry: Queued, *, front: bool, keys: list[Key] | None = None) -> None:
         """Queue `entry` at the front or the back of its class, with its pages' `keys` if known."""
+        self._changing()
         priority = entry.request.priority
         entries = self._classes.get(priority)
         if entries is None:
@@ -63,12 +66,14 @@ class WaitingQueue:
 
     def pop_front(self) -> Queued:
         """Take the entry that runs next (its kept keys go with it)."""
+        self._changing()
         entry = self._classes[self._priorities[-1]].popleft()
         self._left(entry.request.request_id)
         return entry
 
     def remove(self, request_id: int) -> None:
         """Take the queued `request_id` out, wherever it is."""
+        self._changing()
         for priority, entries in self._classes.items():
             kept = deque(entry for entry in entries if entry.request.request_id != request_id)
             if len(kept) != len(entries):
@@ -81,16 +86,29 @@ class WaitingQueue:
         kept = self._keys.get(entry.request.request_id)
         return kept[1] if kept is not None and kept[0] is entry else None
 
-    def snapshot(self) -> tuple[Any, ...]:
-        """Everything, copied: `restore` puts it back."""
-        classes = {priority: deque(entries) for priority, entries in self._classes.items()}
-        return classes, list(self._priorities), set(self._ids), dict(self._keys)
+    # -- a step's mark ----------------------------------------------------------------------------
 
-    def restore(self, saved: tuple[Any, ...]) -> None:
-        """Back to `saved` (which stays intact: it may be restored again)."""
-        classes, priorities, ids, keys = saved
-        self._classes = {priority: deque(entries) for priority, entries in classes.items()}
-        self._priorities, self._ids, self._keys = list(priorities), set(ids), dict(keys)
+    def mark(self) -> None:
+        """A step begins: `undo` puts the queue back as it is now."""
+        self._marked, self._before = True, None
+
+    def undo(self) -> None:
+        """The step failed: the queue as it was at `mark`."""
+        before = self._before
+        if before is not None:
+            classes, priorities, ids, keys = before
+            self._classes, self._priorities, self._ids, self._keys = classes, priorities, ids, keys
+        self.settle()
+
+    def settle(self) -> None:
+        """The step ended: nothing to put back."""
+        self._marked, self._before = False, None
+
+    def _changing(self) -> None:
+        """Copy the queue before a marked step first changes it."""
+        if self._marked and self._before is None:
+            classes = {priority: deque(entries) for priority, entries in self._classes.items()}
+            self._before = classes, list(self._priorities), set(self._ids), dict(self._keys)
 
     def _left(self, request_id: int) -> None:
         self._ids.discard(request_id)

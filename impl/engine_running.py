@@ -11,6 +11,7 @@ knows of it beyond the scheduler.
     state_owners     each recurrent-state slot's owner; `state_free` the free ones, a min-heap
 
 `to_spec()` is its part of the spec's `EngineState` (`running`, `state_slots`, `admissions`).
+`Record` is what a step has done so far (the spec's `StepRecord`).
 A step that is not decode-only saves the part (`save`) and a failed one puts it back
 (`restore`): everything but the token rows, which a step writes only in slots that were empty
 when it began (finished requests leave at its end, and a step that preempts admits nobody).
@@ -20,13 +21,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from kvsched.impl.engine_rows import ADMITTED, COMPUTED, DECODING, FIELDS, LENGTH, STATE_SLOT, TOKEN
 from kvsched.spec.engine_config import EngineConfig, EngineRequest
 from kvsched.spec.engine_state import Running
+from kvsched.spec.sequence import FinishReason
 
 
 class RunningSet:
@@ -171,3 +175,22 @@ class RunningSet:
                 setattr(self, name, type(value)(value))
             else:
                 setattr(self, name, value)
+
+
+NOTHING = np.zeros(0, dtype=np.uint64)  # no round ran: no ids, no tokens
+NOTHING.flags.writeable = False
+
+
+@dataclass(slots=True)
+class Record:
+    """What a step has done so far."""
+
+    ids: npt.NDArray[Any] = field(default_factory=lambda: NOTHING)  # the round's request ids (an array it owns)
+    tokens: npt.NDArray[Any] = field(default_factory=lambda: NOTHING)  # and sampled tokens
+    prefilled: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    finished: dict[int, FinishReason] = field(default_factory=dict)
+    preempted: list[int] = field(default_factory=list)
+    finishing: list[int] = field(default_factory=list)  # slots finished this step: released at its end
+    tokens_run: int = 0
+    chunks: list[tuple[int, int, int]] = field(default_factory=list)  # (slot, start, stop) each chunk wrote
+    filled: list[list[int]] = field(default_factory=list)  # the round's filled pages: (admitted, slot, depth, page)

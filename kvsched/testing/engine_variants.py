@@ -1,10 +1,10 @@
 """Deliberately broken engines: proof that the engine harness can fail.
 
 Each variant is impl's `Engine` with one method (of the engine or one of its parts: its
-`PrefixCache`, `HostTier`, `Leases`, `PageKeys` or `RunningSet`) replaced by a seam override: a function of a
-few visible lines that takes the method's place in a subclass, reintroducing a bug serving
-engines have shipped (as `devtools/mutants_corpus.py` does for impl's parts; no engine source is
-edited as text).
+`PrefixCache`, `HostTier`, `Leases`, `PageKeys`, `RunningSet`, `WaitingQueue`, `Admission`,
+`CachePolicy` or `HostCopies`) replaced by a seam override: a function of a few visible lines
+that takes the method's place in a subclass, reintroducing a bug serving engines have shipped
+(as `devtools/mutants_corpus.py` does for impl's parts; no engine source is edited as text).
 `ENGINE_VARIANTS` names each, the bug it is, the machine shape it runs on, and the check that
 must catch it with the spec beside it (`with_reference`) and without (`alone`: the engine's own
 checks).
@@ -20,8 +20,12 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from kvsched.impl.engine import Engine, Saved
+from kvsched.impl.engine_admission import Admission
+from kvsched.impl.engine_cache import CachePolicy
+from kvsched.impl.engine_host import HostCopies
 from kvsched.impl.engine_keys import PageKeys
 from kvsched.impl.engine_leases import Leases
+from kvsched.impl.engine_queue import WaitingQueue
 from kvsched.impl.engine_running import RunningSet
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool, release_array
@@ -80,6 +84,10 @@ class EngineVariant:
                 Leases: engine.leases,
                 PageKeys: engine.keys,
                 RunningSet: engine.running,
+                WaitingQueue: engine.queue,
+                Admission: engine.admission,
+                CachePolicy: engine.cache_policy,
+                HostCopies: engine.host_copies,
             }
             part = parts[self.target]
             part.__class__ = broken
@@ -132,17 +140,17 @@ def salt_without_adapter(self: PageKeys, request: EngineRequest) -> CacheSalt:
     return salt_of(self.config, replace(request, adapter=0))
 
 
-def budget_without_decode(self: Engine, decoding: int) -> int:
+def budget_without_decode(self: Admission, decoding: int) -> int:
     """The prefill budget forgets the decode tokens: a step runs more than `max_batched_tokens`."""
     return self.config.max_batched_tokens
 
 
-def requeue_at_the_back(self: Engine, entry: Queued, *, front: bool, keys: list[Key] | None = None) -> None:
+def requeue_at_the_back(self: WaitingQueue, entry: Queued, *, front: bool, keys: list[Key] | None = None) -> None:
     """Every request joins the back of its class, a preempted one too."""
-    Engine._enqueue(self, entry, front=False, keys=keys)
+    WaitingQueue.push(self, entry, front=False, keys=keys)
 
 
-def fits_anything(self: Engine, request: EngineRequest) -> str | None:
+def fits_anything(self: Admission, request: EngineRequest) -> str | None:
     """No request is too large for the engine."""
     return None
 
@@ -152,12 +160,12 @@ def no_victim(self: Engine) -> int | None:
     return None
 
 
-def reuse_every_token(self: Engine, tokens: int, length: int) -> int:
+def reuse_every_token(self: Admission, tokens: int, length: int) -> int:
     """A full hit reuses every token: nothing is left to prefill."""
     return tokens
 
 
-def never_guarded(self: Engine, free: int) -> bool:
+def never_guarded(self: Admission, free: int) -> bool:
     """The memory guard never stops an admission."""
     return False
 
@@ -180,9 +188,9 @@ def keep_failed_round(self: Engine, plan: ArrayWritePlan) -> None:
     """A failed decode round's new pages stay mapped."""
 
 
-def cache_when_seated(self: Engine, newcomers: list[Newcomer]) -> tuple[tuple[int, int], ...]:
+def cache_when_seated(self: Admission, newcomers: list[Newcomer]) -> tuple[tuple[int, int], ...]:
     """Newcomers' full pages enter the cache when their pages are seated, before their KV is written."""
-    copies = Engine._seat(self, newcomers)
+    copies = Admission.seat(self, newcomers)
     for newcomer in newcomers:
         keys = self.keys.slots[newcomer.slot]
         first, end = newcomer.pages.start, min(len(keys), newcomer.pages.stop)
@@ -206,16 +214,16 @@ def salt_without_tenant(self: PageKeys, request: EngineRequest) -> CacheSalt:
     return salt_of(self.config, replace(request, tenant=0))
 
 
-def demote_without_a_hold(self: Engine, page: int) -> None:
+def demote_without_a_hold(self: CachePolicy, page: int) -> None:
     """A demotion's copy takes no hold on the page it reads."""
 
 
-def wait_for_nothing(self: Engine, slot: int) -> bool:
+def wait_for_nothing(self: HostCopies, slot: int) -> bool:
     """A request computes on pages whose promotions have not completed."""
     return False
 
 
-def failed_copy_done(self: Engine, done: dict[int, bool], copy: Copy) -> bool | None:
+def failed_copy_done(self: HostCopies, done: dict[int, bool], copy: Copy) -> bool | None:
     """Every copy the model reported, completed or failed, counts as completed."""
     return True if copy.transfer_id in done else None
 
@@ -239,18 +247,20 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "preempt_to_back",
         "a preempted request re-enters at the back of the queue and loses its place (vLLM #41951)",
-        "_enqueue",
+        "push",
         requeue_at_the_back,
         FailureKind.LOCKSTEP,
         FailureKind.ORDER,
+        target=WaitingQueue,
     ),
     EngineVariant(
         "admit_too_large",
         "a request larger than the cache is accepted and blocks the queue forever (vLLM #39734)",
-        "_never_fits",
+        "never_fits",
         fits_anything,
         FailureKind.LOCKSTEP,
         FailureKind.LIVENESS,
+        target=Admission,
     ),
     EngineVariant(
         "never_preempt",
@@ -263,18 +273,20 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "full_hit_prefills_nothing",
         "a full prefix hit prefills zero tokens and samples logits it never computed (nano-vllm PR #199)",
-        "_reused",
+        "reused",
         reuse_every_token,
         FailureKind.LOCKSTEP,
         FailureKind.DETERMINISM,
+        target=Admission,
     ),
     EngineVariant(
         "skip_memory_guard",
         "admission ignores the free-page reserve while requests run",
-        "_guarded",
+        "guarded",
         never_guarded,
         FailureKind.LOCKSTEP,
         None,
+        target=Admission,
     ),
     EngineVariant(
         "state_slot_released_twice",
@@ -312,11 +324,12 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "publish_on_allocation",
         "a page enters the prefix cache when it is allocated, before its KV is written (TGI #2489)",
-        "_seat",
+        "seat",
         cache_when_seated,
         FailureKind.LOCKSTEP,
         FailureKind.CACHE,
         shape="cached_tight",  # a chunk of one token: a page is allocated a step before it is full
+        target=Admission,
     ),
     EngineVariant(
         "evict_keeps_key",
@@ -354,33 +367,36 @@ ENGINE_VARIANTS = (
         "demotion_source_freed",
         "a demoted page is evicted and reused while its copy to the host still reads it: the host keeps"
         " another request's KV (DingoCache PR #76; TRT-LLM #8813's wrong-tokens class)",
-        "_hold_demoted",
+        "hold_demoted",
         demote_without_a_hold,
         FailureKind.LIVENESS,  # a copy that fails releases a hold it never took: a failing tier stalls it
         FailureKind.LIVENESS,
         shape="host",
+        target=CachePolicy,
     ),
     EngineVariant(
         "promotion_not_awaited",
         "a request computes on pages whose copy from the host has not completed: it reads KV never"
         " written (SGLang PR #33970's class)",
-        "_waits",
+        "waits",
         wait_for_nothing,
         FailureKind.LOCKSTEP,
         FailureKind.DETERMINISM,
         shape="host",
         examples=3000,  # a promotion must be awaited while other requests run
+        target=HostCopies,
     ),
     EngineVariant(
         "failed_promotion_served",
         "a copy from the host that failed is taken as completed: the request reads the partial write"
         " (TRT-LLM #8813: reused offloaded blocks restore the wrong KV)",
-        "_outcome",
+        "outcome",
         failed_copy_done,
         FailureKind.LOCKSTEP,
         FailureKind.CACHE,
         shape="host",
         examples=3000,  # a promotion must be in flight when a step fails copies
+        target=HostCopies,
     ),
     EngineVariant(
         "host_lookup_misses",
@@ -462,10 +478,11 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "budget_forgets_decode",
         "the prefill budget forgets the step's decode tokens: a step runs more tokens than max_batched_tokens",
-        "_token_budget",
+        "token_budget",
         budget_without_decode,
         FailureKind.LOCKSTEP,
         FailureKind.INVARIANT,
         shape="roomy",
+        target=Admission,
     ),
 )

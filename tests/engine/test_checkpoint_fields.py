@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from kvsched import impl
+from kvsched.impl.engine_queue import WaitingQueue
 from kvsched.impl.engine_running import RunningSet
 from kvsched.spec import EngineRequest, KvschedError
 from kvsched.spec.engine_config import EngineConfig
@@ -89,8 +90,15 @@ def test_a_running_set_that_forgets_a_field_fails(forgotten: str) -> None:
 
 
 def test_an_engine_that_forgets_the_queue_fails() -> None:
+    class UnmarkedQueue(WaitingQueue):
+        __slots__ = ()
+
+        def _changing(self) -> None:
+            """The queue never copies itself before a step changes it."""
+
     class Forgetful(impl.Engine):
-        def _touch_queue(self) -> None:
-            """The queue part is never saved."""
+        def __init__(self, config: EngineConfig, model: EngineModel) -> None:
+            super().__init__(config, model)
+            self.queue.__class__ = UnmarkedQueue
 
     assert not failed_step_keeps_the_state(Forgetful)

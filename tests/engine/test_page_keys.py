@@ -9,8 +9,11 @@ from dataclasses import replace
 from typing import Any
 
 from kvsched import impl, spec
+from kvsched.impl.engine_admission import Admission
 from kvsched.spec import EngineRequest
+from kvsched.spec.engine_config import EngineConfig
 from kvsched.spec.engine_state import Queued
+from kvsched.spec.model import EngineModel
 from kvsched.spec.page_keys import Key, pack_tokens, register_page_hash
 from tests.engine.support import SMALL
 
@@ -30,8 +33,10 @@ CONFIG = replace(
 PROMPTS = {1: (1, 2, 3, 4, 5, 6), 2: (7, 8, 9, 10, 11, 12), 3: (13, 14, 15, 16, 17, 18)}
 
 
-class RehashingEngine(impl.Engine):
-    """impl's engine that forgets a preempted request's keys (hashes them again)."""
+class RehashingAdmission(Admission):
+    """An admission that forgets a preempted request's keys (hashes them again)."""
+
+    __slots__ = ()
 
     def _keys_of(self, entry: Queued, pages: int) -> list[Key]:
         request = entry.request
@@ -39,12 +44,20 @@ class RehashingEngine(impl.Engine):
         return self.keys.hasher.keys_of(data, pages, self.keys.salt(request))
 
 
+class RehashingEngine(impl.Engine):
+    """impl's engine whose admission forgets a preempted request's keys."""
+
+    def __init__(self, config: EngineConfig, model: EngineModel) -> None:
+        super().__init__(config, model)
+        self.admission.__class__ = RehashingAdmission
+
+
 class AdmissionHashingEngine(impl.Engine):
     """impl's engine whose submit only queues a request (its intake checks aside): the prompt is
     hashed when it is admitted."""
 
     def submit(self, request: EngineRequest) -> None:
-        self._enqueue(Queued(request), front=False)
+        self.queue.push(Queued(request), front=False)
 
 
 def hashed_at_submit(engine: Any) -> tuple[int, list[bytes]]:

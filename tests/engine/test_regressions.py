@@ -104,6 +104,7 @@ def test_a_prefix_sharing_pages_with_the_last_request_is_dropped_not_the_request
     7 tokens whose last pages are its own copies, then is preempted. The parent, alone, cannot hold
     its whole sequence while the idle-but-shared entry keeps two pages, and preempting it (the last
     request) only readmits it to the same pages, forever. Removing the entry lets it finish."""
+    from kvsched.impl.engine_cache import CachePolicy
     from kvsched.spec import engine as spec_engine
     from kvsched.spec.identity import PrefixIdentity
     from kvsched.testing.engine_machine import SHAPES
@@ -111,8 +112,8 @@ def test_a_prefix_sharing_pages_with_the_last_request_is_dropped_not_the_request
 
     if not fixed and flavour is spec:  # the spec's cache part, as the spec's engine imports it
         monkeypatch.setattr(spec_engine, "drop_for_the_last", lambda work: False)
-    elif not fixed:
-        monkeypatch.setattr(flavour.Engine, "_drop_for_the_last", lambda self: False)
+    elif not fixed:  # impl's cache part
+        monkeypatch.setattr(CachePolicy, "drop_for_the_last", lambda self: False)
     config = SHAPES["whole_prompt_cached"]
     engine = flavour.Engine(config, HarnessModel(config.page_size))
     engine.submit(EngineRequest(1, (3, 1, 4, 1, 5, 9, 2, 6, 0, 0), 6))
