@@ -2,7 +2,7 @@
 
 Each variant is impl's `Engine` with one method (of the engine or one of its parts: its
 `PrefixCache`, `HostTier`, `Leases`, `PageKeys`, `RunningSet`, `WaitingQueue`, `Admission`,
-`CachePolicy` or `HostCopies`) replaced by a seam override: a function of a few visible lines
+`CachePolicy`, `HostCopies` or `Batch`) replaced by a seam override: a function of a few visible lines
 that takes the method's place in a subclass, reintroducing a bug serving engines have shipped
 (as `devtools/mutants_corpus.py` does for impl's parts; no engine source is edited as text).
 `ENGINE_VARIANTS` names each, the bug it is, the machine shape it runs on, and the check that
@@ -21,6 +21,7 @@ import numpy as np
 
 from kvsched.impl.engine import Engine, Saved
 from kvsched.impl.engine_admission import Admission
+from kvsched.impl.engine_batch import Batch
 from kvsched.impl.engine_cache import CachePolicy
 from kvsched.impl.engine_host import HostCopies
 from kvsched.impl.engine_keys import PageKeys
@@ -88,6 +89,7 @@ class EngineVariant:
                 Admission: engine.admission,
                 CachePolicy: engine.cache_policy,
                 HostCopies: engine.host_copies,
+                Batch: engine.batch,
             }
             part = parts[self.target]
             part.__class__ = broken
@@ -155,7 +157,7 @@ def fits_anything(self: Admission, request: EngineRequest) -> str | None:
     return None
 
 
-def no_victim(self: Engine) -> int | None:
+def no_victim(self: Batch) -> int | None:
     """Under pressure nobody is preempted."""
     return None
 
@@ -176,7 +178,7 @@ def free_state_slot_twice(self: RunningSet, state_slot: int) -> None:
     heapq.heappush(self.state_free, state_slot)
 
 
-def skip_round_copies(self: Engine, pairs: tuple[tuple[int, int], ...]) -> None:
+def skip_round_copies(self: Batch, pairs: tuple[tuple[int, int], ...]) -> None:
     """The decode round's copy-on-write copies never reach the model."""
 
 
@@ -265,10 +267,11 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "never_preempt",
         "KV pressure makes every step fail instead of preempting: the scheduler deadlocks (vLLM #45388)",
-        "_victim",
+        "victim",
         no_victim,
         FailureKind.LOCKSTEP,
         FailureKind.LIVENESS,
+        target=Batch,
     ),
     EngineVariant(
         "full_hit_prefills_nothing",
@@ -300,10 +303,11 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "decode_copies_skipped",
         "the decode round's copy-on-write copies are never handed to the model",
-        "_copy_round_pages",
+        "copy_round_pages",
         skip_round_copies,
         FailureKind.LOCKSTEP,
         FailureKind.DETERMINISM,
+        target=Batch,
     ),
     EngineVariant(
         "failed_step_kept",

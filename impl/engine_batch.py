@@ -1,0 +1,279 @@
+"""The running batch's work in impl's engine: the spec's `kvsched.spec.engine_running` over
+impl's parts.
+
+    room         room for every running request's work this step: the decode round's write plan
+                 and each running prefill's chunk (strict priority, then admission, within the
+                 tokens the decode round leaves); a request waiting for promotions gets none
+    run_round    the decode round's model calls: its copy-on-write copies, then the round
+    commit_round one kernel appends every sampled token to its row, notes the pages the round
+                 filled and the requests it finished (`kvsched.impl.engine_rows.commit_round`)
+    prefill      admit newcomers into the budget left (`Admission.admit`), then run every chunk:
+                 a chunk that completes its prompt samples the first token, and the request
+                 finishes or decodes
+    release      finished requests leave, their pages released in one call
+    preempt      the victim (`victim`: lowest priority, latest admitted) leaves and re-enters
+                 the queue at the front of its class with its tokens and its pages' keys
+    fork         a child that shares every page of its parent, copy-on-write
+
+Its state is two buffers for the round's outputs; the requests are the running set's.
+`StepTokens` is a step's tokens as the output reads them: the round's arrays, read lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvsched.impl.engine_admission import Admission, copy_pairs
+from kvsched.impl.engine_host import HostCopies
+from kvsched.impl.engine_keys import PageKeys
+from kvsched.impl.engine_queue import WaitingQueue
+from kvsched.impl.engine_rows import (
+    ADMITTED,
+    COMPUTED,
+    DECODING,
+    EOS,
+    FILLED,
+    LENGTH,
+    LIMIT,
+    STATE_SLOT,
+    commit_round,
+)
+from kvsched.impl.engine_running import Record, RunningSet
+from kvsched.impl.pool import BlockPool
+from kvsched.impl.prefix_cache import PrefixCache
+from kvsched.impl.scheduler import RequestScheduler, finish_slots, get_indexes, get_slots, round_outputs
+from kvsched.impl.slots import PREFILL
+from kvsched.impl.writes import ArrayWritePlan
+from kvsched.spec.engine_calls import Chunk, call_model, require_prefill_tokens
+from kvsched.spec.engine_config import EngineConfig
+from kvsched.spec.engine_state import Queued
+from kvsched.spec.model import EngineModel, PrefillItem
+from kvsched.spec.sequence import FinishReason
+
+
+class Batch:
+    """The running batch's work; see the module docstring."""
+
+    __slots__ = (
+        "admission",
+        "cache",
+        "config",
+        "done",
+        "filled",
+        "host_copies",
+        "keys",
+        "model",
+        "pool",
+        "queue",
+        "running",
+        "scheduler",
+    )
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        model: EngineModel,
+        scheduler: RequestScheduler,
+        queue: WaitingQueue,
+        running: RunningSet,
+        keys: PageKeys,
+        admission: Admission,
+        host_copies: HostCopies,
+    ) -> None:
+        self.config, self.model, self.scheduler, self.queue, self.running = config, model, scheduler, queue, running
+        self.keys, self.admission, self.host_copies = keys, admission, host_copies
+        self.pool: BlockPool = admission.pool
+        self.cache: PrefixCache = admission.cache
+        self.filled = np.zeros((config.requests, FILLED), dtype=np.int64)  # a round's filled pages
+        self.done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
+
+    def room(self) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]]:
+        """Room for the running requests' work: the decode round's plan and the running
+        prefills' chunks (`Exhausted` when the pool cannot give it)."""
+        plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
+        budget = self.admission.token_budget(get_indexes(self.scheduler)[2])
+        chunks = []
+        for slot in sorted(self.running.prefilling, key=self.running.prefill_order):
+            if self.host_copies.waits(slot):
+                continue  # it computes nothing until its promotions complete
+            if budget == 0:
+                break
+            request = self.running.requests[slot]
+            assert request is not None
+            computed = int(self.running.fields[slot, COMPUTED])
+            length = min(self.config.chunk_size, int(self.running.fields[slot, LENGTH]) - computed, budget)
+            room = self.scheduler.record_chunk(request.request_id, length, self.pool)
+            chunks.append((Chunk(request.request_id, computed, length, copy_pairs(room)), slot))
+            budget -= length
+        return plan, chunks
+
+    def run_round(self, plan: ArrayWritePlan) -> int:
+        """The decode round's model calls (its copies, then the round): how many requests it ran.
+        A call that fails leaves the slots as the plan left them."""
+        count = get_indexes(self.scheduler)[2]
+        if count == 0:
+            return 0
+        if plan.copy_sources.shape[0]:
+            self.copy_round_pages(copy_pairs(plan))
+        self.scheduler.execute_decode_round(self.model)
+        return count
+
+    def copy_round_pages(self, pairs: tuple[tuple[int, int], ...]) -> None:
+        """The decode round's copy-on-write copies, before the round."""
+        call_model(lambda: self.model.copy_pages(pairs))
+
+    def commit_round(self, count: int, record: Record) -> None:
+        """Append the round's `count` sampled tokens to their rows and record them; note the
+        pages the round filled and the requests it finished."""
+        if count == 0:
+            return
+        outputs = round_outputs(self.scheduler, count)
+        slots, sampled = outputs["slot"], outputs["next_token_id"]
+        filled, done = self.filled[:count], self.done[:count]
+        tables = get_slots(self.scheduler).tables
+        at, filled_count, done_count = commit_round(
+            slots, sampled, self.running.fields, self.running.tokens, tables, self.config.page_size, filled, done
+        )
+        assert at < 0, "the round's outputs name their slots, ascending, each with room for a token"
+        record.ids, record.tokens = outputs["request_id"].copy(), sampled.copy()
+        record.tokens_run += count
+        if self.config.prefix_caching:
+            record.filled = filled[:filled_count].tolist()
+        fields = self.running.fields
+        for index in done[:done_count].tolist():
+            slot, token = int(slots[index]), int(sampled[index])
+            reason = FinishReason.EOS if token == fields[slot, EOS] else FinishReason.MAX_LENGTH
+            self.finishing(slot, reason, record)
+
+    def finishing(self, slot: int, reason: FinishReason, record: Record) -> None:
+        """`slot`'s request finished: reported now, released at the end of the step."""
+        request = self.running.requests[slot]
+        assert request is not None
+        record.finished[request.request_id] = reason
+        record.finishing.append(slot)
+
+    def prefill(self, chunks: list[tuple[Chunk, int]], record: Record) -> None:
+        """Run the running requests' chunks and admit newcomers into the budget left (their
+        pages attached and allocated in one call once all are chosen: `Admission.admit`)."""
+        budget = self.admission.token_budget(record.tokens_run) - sum(chunk.length for chunk, _ in chunks)
+        copies = tuple(pair for chunk, _ in chunks for pair in chunk.copies)
+        copies += self.admission.admit(budget, chunks)
+        if chunks:
+            self._run_chunks(chunks, copies, record)
+
+    def _run_chunks(self, chunks: list[tuple[Chunk, int]], copies: tuple[tuple[int, int], ...], record: Record) -> None:
+        """The chunks' copies, then their prefill; take the sampled tokens."""
+        if copies:
+            call_model(lambda: self.model.copy_pages(copies))
+        items = [
+            PrefillItem(
+                chunk.request_id,
+                slot,
+                tuple(self.running.tokens[slot, chunk.start : chunk.start + chunk.length].tolist()),
+                chunk.start,
+                self.scheduler.page_table(chunk.request_id),
+            )
+            for chunk, slot in chunks
+        ]
+        answer = call_model(lambda: self.model.execute_prefill(items))
+        sampled = require_prefill_tokens(answer, len(items))
+        for (chunk, slot), token in zip(chunks, sampled, strict=True):
+            computed = chunk.start + chunk.length
+            record.chunks.append((slot, chunk.start, computed))
+            record.tokens_run += chunk.length
+            self.running.fields[slot, COMPUTED] = computed
+            if computed == self.running.fields[slot, LENGTH]:
+                self._complete(slot, chunk.request_id, token, record)
+
+    def _complete(self, slot: int, request_id: int, token: int, record: Record) -> None:
+        """The prefill of `slot` is complete and sampled `token`: append it; finish, or decode."""
+        fields = self.running.fields
+        length = int(fields[slot, LENGTH])
+        self.running.tokens[slot, length] = token
+        fields[slot, LENGTH] = length + 1
+        record.prefilled[request_id] = (token,)
+        if token == fields[slot, EOS] or length + 1 >= fields[slot, LIMIT]:
+            self.finishing(slot, FinishReason.EOS if token == fields[slot, EOS] else FinishReason.MAX_LENGTH, record)
+            return
+        if get_slots(self.scheduler).states[slot] == PREFILL:
+            self.scheduler.mark_prefill_complete(request_id)
+        self.scheduler.seed_decode_token(request_id, token)
+        fields[slot, DECODING] = 1
+        fields[slot, COMPUTED] = length
+        self.running.prefilling.discard(slot)
+
+    def release(self, slots: list[int]) -> None:
+        """Finish the requests in `slots`, in order (pages released), and free their state slots."""
+        if self.config.prefix_caching:
+            self.cache.stamp(get_slots(self.scheduler).tables[slots])
+        finish_slots(self.scheduler, slots, self.pool)
+        for slot in slots:
+            self.running.leave(slot)
+
+    def victim(self) -> int | None:
+        """The slot preempted first under pressure (None: nobody runs)."""
+        return min(self.running.slots.values(), key=self.running.victim_order, default=None)
+
+    def preempt(self, slot: int, record: Record) -> None:
+        """`slot`'s request leaves and re-enters the queue at the front of its class."""
+        request, generated = self.running.request(slot), self.running.generated(slot)
+        self.release([slot])
+        # its keys name the same tokens when it is admitted again
+        keys = self.keys.slots[slot] if self.config.prefix_caching else None
+        self.queue.push(Queued(request, generated), front=True, keys=keys)
+        record.preempted.append(request.request_id)
+
+    def fork(self, parent: int, child_id: int) -> None:
+        """Run `child_id` as a copy of the request in slot `parent` (the engine checked it may)."""
+        parent_id = self.running.request(parent).request_id
+        slot = self.scheduler.fork(parent_id, child_id, self.pool)
+        running = self.running
+        running.tokens[slot] = running.tokens[parent]
+        running.fields[slot] = running.fields[parent]
+        running.fields[slot, ADMITTED] = running.admissions
+        running.fields[slot, STATE_SLOT] = running.take_state_slot(child_id)
+        running.admissions += 1
+        running.requests[slot] = replace(running.request(parent), request_id=child_id)
+        self.keys.slots[slot] = list(self.keys.slots[parent])
+        running.slots[child_id] = slot
+        if parent in running.prefilling:
+            running.prefilling.add(slot)
+
+    def __repr__(self) -> str:
+        return f"Batch({len(self.running.slots)} running, {len(self.running.prefilling)} prefilling)"
+
+
+class StepTokens(Mapping[int, tuple[int, ...]]):
+    """Each request's new tokens this step (at most one each): the decode round's outputs, kept
+    as arrays until read, and the prefill's."""
+
+    __slots__ = ("_ids", "_items", "_prefill", "_tokens")
+
+    def __init__(self, ids: npt.NDArray[Any], tokens: npt.NDArray[Any], prefill: dict[int, tuple[int, ...]]) -> None:
+        self._ids, self._tokens, self._prefill = ids, tokens, prefill
+        self._items: dict[int, tuple[int, ...]] | None = None
+
+    def _dict(self) -> dict[int, tuple[int, ...]]:
+        items = self._items
+        if items is None:
+            items = {rid: (token,) for rid, token in zip(self._ids.tolist(), self._tokens.tolist(), strict=True)}
+            items.update(self._prefill)
+            self._items = items
+        return items
+
+    def __getitem__(self, request_id: int) -> tuple[int, ...]:
+        return self._dict()[request_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
