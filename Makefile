@@ -106,6 +106,7 @@ bench: setup
 	$(BIN)/kvsched bench thrash --json docs/bench/thrash.json
 	$(BIN)/kvsched bench tiers --json docs/bench/tiers.json
 	$(BIN)/python -m devtools.check_defaults --json docs/bench/check-defaults.json
+	$(BIN)/python -m kvsched.proofs.distributed --depth 6 --workers 1 2 --json docs/bench/distributed-search.json
 	$(BIN)/python -m devtools.benchmarks_page
 
 ## On a machine with a GPU: the kernels natively, the ptxas report and the GPU bench.

@@ -130,12 +130,16 @@ class Explorer(Search):
         replayed along the path, in whatever names that produces."""
         kept = self.states[index]
         if self.positioner.loadable:
-            return At(kept, kept, None), kept
+            return self.loaded(kept)
         ops = self.path(index)
         holder: list[tuple[SystemState, Renaming]] = []
         self.positioner.park(lambda sut: holder.append(self.replay(sut, ops)))
         state, renaming = holder[0]
         return At(kept, state, renaming.inverse()), state
+
+    def loaded(self, kept: SystemState) -> tuple[At, SystemState]:
+        """Where a loadable system is put for the kept state `kept`: in it, no renaming."""
+        return At(kept, kept, None), kept
 
     def events(self, at: At, state: SystemState) -> list[Any]:
         """The canonical operations to try (none past a budget)."""

@@ -109,10 +109,19 @@ def _label(run: Run) -> str:
     return label(run.subject.name, run.bounds, run.reference.name if run.reference is not None else None)
 
 
-def run_exploration(run: Run, progress: bool) -> tuple[Exploration, Row, str]:
-    """One exploration; its result, summary row and (on a violation) the runnable program."""
-    explorer = Explorer(run.bounds, run.subject, run.reference, _log if progress else None)
-    result = explorer.run()
+def run_exploration(run: Run, progress: bool, workers: int = 0, ray: str | None = None) -> tuple[Exploration, Row, str]:
+    """One exploration; its result, summary row and (on a violation) the runnable program. With
+    `workers` (or `ray`) a spec exploration with no reference runs on them
+    (`kvsched.proofs.distributed`: the same states, counts and counterexample)."""
+    if (workers or ray) and run.reference is None and run.subject is SPEC:
+        from kvsched.proofs.distributed import DistributedSearch, Recipe
+
+        search = DistributedSearch(Recipe(run.bounds), workers=max(workers, 1), ray=ray)
+        result = search.run()
+        explorer = search.explorer
+    else:
+        explorer = Explorer(run.bounds, run.subject, run.reference, _log if progress else None)
+        result = explorer.run()
     program = reproduce(explorer, result.violation) if result.violation is not None else ""
     outcome = "pass" if result.violation is None else "FAIL"
     coverage = f"{result.states:,} states" + ("" if result.complete else " (stopped)")
@@ -128,7 +137,13 @@ def run_exploration(run: Run, progress: bool) -> tuple[Exploration, Row, str]:
 
 
 def execute(
-    deep: bool, *, proofs: bool = True, explore: bool = True, progress: bool = True
+    deep: bool,
+    *,
+    proofs: bool = True,
+    explore: bool = True,
+    progress: bool = True,
+    workers: int = 0,
+    ray: str | None = None,
 ) -> tuple[list[Row], list[dict[str, Any]], list[str]]:
     """Run a profile: summary rows, manifest records, counterexample programs."""
     profile = "deep" if deep else "ci"
@@ -149,7 +164,7 @@ def execute(
         for run in DEEP if deep else CI:
             if progress:
                 _log(f"{_label(run)} ...")
-            result, row, program = run_exploration(run, progress)
+            result, row, program = run_exploration(run, progress, workers, ray)
             rows.append(row)
             records.append(manifest.exploration_record(result, profile, _label(run)))
             if program:
@@ -183,12 +198,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="where to record the runs (default ./MANIFEST.json; under CI=true nothing unless given)",
     )
     parser.add_argument("--no-manifest", action="store_true", help="do not record the runs")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="run the spec's explorations on N worker processes (same results)"
+    )
+    parser.add_argument(
+        "--ray", default=None, help="run the spec's explorations on a Ray cluster (ADDRESS, auto, local)"
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # `kvsched proofs -- --deep` passes the separator through
         argv = argv[1:]
     args = parser.parse_args(argv)
+    if args.workers < 0:
+        parser.error("--workers takes a count of 0 or more")
     rows, records, programs = execute(
-        args.deep, proofs=args.only in (None, "inductive"), explore=args.only in (None, "explore")
+        args.deep,
+        proofs=args.only in (None, "inductive"),
+        explore=args.only in (None, "explore"),
+        workers=args.workers,
+        ray=args.ray,
     )
     print_table(rows, ["proof", "states / goals", "transitions", "checks", "outcome", "time"])
     for program in programs:

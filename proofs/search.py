@@ -178,7 +178,7 @@ class Search(ABC):
 
     def _check_state(self, state: Any) -> CheckFailure | None:
         self.searched.checks += len(self.component.invariants)
-        return check_state(state, self.component)
+        return self.check_state(state)
 
     def _fail(self, failure: CheckFailure, event: Any | None, index: int) -> Searched:
         self.searched.violation = Violation(failure.kind, failure.detail, self.path(index), event)
@@ -190,6 +190,26 @@ class Search(ABC):
         self.searched.seconds = time.perf_counter() - self._started
         return self.searched
 
+    def tried(self, at: Any, state: Any, event: Any) -> tuple[Attempt, CheckFailure | None]:
+        """Run `event` from a positioned state, and check the step: the shared checks (the
+        states' invariants aside: checked once per state found), then the explorer's own."""
+        attempt = self.attempt(at, state, event)
+        failure = check_step(
+            state,
+            attempt.event,
+            attempt.outcome,
+            attempt.after,
+            attempt.reference,
+            component=self.component,
+            config=self.config,
+            invariants=False,
+        )
+        return attempt, failure or self.observe(attempt)
+
+    def check_state(self, state: Any) -> CheckFailure | None:
+        """Every invariant of the component on `state`."""
+        return check_state(state, self.component)
+
     def _expand(self, index: int, node: Node, frontier: deque[Node]) -> tuple[CheckFailure, Any] | None:
         """Run every event from state `index`; the first failure and its event, if any."""
         at, state = self.position(index, node)
@@ -197,20 +217,10 @@ class Search(ABC):
         events = [] if limit is not None and self.depth[index] >= limit else self.events(at, state)
         searched = self.searched
         for event in events:
-            attempt = self.attempt(at, state, event)
+            attempt, failure = self.tried(at, state, event)
             searched.transitions += 1
             searched.checks += 1
-            failure = check_step(
-                state,
-                attempt.event,
-                attempt.outcome,
-                attempt.after,
-                attempt.reference,
-                component=self.component,
-                config=self.config,
-                invariants=False,  # checked once per state found, below
-            )
-            if failure := failure or self.observe(attempt):
+            if failure:
                 return failure, event
             if attempt.outcome.error is not None:
                 continue

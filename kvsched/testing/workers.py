@@ -3,7 +3,7 @@
 A job is a module-level function and a list of shards (picklable values); each shard's result
 is a function of the shard alone, so the job's result is the same on one worker or many, here or
 on a cluster. `run_shards` hands the shards out and calls `done(index, result)` as each one
-finishes, in the order they finish:
+finishes, in the order they finish (`Workers` keeps the workers for many jobs):
 
     workers=N           N local processes (`concurrent.futures`, spawned: nothing of the parent's
                         state leaks into a shard)
@@ -50,59 +50,96 @@ def run_shards(
     """Run `job(shard)` for every shard, `workers` at a time (or on Ray); `done(index, result)`
     as each finishes. A job's own exception propagates (after the running shards are
     cancelled); a dead worker's shard runs again."""
-    if ray is not None:
-        _on_ray(job, shards, done, ray, attempts)
-        return
-    pending = dict(enumerate(shards))
-    tries = dict.fromkeys(pending, 0)
-    while pending:
-        _on_processes(job, pending, tries, done, workers, attempts)
+    with Workers(workers, ray=ray, attempts=attempts) as pool:
+        pool.run(job, shards, done)
+
+
+class Workers:
+    """Workers kept across many jobs (a search's levels: one pool, not one per level); `run` is
+    `run_shards` on them. Local processes are spawned on the first job and replaced when one
+    dies; `close` (or leaving the `with`) ends them."""
+
+    def __init__(self, workers: int = 1, *, ray: str | None = None, attempts: int = ATTEMPTS) -> None:
+        self.workers, self.ray, self.attempts = workers, ray, attempts
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, job: Callable[[S], R], shards: Sequence[S], done: Callable[[int, R], None]) -> None:
+        """`job(shard)` for every shard; `done(index, result)` as each finishes."""
+        if self.ray is not None:
+            _on_ray(job, shards, done, self.ray, self.attempts)
+            return
+        pending = dict(enumerate(shards))
+        tries = dict.fromkeys(pending, 0)
+        while pending:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=self.workers, mp_context=multiprocessing.get_context("spawn")
+                )
+            try:
+                if _on_processes(self._pool, job, pending, tries, done, self.workers, self.attempts):
+                    continue
+            except BaseException:
+                self.close()
+                raise
+            self.close()  # a worker died: the pool is broken, a fresh one runs what is pending
+
+    def close(self) -> None:
+        """End the local processes (a later job starts fresh ones)."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
 
 def _on_processes(
+    pool: ProcessPoolExecutor,
     job: Callable[[S], R],
     pending: dict[int, S],
     tries: dict[int, int],
     done: Callable[[int, R], None],
     workers: int,
     attempts: int,
-) -> None:
-    """One pool's life: run `pending` until it is empty or a worker dies (the pool is then
+) -> bool:
+    """Run `pending` on `pool` until it is empty (True) or a worker dies (False: the pool is
     broken, and the shards it had not finished stay pending for the next pool). A shard that
     was running when a worker died runs alone next, so a shard that kills its worker is told
     from those beside it."""
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        running: dict[Future[R], int] = {}
-        queue = sorted(pending, key=lambda index: (tries[index] == 0, index))  # the suspects first
-        while queue or running:
-            while queue and len(running) < workers and not (tries[queue[0]] and running):
-                index = queue.pop(0)
-                tries[index] += 1
-                running[pool.submit(job, pending[index])] = index
-                if tries[index] > 1:
-                    break  # a suspect runs alone
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            broken: BrokenProcessPool | None = None
-            for future in finished:
-                index = running.pop(future)
-                try:
-                    result = future.result()
-                except BrokenProcessPool as error:
-                    broken = error
-                    running[future] = index
-                    continue
-                except BaseException:
-                    for other in running:
-                        other.cancel()
-                    raise
-                del pending[index]
-                done(index, result)
-            if broken is not None:
-                for index in running.values():
-                    if tries[index] >= attempts:
-                        raise WorkerLost(f"shard {index}: its worker died {tries[index]} times") from broken
-                return  # the shards not done stay pending: a fresh pool runs them
+    running: dict[Future[R], int] = {}
+    queue = sorted(pending, key=lambda index: (tries[index] == 0, index))  # the suspects first
+    while queue or running:
+        while queue and len(running) < workers and not (tries[queue[0]] and running):
+            index = queue.pop(0)
+            tries[index] += 1
+            running[pool.submit(job, pending[index])] = index
+            if tries[index] > 1:
+                break  # a suspect runs alone
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        broken: BrokenProcessPool | None = None
+        for future in finished:
+            index = running.pop(future)
+            try:
+                result = future.result()
+            except BrokenProcessPool as error:
+                broken = error
+                running[future] = index
+                continue
+            except BaseException:
+                for other in running:
+                    other.cancel()
+                raise
+            del pending[index]
+            done(index, result)
+        if broken is not None:
+            for index in running.values():
+                if tries[index] >= attempts:
+                    raise WorkerLost(f"shard {index}: its worker died {tries[index]} times") from broken
+            return False
+    return True
 
 
 def _on_ray(

@@ -1,0 +1,457 @@
+"""The system explorer's breadth-first search on many workers, numbered as one process numbers it.
+
+Level by level. The coordinator holds what the single-process search holds: the states found, in
+the order found, each under its key, with its parent, event and depth. It hands a level's states,
+in order, to the workers in contiguous batches (`kvsched.testing.workers`: local processes, or a
+Ray cluster). A worker builds the explorer once (`Recipe`), loads each state (the subject must be
+loadable: a system made of spec objects), checks its invariants, runs every event of its alphabet
+with the step's checks and the explorer's own, keeps each successor in canonical names (each
+distinct one sent once a batch), and checks liveness.
+
+The coordinator then walks the level in the order the single-process search expands it: a
+successor is new or not by its key (its parts interned here), new states are numbered in the
+order found, and the first failure in that order is the search's. A new state's invariants are
+checked when its own level runs (once per state, as the single process checks them, not once per
+successor); a state that fails them sends the coordinator back to the level that found it, walked
+again up to the point it was found. So the states, their numbers, the counts of states,
+transitions and checks, and the counterexample's program are the single process's for any number
+of workers (a failure's words may name pages differently: a worker checks a state in canonical
+names); the test runs both.
+
+The seen-set stays with the coordinator (every successor's key is looked up there): the workers
+share the work of running events and checks, which is where the search's time goes, but not the
+memory. `Level` is what the coordinator reports after each level (for progress and the scaling
+figures).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvsched.proofs.explorer import Exploration, Explorer
+from kvsched.proofs.operations import Bounds
+from kvsched.proofs.runner import ISSUE
+from kvsched.proofs.search import Violation
+from kvsched.proofs.subject import IMPL, SPEC, Subject, variant
+from kvsched.report import CommandParser, measurement, print_table, require_writable, write_json
+from kvsched.spec.system import SystemState
+from kvsched.testing.outcome import CheckFailure, FailureKind
+from kvsched.testing.workers import Workers
+
+SUBJECTS: dict[str, Subject] = {SPEC.name: SPEC, IMPL.name: IMPL}
+VARIANT = "spec variant: "  # a broken spec's subject name: VARIANT + its name in `VARIANTS`
+
+
+def subject_named(name: str) -> Subject:
+    """The subject of a name: `spec`, `impl`, or a broken spec's (`variant(name).name`)."""
+    if name.startswith(VARIANT):
+        return variant(name.removeprefix(VARIANT))
+    return SUBJECTS[name]
+
+
+class NotDistributable(ValueError):
+    """The subject's systems cannot be loaded with a kept state (a worker could not position them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """How a worker builds the explorer: the bounds, and the subject and reference by name."""
+
+    bounds: Bounds
+    subject: str = SPEC.name
+    reference: str | None = None
+
+    def build(self) -> Explorer:
+        reference = None if self.reference is None else subject_named(self.reference)
+        return Explorer(self.bounds, subject_named(self.subject), reference)
+
+
+@dataclass(frozen=True, slots=True)
+class Tried:
+    """One event run from a state: the step's failure, and the successor (an index in its batch's
+    `Batch.states`; -1: the event was refused, or failed)."""
+
+    event: Any
+    failure: CheckFailure | None
+    successor: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Expanded:
+    """A state's invariants' failure; its events as run, in order, up to the first step that
+    failed; and its liveness (None when a step failed: the single-process search stops there)."""
+
+    invariants: CheckFailure | None
+    tried: tuple[Tried, ...] = ()
+    live: CheckFailure | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A worker's answer: each state of its batch expanded, the distinct successors, and the
+    worker's CPU seconds on it."""
+
+    expanded: tuple[Expanded, ...]
+    states: tuple[SystemState, ...]
+    cpu: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """One level done: its depth, the states expanded and found, the states so far, the seconds
+    waiting for the workers and walking, the workers' CPU seconds, and the coordinator's (the
+    part no worker can take: receiving the answers and walking them)."""
+
+    depth: int
+    expanded: int
+    found: int
+    states: int
+    working: float
+    walking: float
+    worker_cpu: float
+    coordinator_cpu: float
+
+
+_BUILT: dict[Recipe, Explorer] = {}
+
+
+def explorer_for(recipe: Recipe) -> Explorer:
+    """The worker's explorer for `recipe`, built once per process."""
+    explorer = _BUILT.get(recipe)
+    if explorer is None:
+        explorer = _BUILT[recipe] = recipe.build()
+    return explorer
+
+
+def interned(explorer: Explorer, state: SystemState) -> SystemState:
+    """`state` with its parts interned by `explorer`'s canonicalizer (its key is then the
+    identities of its parts, as the single-process search keys it)."""
+    canon = explorer.canon
+    return SystemState(
+        canon.intern(state.pool), canon.intern(state.store), canon.intern(state.scheduler), canon.intern(state.external)
+    )
+
+
+def expand(shard: tuple[Recipe, Sequence[tuple[SystemState, int]], bool]) -> Batch:
+    """A worker's job: check each (kept state, depth) of a batch and, if `events`, expand it as
+    `Search._expand` does."""
+    recipe, states, events = shard
+    started = time.process_time()
+    explorer = explorer_for(recipe)
+    limit = explorer.max_depth
+    expanded: list[Expanded] = []
+    successors: list[SystemState] = []
+    numbered: dict[Any, int] = {}  # a successor's key in this worker -> its index in `successors`
+    for sent, depth in states:
+        kept = interned(explorer, sent)  # as the single process keeps it: its parts shared
+        failure = explorer.check_state(kept)
+        if failure is not None or not events:
+            expanded.append(Expanded(failure))
+            continue
+        at, state = explorer.loaded(kept)
+        alphabet = [] if limit is not None and depth >= limit else explorer.events(at, state)
+        tried: list[Tried] = []
+        for event in alphabet:
+            attempt, failure = explorer.tried(at, state, event)
+            if failure is not None or attempt.outcome.error is not None:
+                tried.append(Tried(event, failure))
+                if failure is not None:
+                    break
+                continue
+            canonical, key = explorer.kept(at, attempt.child, attempt.after)
+            index = numbered.setdefault(key, len(successors))
+            if index == len(successors):
+                successors.append(canonical)
+            tried.append(Tried(event, None, index))
+        live = None if failure is not None else explorer.live(at, state)
+        expanded.append(Expanded(None, tuple(tried), live))
+    return Batch(tuple(expanded), tuple(successors), time.process_time() - started)
+
+
+@dataclass
+class Walked:
+    """The coordinator's walk of a level: the new states in the order found, the first step or
+    liveness failure (and its event and state), and whether `max_states` stopped it."""
+
+    found: list[int] = field(default_factory=list)
+    failure: tuple[CheckFailure, Any, int] | None = None
+    stopped: bool = False
+
+
+@dataclass
+class DistributedSearch:
+    """The coordinator (see the module docstring): `run` searches like `Explorer.run`."""
+
+    recipe: Recipe
+    workers: int = 2
+    ray: str | None = None
+    batch: int = 256  # states per task: coarse, so a task's overhead is small beside its work
+    report: Callable[[Level], None] | None = None
+    levels: list[Level] = field(default_factory=list)
+    _local: Explorer = field(init=False, repr=False)  # the coordinator's explorer: its states and keys
+    _pool: Workers = field(init=False, repr=False)
+
+    @property
+    def explorer(self) -> Explorer:
+        """The coordinator's explorer: the states found and their paths (`trace.reproduce` prints
+        a violation from it)."""
+        return self._local
+
+    def run(self, max_states: int | None = None) -> Exploration:
+        """Search until every reachable state is checked, a check fails, or `max_states` are found."""
+        started = time.perf_counter()
+        local = self._local = self.recipe.build()
+        if not local.positioner.loadable:
+            raise NotDistributable(f"{self.recipe.subject}: its systems cannot be loaded with a kept state")
+        first = local.start()
+        initial = local.initial(first)
+        kept, _ = local.kept(None, first, initial)
+        self._add(kept, -1, None)
+        if failure := local._check_state(initial):
+            return self._finish(Violation(failure.kind, failure.detail, [], None), started)
+        with Workers(self.workers, ray=self.ray) as self._pool:
+            return self._finish(self._levels(max_states), started)
+
+    def _levels(self, max_states: int | None) -> Violation | None:
+        """Level after level; the search's violation (None: complete, or stopped by `max_states`)."""
+        local, searched = self._local, self._local.result
+        level, depth, checked = [0], 0, True  # the initial state's invariants are checked
+        before: tuple[int, int, int] | None = None  # the counts before the walk that found `level`
+        previous: list[int] = []
+        previous_batches: list[Batch] = []
+        while level:
+            working, cpu = time.perf_counter(), time.process_time()
+            batches = self._run(level, events=True)
+            expanded = [item for batch in batches for item in batch.expanded]
+            if not checked:
+                for ordinal, state in enumerate(expanded):
+                    if state.invariants is not None:
+                        assert before is not None
+                        return self._rewalk(previous, previous_batches, before, max_states, ordinal, state.invariants)
+            walking = time.perf_counter()
+            before = (len(local.states), searched.transitions, searched.checks)
+            walked = self._walk(level, batches, max_states)
+            seconds = time.perf_counter() - walking
+            workers = sum(batch.cpu for batch in batches)
+            coordinator = time.process_time() - cpu
+            done = Level(
+                depth,
+                len(level),
+                len(walked.found),
+                len(local.states),
+                walking - working,
+                seconds,
+                workers,
+                coordinator,
+            )
+            self.levels.append(done)
+            if self.report is not None:
+                self.report(done)
+            if walked.failure is not None or walked.stopped:
+                checks = [item for batch in self._run(walked.found, events=False) for item in batch.expanded]
+                for ordinal, state in enumerate(checks):
+                    if state.invariants is not None:
+                        return self._rewalk(level, batches, before, max_states, ordinal, state.invariants)
+                if walked.failure is None:
+                    return None
+                failure, event, index = walked.failure
+                return self._violation(failure, event, index)
+            previous, previous_batches, checked = level, batches, False
+            level, depth = walked.found, depth + 1
+        local.result.complete = True
+        return None
+
+    def _run(self, level: list[int], *, events: bool) -> list[Batch]:
+        """The level's states checked (and expanded if `events`) by the workers, in batches in order."""
+        states, depths = self._local.states, self._local.depth
+        size = max(1, min(self.batch, -(-len(level) // (4 * self.workers))))  # a small level: every worker busy
+        shards = [
+            (self.recipe, [(states[index], depths[index]) for index in level[start : start + size]], events)
+            for start in range(0, len(level), size)
+        ]
+        results: list[Batch | None] = [None] * len(shards)
+
+        def done(index: int, batch: Batch) -> None:
+            results[index] = batch
+
+        self._pool.run(expand, shards, done)
+        return [batch for batch in results if batch is not None]
+
+    def _walk(self, level: list[int], batches: list[Batch], max_states: int | None, stop: int = -1) -> Walked:
+        """The single-process search's expansion of `level` from the workers' batches, up to the
+        first step or liveness failure, `max_states`, or the `stop`-th new state (counted from 0)."""
+        local, searched = self._local, self._local.result
+        invariants = len(local.component.invariants)
+        walked = Walked()
+        at = iter(level)
+        for batch in batches:
+            for state in batch.expanded:
+                index = next(at)
+                for tried in state.tried:
+                    searched.transitions += 1
+                    searched.checks += 1
+                    if tried.failure is not None:
+                        walked.failure = tried.failure, tried.event, index
+                        return walked
+                    if tried.successor < 0 or not self._add(batch.states[tried.successor], index, tried.event):
+                        continue
+                    walked.found.append(len(local.states) - 1)
+                    searched.checks += invariants
+                    if len(walked.found) - 1 == stop:
+                        walked.failure = CheckFailure(FailureKind.INVARIANT, ""), tried.event, index
+                        return walked
+                searched.checks += 1
+                if state.live is not None:
+                    walked.failure = state.live, None, index
+                    return walked
+                if max_states is not None and len(local.states) >= max_states:
+                    walked.stopped = True
+                    return walked
+        return walked
+
+    def _rewalk(
+        self,
+        level: list[int],
+        batches: list[Batch],
+        before: tuple[int, int, int],
+        max_states: int | None,
+        ordinal: int,
+        failure: CheckFailure,
+    ) -> Violation:
+        """The `ordinal`-th state found by walking `level` fails its invariants (`failure`): walk
+        the level again from the counts `before` it, up to that state; the violation there."""
+        local, searched = self._local, self._local.result
+        states, searched.transitions, searched.checks = before
+        for kept in local.states[states:]:
+            del local.index[local.canon.key(kept)]
+        for kept_list in (local.states, local.parent, local.via, local.depth):
+            del kept_list[states:]
+        walked = self._walk(level, batches, max_states, stop=ordinal)
+        assert walked.failure is not None, "the walk finds the state it found before"
+        _, event, index = walked.failure
+        return self._violation(failure, event, index)
+
+    def _add(self, kept: SystemState, parent: int, event: Any) -> bool:
+        """Number `kept` if it is new (its parts interned here: its key is the single process's)."""
+        state = interned(self._local, kept)
+        return self._local._add(state, self._local.canon.key(state), parent, event)
+
+    def _violation(self, failure: CheckFailure, event: Any, index: int) -> Violation:
+        return Violation(failure.kind, failure.detail, self._local.path(index), event)
+
+    def _finish(self, violation: Violation | None, started: float) -> Exploration:
+        local = self._local
+        result = local.result
+        result.violation = violation
+        result.states = len(local.states)
+        result.depth = max(local.depth, default=0)
+        result.seconds = time.perf_counter() - started
+        return result
+
+
+def explore_on_workers(
+    bounds: Bounds,
+    *,
+    workers: int = 2,
+    ray: str | None = None,
+    max_states: int | None = None,
+    report: Callable[[Level], None] | None = None,
+) -> tuple[Exploration, list[Level]]:
+    """`kvsched.proofs.explorer.explore` of the spec within `bounds`, on `workers` processes (or
+    Ray); the exploration and its levels."""
+    search = DistributedSearch(Recipe(bounds), workers=workers, ray=ray, report=report)
+    return search.run(max_states), search.levels
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m kvsched.proofs.distributed`: the issue's sizes to a depth on 1, 2, ... workers
+    (and the single process first), the levels as they finish, a table, `--json` for the page."""
+    parser = CommandParser(
+        prog="python -m kvsched.proofs.distributed",
+        description="The system explorer's search at the issue's sizes on many workers, with its scaling.",
+    )
+    parser.add_argument("--depth", type=int, default=6, help="the search's depth bound (default 6)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts (default 1 2)")
+    parser.add_argument("--ray", default=None, help="run on a Ray cluster (ADDRESS, auto or local)")
+    parser.add_argument("--no-single", action="store_true", help="skip the single-process search")
+    parser.add_argument("--json", default=None, help="write the figures to PATH")
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(arguments)
+    if args.depth < 0 or any(count < 1 for count in args.workers):
+        parser.error("--depth takes 0 or more, --workers counts of 1 or more")
+    if args.json is not None:
+        require_writable(args.json, "kvsched.proofs.distributed")
+    bounds = replace(ISSUE, max_depth=args.depth)
+    runs: list[dict[str, Any]] = []
+    if not args.no_single:
+        _log(f"single process, R3 P5 L3 E2x2 depth<={args.depth} ...")
+        cpu = time.process_time()
+        alone = Explorer(bounds).run()
+        runs.append(_figures("1 process", alone, [], time.process_time() - cpu))
+    for workers in args.workers:
+        _log(f"{workers} worker(s){' on Ray' if args.ray else ''} ...")
+        search = DistributedSearch(Recipe(bounds), workers=workers, ray=args.ray, report=_report)
+        result = search.run()
+        coordinator = sum(level.coordinator_cpu for level in search.levels)
+        runs.append(_figures(f"{workers} worker(s)", result, search.levels, coordinator, workers))
+    rows = [
+        [run["run"], f"{run['states']:,}", f"{run['transitions']:,}", f"{run['seconds']:.1f}s"]
+        + [f"{run['states_per_second']:,.0f}", f"{run['coordinator_cpu']:.1f}", f"{run['worker_cpu']:.1f}"]
+        for run in runs
+    ]
+    print_table(rows, ["search", "states", "transitions", "time", "states/s", "coordinator CPU-s", "workers CPU-s"])
+    if args.json is not None:
+        command = " ".join(["python -m kvsched.proofs.distributed", *arguments])
+        write_json(args.json, {"measured": measurement(command), "runs": runs})
+    return 0 if all(run["violation"] is None for run in runs) else 1
+
+
+def _figures(
+    name: str, result: Exploration, levels: list[Level], coordinator_cpu: float, workers: int = 0
+) -> dict[str, Any]:
+    """One search's figures for the table and the JSON."""
+    return {
+        "run": name,
+        "workers": workers,
+        "states": result.states,
+        "transitions": result.transitions,
+        "checks": result.checks,
+        "complete": result.complete,
+        "violation": None if result.violation is None else result.violation.kind.value,
+        "seconds": round(result.seconds, 2),
+        "states_per_second": round(result.states / result.seconds, 1) if result.seconds else 0.0,
+        "coordinator_cpu": round(coordinator_cpu, 2),
+        "worker_cpu": round(sum(level.worker_cpu for level in levels), 2),
+        "levels": [
+            {
+                "depth": level.depth,
+                "expanded": level.expanded,
+                "found": level.found,
+                "seconds": round(level.working + level.walking, 2),
+                "worker_cpu": round(level.worker_cpu, 2),
+                "coordinator_cpu": round(level.coordinator_cpu, 2),
+            }
+            for level in levels
+        ],
+    }
+
+
+def _report(level: Level) -> None:
+    seconds = level.working + level.walking
+    rate = level.expanded / seconds if seconds else 0.0
+    _log(
+        f"  depth {level.depth}: {level.expanded:,} expanded, {level.found:,} found, {level.states:,} states,"
+        f" {rate:,.0f} expanded/s; workers {level.worker_cpu:.1f} CPU-s, coordinator {level.coordinator_cpu:.1f} CPU-s"
+    )
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

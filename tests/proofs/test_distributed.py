@@ -1,0 +1,94 @@
+"""The system explorer's search on many workers gives the single process's search: the same
+states, transitions, checks, depth and counterexample, on 1 and 2 worker processes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from kvsched.proofs.distributed import VARIANT, Batch, DistributedSearch, NotDistributable, Recipe
+from kvsched.proofs.explorer import Exploration, Explorer
+from kvsched.proofs.operations import Bounds
+from kvsched.proofs.runner import ISSUE
+from kvsched.proofs.subject import IMPL, variant
+from kvsched.testing.checks import FailureKind
+
+TINY = Bounds(requests=1, pages=2, logical_pages=1, entries=1, entry_pages=1)
+FOUR = replace(ISSUE, max_depth=4)  # the issue's sizes to depth 4: 469 classes of states
+
+
+def summary(result: Exploration) -> tuple[Any, ...]:
+    """What must not depend on the number of workers (a failure's words aside: see the module)."""
+    found = result.violation
+    violation = None if found is None else (found.kind, found.path, found.event)
+    return result.states, result.transitions, result.checks, result.depth, result.complete, violation
+
+
+@pytest.mark.parametrize("bounds", [TINY, FOUR], ids=["tiny", "issue-depth-4"])
+def test_the_counts_are_the_single_process_counts(bounds: Bounds) -> None:
+    explorer = Explorer(bounds)
+    alone = explorer.run()
+    assert alone.complete and alone.violation is None and alone.states > 1
+    for workers in (1, 2):
+        search = DistributedSearch(Recipe(bounds), workers=workers)
+        assert summary(search.run()) == summary(alone)
+        assert sum(level.found for level in search.levels) == alone.states - 1  # every state found once
+        assert search.explorer.states == explorer.states  # numbered in the same order
+        assert search.explorer.via == explorer.via and search.explorer.parent == explorer.parent
+
+
+class LastBatchLost(DistributedSearch):
+    """A coordinator that loses the last batch of every level of more than one batch."""
+
+    def _run(self, level: list[int], *, events: bool) -> list[Batch]:
+        batches = super()._run(level, events=events)
+        return batches[:-1] if len(batches) > 1 else batches
+
+
+def test_a_coordinator_that_loses_a_batch_gives_other_counts() -> None:
+    alone = Explorer(FOUR).run()
+    assert summary(LastBatchLost(Recipe(FOUR), workers=2).run()) != summary(alone)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("finish leaks one page", FailureKind.INVARIANT), ("pages reused first-in-first-out", FailureKind.LIFO)],
+)
+def test_a_broken_system_gives_the_same_counterexample(name: str, kind: FailureKind) -> None:
+    """A state's invariants (checked when its own level runs, then walked back to) and a step's
+    check (found in the walk) each stop the search where the single process stops."""
+    bounds = replace(ISSUE, max_depth=5)
+    alone = Explorer(bounds, variant(name)).run()
+    assert alone.violation is not None and alone.violation.kind is kind
+    for workers in (1, 2):
+        assert summary(DistributedSearch(Recipe(bounds, VARIANT + name), workers=workers).run()) == summary(alone)
+
+
+def test_max_states_stops_where_the_single_process_stops() -> None:
+    alone = Explorer(FOUR).run(max_states=100)
+    spread = DistributedSearch(Recipe(FOUR), workers=2).run(max_states=100)
+    assert not alone.complete and alone.states >= 100
+    assert summary(spread) == summary(alone)
+
+
+def test_a_subject_that_cannot_be_loaded_is_refused() -> None:
+    with pytest.raises(NotDistributable, match="impl"):
+        DistributedSearch(Recipe(TINY, IMPL.name), workers=1).run()
+
+
+def test_the_proofs_command_refuses_a_negative_worker_count() -> None:
+    from kvsched.proofs.runner import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--only", "explore", "--workers", "-1"])
+    assert stopped.value.code == 2
+
+
+def test_the_scaling_command_refuses_no_workers() -> None:
+    from kvsched.proofs.distributed import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--workers", "0"])
+    assert stopped.value.code == 2
