@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import sys
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -70,33 +71,32 @@ class Recipe:
         return Explorer(self.bounds, subject_named(self.subject), reference)
 
 
-@dataclass(frozen=True, slots=True)
-class Tried:
-    """One event run from a state: the step's failure, and the successor (an index in its batch's
-    `Batch.states`; -1: the event was refused, or failed)."""
-
-    event: Any
-    failure: CheckFailure | None
-    successor: int = -1
+NO_SUCCESSOR = -1  # an event refused (a typed error) or whose step failed
 
 
 @dataclass(frozen=True, slots=True)
 class Expanded:
-    """A state's invariants' failure; its events as run, in order, up to the first step that
-    failed; and its liveness (None when a step failed: the single-process search stops there)."""
+    """A state's invariants' failure; its events as run, in the alphabet's order, up to the first
+    step that failed, each as its successor's index in the batch's `Batch.states` (an array: a
+    level's answers are mostly these); that step's failure and event; and the state's liveness
+    (None when a step failed: the single-process search stops there)."""
 
     invariants: CheckFailure | None
-    tried: tuple[Tried, ...] = ()
+    successors: array[int] = field(default_factory=lambda: array("i"))
+    failure: CheckFailure | None = None
+    failed: Any = None  # the event whose step failed
     live: CheckFailure | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """A worker's answer: each state of its batch expanded, the distinct successors, and the
-    worker's CPU seconds on it."""
+    """A worker's answer: each state of its batch expanded; the distinct successors, each with
+    the event that first reached it in the batch (a state new to the search is reached first
+    there, so the event the search keeps for it); and the worker's CPU seconds on it."""
 
     expanded: tuple[Expanded, ...]
     states: tuple[SystemState, ...]
+    events: tuple[Any, ...]
     cpu: float = 0.0
 
 
@@ -145,6 +145,7 @@ def expand(shard: tuple[Recipe, Sequence[tuple[SystemState, int]], bool]) -> Bat
     limit = explorer.max_depth
     expanded: list[Expanded] = []
     successors: list[SystemState] = []
+    reached_by: list[Any] = []  # the event that first reached each successor
     numbered: dict[Any, int] = {}  # a successor's key in this worker -> its index in `successors`
     for sent, depth in states:
         kept = interned(explorer, sent)  # as the single process keeps it: its parts shared
@@ -154,22 +155,25 @@ def expand(shard: tuple[Recipe, Sequence[tuple[SystemState, int]], bool]) -> Bat
             continue
         at, state = explorer.loaded(kept)
         alphabet = [] if limit is not None and depth >= limit else explorer.events(at, state)
-        tried: list[Tried] = []
+        tried = array("i")
         for event in alphabet:
             attempt, failure = explorer.tried(at, state, event)
-            if failure is not None or attempt.outcome.error is not None:
-                tried.append(Tried(event, failure))
-                if failure is not None:
-                    break
+            if failure is not None:
+                tried.append(NO_SUCCESSOR)
+                expanded.append(Expanded(None, tried, failure, event))
+                break
+            if attempt.outcome.error is not None:
+                tried.append(NO_SUCCESSOR)
                 continue
             canonical, key = explorer.kept(at, attempt.child, attempt.after)
             index = numbered.setdefault(key, len(successors))
             if index == len(successors):
                 successors.append(canonical)
-            tried.append(Tried(event, None, index))
-        live = None if failure is not None else explorer.live(at, state)
-        expanded.append(Expanded(None, tuple(tried), live))
-    return Batch(tuple(expanded), tuple(successors), time.process_time() - started)
+                reached_by.append(event)
+            tried.append(index)
+        else:
+            expanded.append(Expanded(None, tried, live=explorer.live(at, state)))
+    return Batch(tuple(expanded), tuple(successors), tuple(reached_by), time.process_time() - started)
 
 
 @dataclass
@@ -289,21 +293,25 @@ class DistributedSearch:
         walked = Walked()
         at = iter(level)
         for batch in batches:
+            states, events = batch.states, batch.events
             for state in batch.expanded:
                 index = next(at)
-                for tried in state.tried:
-                    searched.transitions += 1
-                    searched.checks += 1
-                    if tried.failure is not None:
-                        walked.failure = tried.failure, tried.event, index
-                        return walked
-                    if tried.successor < 0 or not self._add(batch.states[tried.successor], index, tried.event):
+                successors = state.successors
+                searched.transitions += len(successors)  # each event counts once run (a failed one too)
+                searched.checks += len(successors)
+                for position, successor in enumerate(successors):
+                    if successor < 0 or not self._add(states[successor], index, events[successor]):
                         continue
                     walked.found.append(len(local.states) - 1)
                     searched.checks += invariants
-                    if len(walked.found) - 1 == stop:
-                        walked.failure = CheckFailure(FailureKind.INVARIANT, ""), tried.event, index
+                    if len(walked.found) - 1 == stop:  # the events after it were never run
+                        searched.transitions -= len(successors) - position - 1
+                        searched.checks -= len(successors) - position - 1
+                        walked.failure = CheckFailure(FailureKind.INVARIANT, ""), events[successor], index
                         return walked
+                if state.failure is not None:
+                    walked.failure = state.failure, state.failed, index
+                    return walked
                 searched.checks += 1
                 if state.live is not None:
                     walked.failure = state.live, None, index
