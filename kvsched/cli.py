@@ -65,34 +65,6 @@ def load(module: str, command: str) -> ModuleType:
 PROFILES = {"fast": (200, 50), "deep": (5000, 100)}
 
 
-Campaign = tuple[str, Any, Any, str]  # name, factory, reference, the reproduction's setup
-SPEC_SETUP = "from kvsched.testing.system import spec_system"
-IMPL_SETUP = "from kvsched.testing.impl_system import impl_system"
-
-
-def _campaigns(variant: str | None, needs: str) -> list[Campaign]:
-    system = load("kvsched.testing.system", needs)
-    if variant is not None:
-        variants = load("kvsched.testing.variants", needs).VARIANTS
-        setup = f"from kvsched.testing.variants import VARIANTS\nfactory, reference = VARIANTS[{variant!r}], None"
-        return [(f"spec variant: {variant}", variants[variant], None, setup)]
-    impl_system = load("kvsched.testing.impl_system", needs).impl_system
-    return [
-        (
-            "spec (invariants, atomicity, ghost reads)",
-            system.spec_system,
-            None,
-            f"{SPEC_SETUP}\nfactory, reference = spec_system, None",
-        ),
-        (
-            "impl ⇄ spec lockstep",
-            impl_system,
-            system.spec_system,
-            f"{SPEC_SETUP}\n{IMPL_SETUP}\nfactory, reference = impl_system, spec_system",
-        ),
-    ]
-
-
 def command_verify(args: argparse.Namespace) -> int:
     """Run every campaign (and the proofs unless --no-proofs); non-zero on any counterexample."""
     if args.examples < 0 or args.steps < 0:
@@ -104,18 +76,40 @@ def command_verify(args: argparse.Namespace) -> int:
     examples = args.examples or examples
     steps = args.steps or steps
     needs = "verify --no-proofs" if args.no_proofs or args.variant is not None else "verify"
+    if (args.workers is not None and args.workers < 1) or args.shard < 1:
+        raise UsageError(f"kvsched verify: --workers and --shard take 1 or more, not {args.workers}, {args.shard}")
     campaign = load("kvsched.testing.campaign", needs)
+    sharding = load("kvsched.testing.verify_shards", needs)
     variants = load("kvsched.testing.variants", needs).VARIANTS
     if args.variant is not None and args.variant not in variants:
         known = ", ".join(sorted(variants))
         raise UsageError(f"kvsched verify: no variant {args.variant!r}; the variants are: {known}")
     proofs = None if args.no_proofs or args.variant is not None else load("kvsched.proofs.runner", "verify")
-    run_campaign = campaign.run_campaign
     results: list[Any] = []
-    for name, factory, reference, setup in _campaigns(args.variant, needs):
-        results.append(
-            run_campaign(name, factory, reference, examples=examples, steps=steps, random_seed=args.seed, setup=setup)
+    if args.workers is not None or args.ray is not None:  # the campaigns cut into shards of seeds
+        results = sharding.run_sharded(
+            args.variant,
+            examples=examples,
+            steps=steps,
+            seed=args.seed,
+            workers=args.workers or 1,
+            ray=args.ray,
+            shard=args.shard,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
+    else:
+        for name, factory, reference, setup in sharding.campaigns(args.variant):
+            results.append(
+                campaign.run_campaign(
+                    name,
+                    factory,
+                    reference,
+                    examples=examples,
+                    steps=steps,
+                    random_seed=args.seed,
+                    setup=setup,
+                )
+            )
     json_rows: list[list[object]] = [
         [r.machine, r.examples, r.steps, r.invariant_checks, r.outcome, round(r.seconds, 2)] for r in results
     ]
@@ -248,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--no-proofs", action="store_true", help="skip the proofs")
     verify.add_argument("--json", metavar="PATH", help="write the summary as JSON to PATH ('-': stdout, no table)")
     verify.add_argument("--variant", help="check a deliberately broken spec variant instead (must fail)")
+    verify.add_argument(
+        "--workers", type=int, default=None, help="cut each campaign into shards of seeds run on N processes"
+    )
+    verify.add_argument("--ray", metavar="ADDRESS", help="run the shards on a Ray cluster (auto, local, or an address)")
+    verify.add_argument("--shard", type=int, default=50, help="programs per shard with --workers or --ray (default 50)")
     verify.set_defaults(run=command_verify)
     check = commands.add_parser(
         "check",

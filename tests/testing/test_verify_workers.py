@@ -1,0 +1,35 @@
+"""`kvsched verify --workers`: each campaign cut into shards of seeds gives the same table and the
+same counterexample on 1 and 2 worker processes; a mistake is exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvsched.cli import main
+from kvsched.testing.campaign import CampaignResult
+from kvsched.testing.verify_shards import run_sharded
+
+FIFO = "pages reused first-in-first-out"
+
+
+def counts(rows: list[CampaignResult]) -> list[tuple[object, ...]]:
+    """A campaign's row without its seconds."""
+    return [(row.machine, row.examples, row.steps, row.invariant_checks, row.counterexample) for row in rows]
+
+
+def test_the_campaigns_count_the_same_on_one_worker_and_two() -> None:
+    one = run_sharded(None, examples=10, steps=10, seed=3, workers=1, shard=5)
+    assert [row.counterexample for row in one] == [None, None] and all(row.examples >= 10 for row in one)
+    assert counts(run_sharded(None, examples=10, steps=10, seed=3, workers=2, shard=5)) == counts(one)
+
+
+def test_a_broken_variant_fails_with_the_same_program_on_one_worker_and_two() -> None:
+    one = run_sharded(FIFO, examples=10, steps=20, seed=0, workers=1, shard=5)
+    assert one[0].counterexample is not None and "state = KvschedMachine" in one[0].counterexample
+    assert counts(run_sharded(FIFO, examples=10, steps=20, seed=0, workers=2, shard=5)) == counts(one)
+
+
+@pytest.mark.parametrize("mistake", [["--workers", "0"], ["--workers", "2", "--shard", "0"]])
+def test_a_sharding_mistake_is_exit_2(mistake: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "--no-proofs", *mistake]) == 2
+    assert "kvsched verify:" in capsys.readouterr().err
