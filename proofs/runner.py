@@ -114,9 +114,19 @@ def run_exploration(run: Run, progress: bool, workers: int = 0, ray: str | None 
     `workers` (or `ray`) a spec exploration with no reference runs on them
     (`kvsched.proofs.distributed`: the same states, counts and counterexample)."""
     if (workers or ray) and run.reference is None and run.subject is SPEC:
-        from kvsched.proofs.distributed import DistributedSearch, Recipe
+        from kvsched.proofs.distributed import DistributedSearch, Level, Recipe
 
-        search = DistributedSearch(Recipe(run.bounds), workers=max(workers, 1), ray=ray)
+        where = "Ray" if ray is not None else f"{max(workers, 1)} workers"
+
+        def report(level: Level) -> None:
+            _log(
+                f"  depth {level.depth}: {level.states:,} states, {level.expanded:,} expanded in"
+                f" {level.working + level.walking:.1f}s on {where}"
+            )
+
+        search = DistributedSearch(
+            Recipe(run.bounds), workers=max(workers, 1), ray=ray, report=report if progress else None
+        )
         result = search.run()
         explorer = search.explorer
     else:
