@@ -37,12 +37,12 @@ SGLANG_WORK ?= .sglang-work
 sglang:
 	bash devtools/sglang/run.sh $(SGLANG_VENV) $(SGLANG_WORK)
 
-## kvsched check --ray: the Ray tests on a Ray cluster started here, in its own venv with kvsched[ray].
+## kvsched check --ray and the distributed search on Ray: the Ray tests on a Ray cluster started here, in its own venv with kvsched[ray].
 RAY_VENV ?= .venv-ray
 ray:
 	test -d $(RAY_VENV) || $(PY) -m venv $(RAY_VENV)
 	$(RAY_VENV)/bin/python -m pip install -q -e '.[ray]' 'pytest>=8'
-	$(RAY_VENV)/bin/python -m pytest -q -m ray tests/testing/test_check_workers.py
+	$(RAY_VENV)/bin/python -m pytest -q -m ray tests/testing/test_check_workers.py tests/proofs/test_distributed.py
 
 ## The test suite (fast profiles: what CI runs), on every core.
 test: setup

@@ -26,6 +26,7 @@ figures).
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from array import array
@@ -48,9 +49,16 @@ VARIANT = "spec variant: "  # a broken spec's subject name: VARIANT + its name i
 
 
 def subject_named(name: str) -> Subject:
-    """The subject of a name: `spec`, `impl`, or a broken spec's (`variant(name).name`)."""
+    """The subject of a name: `spec`, `impl`, a broken spec's (`variant(name).name`), or
+    `MODULE:NAME`, a `Subject` a worker imports."""
     if name.startswith(VARIANT):
         return variant(name.removeprefix(VARIANT))
+    if ":" in name:
+        module, attribute = name.split(":", 1)
+        found = getattr(importlib.import_module(module), attribute)
+        if not isinstance(found, Subject):
+            raise NotDistributable(f"{name} is not a Subject")
+        return found
     return SUBJECTS[name]
 
 

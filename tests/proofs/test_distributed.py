@@ -3,7 +3,10 @@ states, transitions, checks, depth and counterexample, on 1 and 2 worker process
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +15,9 @@ from kvsched.proofs.distributed import VARIANT, Batch, DistributedSearch, NotDis
 from kvsched.proofs.explorer import Exploration, Explorer
 from kvsched.proofs.operations import Bounds
 from kvsched.proofs.runner import ISSUE
-from kvsched.proofs.subject import IMPL, variant
+from kvsched.proofs.subject import IMPL, Subject, variant
 from kvsched.testing.checks import FailureKind
+from kvsched.testing.system import SystemConfig, SystemUnderTest, spec_system
 
 TINY = Bounds(requests=1, pages=2, logical_pages=1, entries=1, entry_pages=1)
 FOUR = replace(ISSUE, max_depth=4)  # the issue's sizes to depth 4: 469 classes of states
@@ -95,3 +99,37 @@ def test_the_scaling_command_refuses_no_workers() -> None:
     with pytest.raises(SystemExit) as stopped:
         main(["--workers", "0"])
     assert stopped.value.code == 2
+
+
+@pytest.mark.ray
+def test_a_local_ray_cluster_gives_the_single_process_search() -> None:
+    pytest.importorskip("ray", reason="make ray installs kvsched[ray] and runs this")
+    alone = Explorer(FOUR).run()
+    assert summary(DistributedSearch(Recipe(FOUR), ray="local").run()) == summary(alone)
+
+
+DIE_FIRST = "KVSCHED_TEST_SEARCH_DIES"  # a marker file: the first worker that finds it absent dies
+
+
+def dying_system(config: SystemConfig) -> SystemUnderTest:
+    """The spec's system, whose first construction in a worker process kills the process (once:
+    it leaves the marker file behind)."""
+    marker = Path(os.environ[DIE_FIRST])
+    if multiprocessing.parent_process() is not None and not marker.exists():
+        marker.write_text("died once")
+        os._exit(3)
+    return spec_system(config)
+
+
+DYING = Subject("spec, its first worker dying", dying_system, "", "")
+
+
+def test_a_worker_that_dies_has_its_batch_run_again_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "died"
+    monkeypatch.setenv(DIE_FIRST, str(marker))
+    alone = Explorer(FOUR).run()
+    spread = DistributedSearch(Recipe(FOUR, f"{__name__}:DYING"), workers=2).run()
+    assert marker.exists(), "no worker died: the test did not test anything"
+    assert summary(spread) == summary(alone)
