@@ -35,8 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvsched.proofs.explorer import Exploration, Explorer
-from kvsched.proofs.operations import Bounds
-from kvsched.proofs.runner import ISSUE
+from kvsched.proofs.operations import ISSUE, Bounds
 from kvsched.proofs.search import Violation
 from kvsched.proofs.subject import IMPL, SPEC, Subject, variant
 from kvsched.report import CommandParser, measurement, print_table, require_writable, write_json

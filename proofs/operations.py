@@ -96,6 +96,10 @@ IDENTITY_FIELDS: dict[type[Any], tuple[str, ...]] = {
 PAGE_FIELDS: dict[type[Any], tuple[str, ...]] = {ev.Publish: ("pages",), ev.Retain: ("page",), ev.Release: ("page",)}
 
 
+ISSUE = Bounds(requests=3, pages=5, logical_pages=3, entries=2, entry_pages=2)
+"""The reference sizes: 3 request slots, 5 pages, 3 logical pages, 2 entries of 2 pages."""
+
+
 def _mapped(value: Any, names: dict[Any, Any]) -> Any:
     if isinstance(value, tuple):
         return tuple(names.get(item, item) for item in value)

@@ -23,7 +23,7 @@ from kvsched.proofs.explorer import Exploration, Explorer
 from kvsched.proofs.inductive import GoalResult, prove, times_by_transition
 from kvsched.proofs.invariant import CONJUNCTS
 from kvsched.proofs.obligations import COVERS
-from kvsched.proofs.operations import Bounds
+from kvsched.proofs.operations import ISSUE, Bounds
 from kvsched.proofs.subject import IMPL, SPEC, Subject
 from kvsched.proofs.trace import reproduce
 from kvsched.report import CommandParser, print_table
@@ -37,9 +37,6 @@ class Run:
     bounds: Bounds
     reference: Subject | None = None
 
-
-ISSUE = Bounds(requests=3, pages=5, logical_pages=3, entries=2, entry_pages=2)
-"""The reference sizes: 3 request slots, 5 pages, 3 logical pages, 2 entries of 2 pages."""
 
 CI: tuple[Run, ...] = (
     Run(SPEC, replace(ISSUE, max_depth=6)),

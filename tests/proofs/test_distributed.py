@@ -13,8 +13,7 @@ import pytest
 
 from kvsched.proofs.distributed import VARIANT, Batch, DistributedSearch, NotDistributable, Recipe
 from kvsched.proofs.explorer import Exploration, Explorer
-from kvsched.proofs.operations import Bounds
-from kvsched.proofs.runner import ISSUE
+from kvsched.proofs.operations import ISSUE, Bounds
 from kvsched.proofs.subject import IMPL, Subject, variant
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.system import SystemConfig, SystemUnderTest, spec_system
