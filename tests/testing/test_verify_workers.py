@@ -19,10 +19,10 @@ def counts(rows: list[CampaignResult]) -> list[tuple[object, ...]]:
 
 
 def test_a_broken_variant_fails_with_the_same_program_on_one_worker_and_two() -> None:
-    one = run_sharded(FIFO, examples=10, steps=20, seed=0, workers=1, shard=5)
+    one = run_sharded(FIFO, examples=10, steps=8, seed=0, workers=1, shard=5)
     assert one[0].counterexample is not None and "state = KvschedMachine" in one[0].counterexample
     assert one[0].examples >= 10 and one[0].invariant_checks > 0
-    assert counts(run_sharded(FIFO, examples=10, steps=20, seed=0, workers=2, shard=5)) == counts(one)
+    assert counts(run_sharded(FIFO, examples=10, steps=8, seed=0, workers=2, shard=5)) == counts(one)
 
 
 @pytest.mark.parametrize("mistake", [["--workers", "0"], ["--workers", "2", "--shard", "0"]])
