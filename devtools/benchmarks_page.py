@@ -417,12 +417,13 @@ def distributed_search(report: dict[str, Any]) -> str:
         table(["depth", "expanded", "found", "s", "workers CPU-s", "coordinator CPU-s"], levels),
         f"A worker runs {per_worker:,.0f} transitions a CPU-second; the coordinator spends"
         f" {per_transition * 1e6:.1f} µs of CPU a transition, {share:.0%} of the CPU on {max(runs)} workers."
-        " The coordinator bounds the speed: on 64 workers this search would"
-        f" take about max({most['coordinator_cpu']:.1f}, {runs[1]['worker_cpu']:.1f} / 64) = {estimate:.1f} s"
-        f" of coordinator time ({alone['seconds'] / estimate:.1f}x the single process), and depth 9 (some 375"
-        f" million transitions) about {depth9 * per_transition / 3600:.1f} h of coordinator time against"
-        f" {depth9 / per_worker / 64 / 60:.0f} min of 64 workers' work. The issue's sizes do not close: their"
-        " levels still grow about sevenfold at depth 8.",
+        " The coordinator bounds the speed. A worked estimate from these figures, not a run: on 64 workers"
+        f" this search would take about max({most['coordinator_cpu']:.1f}, {runs[1]['worker_cpu']:.1f} / 64) ="
+        f" {estimate:.1f} s of coordinator time ({alone['seconds'] / estimate:.1f}x the single process), and"
+        " depth 9 (some 375 million transitions: `kvsched.proofs.runner`'s extrapolation from the depth-8 run"
+        f" of 2026-11-30, not measured here) about {depth9 * per_transition / 3600:.1f} h of coordinator time"
+        f" against {depth9 / per_worker / 64 / 60:.0f} min of 64 workers' work. The issue's sizes do not close:"
+        " their levels still grew about sevenfold at depth 8 in that run.",
     )
 
 

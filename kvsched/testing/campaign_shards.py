@@ -29,7 +29,7 @@ from typing import Any
 from kvsched.testing.outcome import CheckFailure, FailureKind
 from kvsched.testing.safety import COVERAGE
 from kvsched.testing.safety_search import POOL_SIZES, SafetyResult, coverage_warnings, search_safety
-from kvsched.testing.workers import run_shards
+from kvsched.testing.workers import run_shards, shard_sizes
 
 
 class ForeignJournal(ValueError):
@@ -87,7 +87,7 @@ def plan(
     shard: int = SHARD,
 ) -> list[Shard]:
     """The campaign's shards, in seed order."""
-    sizes = [min(shard, examples - start) for start in range(0, examples, shard)]
+    sizes = shard_sizes(examples, shard)
     return [
         Shard(index, target, size, seed + index, steps, pages, page_size, shrinks) for index, size in enumerate(sizes)
     ]

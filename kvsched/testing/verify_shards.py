@@ -22,7 +22,7 @@ from kvsched.testing.campaign import CampaignResult, run_campaign
 from kvsched.testing.impl_system import impl_system
 from kvsched.testing.system import spec_system
 from kvsched.testing.variants import VARIANTS
-from kvsched.testing.workers import Workers
+from kvsched.testing.workers import Workers, shard_sizes
 
 SHARD = 50  # programs per shard: seconds of work, so a task's start is noise beside it
 SPEC_SETUP = "from kvsched.testing.system import spec_system"
@@ -67,7 +67,7 @@ class VerifyShard:
 
 def plan(campaign: int, variant: str | None, *, examples: int, seed: int, steps: int, shard: int) -> list[VerifyShard]:
     """A campaign's shards, in seed order."""
-    sizes = [min(shard, examples - start) for start in range(0, examples, shard)]
+    sizes = shard_sizes(examples, shard)
     return [VerifyShard(campaign, variant, index, size, seed + index, steps) for index, size in enumerate(sizes)]
 
 

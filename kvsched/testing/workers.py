@@ -30,6 +30,12 @@ R = TypeVar("R")
 ATTEMPTS = 3  # runs of one shard before its worker's death is the job's
 
 
+def shard_sizes(examples: int, shard: int) -> list[int]:
+    """A campaign of `examples` programs cut into shards of at most `shard`, in seed order (the
+    last may be smaller)."""
+    return [min(shard, examples - start) for start in range(0, examples, shard)]
+
+
 class WorkerLost(RuntimeError):
     """A shard's worker died on every attempt."""
 
@@ -82,12 +88,12 @@ class Workers:
                     max_workers=self.workers, mp_context=multiprocessing.get_context("spawn")
                 )
             try:
-                if _on_processes(self._pool, job, pending, tries, done, self.workers, self.attempts):
-                    continue
+                finished = _on_processes(self._pool, job, pending, tries, done, self.workers, self.attempts)
             except BaseException:
                 self.close()
                 raise
-            self.close()  # a worker died: the pool is broken, a fresh one runs what is pending
+            if not finished:
+                self.close()  # a worker died: the pool is broken, a fresh one runs what is pending
 
     def close(self) -> None:
         """End the local processes (a later job starts fresh ones)."""

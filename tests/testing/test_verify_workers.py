@@ -8,7 +8,7 @@ import pytest
 
 from kvsched.cli import main
 from kvsched.testing.campaign import CampaignResult
-from kvsched.testing.verify_shards import run_sharded
+from kvsched.testing.verify_shards import merge, plan, run_sharded
 
 FIFO = "pages reused first-in-first-out"
 
@@ -29,3 +29,13 @@ def test_a_broken_variant_fails_with_the_same_program_on_one_worker_and_two() ->
 def test_a_sharding_mistake_is_exit_2(mistake: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", "--no-proofs", *mistake]) == 2
     assert "kvsched verify:" in capsys.readouterr().err
+
+
+def test_the_last_shard_is_planned_and_merged() -> None:
+    """12 programs in shards of 5: the last shard (2 programs, seed 2) is planned, and the merge
+    sums every shard, the last one included."""
+    shards = plan(0, None, examples=12, seed=0, steps=4, shard=5)
+    assert [(shard.examples, shard.seed) for shard in shards] == [(5, 0), (5, 1), (2, 2)]
+    rows = [CampaignResult("m", examples, 4 * examples, 10 * examples, 0, 1.0, None) for examples in (5, 5, 2)]
+    merged = merge(shards, rows, 3.0)
+    assert (merged.examples, merged.steps, merged.invariant_checks, merged.counterexample) == (12, 48, 120, None)
