@@ -358,3 +358,11 @@ def unknown_lease(lease_id: object) -> UnknownLease:
 
 def not_written(page: int) -> NotWritten:
     return NotWritten(f"page {page} holds nothing written yet: no one may read it", page=page)
+
+
+# -- KV events and the router's index ----------------------------------------------------------
+
+
+def malformed_events(why: str) -> InvalidArgument:
+    """A batch, snapshot or event is not well formed."""
+    return InvalidArgument(f"malformed KV events: {why}")

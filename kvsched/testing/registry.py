@@ -14,6 +14,7 @@ harness really drives and fails on a gap not explained.
     RESERVE  the evictable reserve: the pool of an engine whose cache holds no reference
     MANAGER  a foreign page manager in safety mode, through its adapter's view
     TIERS    the tiered cache: device and host pages, copies in flight, leases, two-phase admission
+    ROUTER_INDEX  the router's index: each engine's cached set folded from its KV events
 
 A new event touches its spec module (the event, whose `perform` makes its call) and its component's
 module (its entry); a new component, its spec modules, its module here and `COMPONENTS`.
@@ -27,6 +28,7 @@ from kvsched.testing.component import Component
 from kvsched.testing.components.engine import ENGINE
 from kvsched.testing.components.manager import MANAGER
 from kvsched.testing.components.reserve import RESERVE
+from kvsched.testing.components.router_index import ROUTER_INDEX
 from kvsched.testing.components.system import SYSTEM
 from kvsched.testing.components.tiers import TIERS
 
@@ -35,12 +37,13 @@ __all__ = [
     "ENGINE",
     "MANAGER",
     "RESERVE",
+    "ROUTER_INDEX",
     "SYSTEM",
     "TIERS",
     "component_of",
 ]
 
-COMPONENTS: tuple[Component, ...] = (SYSTEM, ENGINE, RESERVE, MANAGER, TIERS)
+COMPONENTS: tuple[Component, ...] = (SYSTEM, ENGINE, RESERVE, MANAGER, TIERS, ROUTER_INDEX)
 
 _BY_EVENT: dict[type[Any], Component] = {entry.event: c for c in COMPONENTS for entry in c.events}
 

@@ -31,7 +31,10 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
   which its named check catches on a pinned program and the tiers' explorer in lockstep tells apart
   (`tests/impl/test_tiers.py`);
 - `tiers_encoding`: a broken z3 encoding of the tiered cache's holders (`kvsched.proofs.tier_safety.broken`),
-  which its proof refutes.
+  which its proof refutes;
+- `router_index`: a broken router index (`kvsched.testing.index_variants.VARIANTS`, one per upstream
+  bug), which the check against the scripted engines catches on a pinned program and the index's
+  explorer in lockstep tells apart (`tests/impl/test_router_index.py`).
 
 This module and its golden files live with the tests: none of it is in the wheel.
 """
@@ -72,6 +75,7 @@ class Bug:
     manager: str | tuple[str, ...] | None = None
     tiers: str | None = None  # a broken tiered cache (host tier, copies, leases, two phases)
     tiers_encoding: str | None = None
+    router_index: str | None = None  # a broken router index (KV events folded wrongly)
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -619,5 +623,29 @@ CATALOGUE: tuple[Bug, ...] = (
         "budget-forgets-decode",
         "The prefill budget forgets the step's decode tokens: a step runs past max_batched_tokens.",
         engine="budget_forgets_decode",
+    ),
+    # -- the router's index ------------------------------------------------------------------------
+    Bug(
+        "index-keeps-restarted-engines-blocks",
+        "An engine restarts and its event sequence begins again with no replay; the router's index"
+        " keeps the blocks the old process cached (llm-d-router #2853, llm-d-kv-cache #593).",
+        router_index="llmd_2853_restart_keeps_blocks",
+    ),
+    Bug(
+        "index-ignores-all-cleared",
+        "The router's index ignores AllBlocksCleared: a reset engine's dropped blocks stay routable (aibrix PR #2385).",
+        router_index="aibrix_2385_ignores_all_cleared",
+    ),
+    Bug(
+        "index-folds-foreign-batches",
+        "Replay drops the topic frame, so a batch is folded into whichever engine's stream it arrived on"
+        " (vLLM #45174).",
+        router_index="vllm_45174_folds_foreign_batches",
+    ),
+    Bug(
+        "index-folds-across-a-gap",
+        "The router's index ignores sequence numbers: a batch after a dropped one is folded as if none were"
+        " missing (llm-d-kv-cache #593's class).",
+        router_index="llmd_kv_cache_593_folds_across_a_gap",
     ),
 )

@@ -14,6 +14,7 @@ import pytest
 
 from devtools import coverage_page
 from kvsched.spec import events as ev
+from kvsched.spec import index_events as iev
 from kvsched.spec import reserve_events as rev
 from kvsched.spec import tier_events as tev
 from kvsched.testing.component import EventSpec, Harness
@@ -24,8 +25,8 @@ def test_every_event_is_registered_once() -> None:
     registered = [entry.event for component in COMPONENTS for entry in component.events]
     assert len(registered) == len(set(registered))
     assert set(registered) == set(ev.EVENTS) | set(rev.RESERVE_EVENTS) | set(tev.TIER_EVENTS) | set(
-        MANAGER.event_types()
-    )
+        iev.INDEX_EVENTS
+    ) | set(MANAGER.event_types())
     assert all(component_of(object.__new__(event_type)) for event_type in registered)
 
 

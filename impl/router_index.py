@@ -1,0 +1,150 @@
+"""The router's index, built for a router's hot path: the spec's `kvsched.spec.router_index`.
+
+Same operations, verdicts and refusals. What differs is storage: a view is changed in place (a
+batch that contradicts it is checked against the view before anything is applied), and each
+view keeps how many tiers hold each key, so a prefix lookup is one dict probe a key.
+`to_spec()` is the abstraction function to the spec's `IndexState`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvsched.spec.kv_events import Cleared, Entry, EventBatch, Key, Stored, require_batch, require_snapshot
+from kvsched.spec.router_index import IndexState, Verdict, View, require_keys, require_source
+
+
+@dataclass(slots=True)
+class _View:
+    epoch: int
+    seq: int
+    entries: set[Entry] = field(default_factory=set)
+    tiers: dict[Key, int] = field(default_factory=dict)  # key -> how many tiers hold it
+    stale: bool = False
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.tiers.clear()
+
+    def holds(self, key: Key) -> bool:
+        return key in self.tiers
+
+    def contradicted_by(self, batch: EventBatch) -> bool:
+        """Whether applying `batch` would store an entry held or remove one not held."""
+        touched: dict[Entry, bool] = {}
+        for event in batch.events:
+            if isinstance(event, Cleared):
+                touched = dict.fromkeys(self.entries, False)
+                continue
+            entry = (event.key, event.tier)
+            held = touched.get(entry, entry in self.entries)
+            if held == isinstance(event, Stored):
+                return True
+            touched[entry] = not held
+        return False
+
+    def apply(self, batch: EventBatch) -> None:
+        for event in batch.events:
+            if isinstance(event, Cleared):
+                self.clear()
+            elif isinstance(event, Stored):
+                self.entries.add((event.key, event.tier))
+                self.tiers[event.key] = self.tiers.get(event.key, 0) + 1
+            else:
+                self.entries.discard((event.key, event.tier))
+                count = self.tiers[event.key] - 1
+                if count:
+                    self.tiers[event.key] = count
+                else:
+                    del self.tiers[event.key]
+        self.epoch, self.seq = batch.epoch, batch.seq
+
+
+class RouterIndex:
+    """Each engine's view, folded from its batches; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.views: dict[str, _View] = {}
+
+    def to_spec(self) -> IndexState:
+        """The abstraction function: this index as the spec's `IndexState`."""
+        return IndexState(
+            tuple(
+                (name, View(view.epoch, view.seq, frozenset(view.entries), view.stale))
+                for name, view in sorted(self.views.items())
+            )
+        )
+
+    def fold(self, source: object, batch: object) -> Verdict:
+        """`batch`, arriving on `source`'s stream, folded into its view (the spec's `fold`)."""
+        source = require_source(source)
+        batch = require_batch(batch)
+        if batch.engine != source:
+            return Verdict.FOREIGN
+        view = self.views.get(source)
+        if view is None or batch.epoch > view.epoch:
+            if batch.seq != 0:
+                self.views[source] = _View(batch.epoch, batch.seq, stale=True)
+                return Verdict.GAP
+            fresh = _View(batch.epoch, 0)
+            if fresh.contradicted_by(batch):
+                fresh.stale = True
+                self.views[source] = fresh
+                return Verdict.CONTRADICTS
+            fresh.apply(batch)
+            self.views[source] = fresh
+            return Verdict.FOLDED if view is None else Verdict.RESTARTED
+        if batch.epoch < view.epoch:
+            return Verdict.LATE
+        if batch.seq <= view.seq:
+            return Verdict.DUPLICATE
+        if view.stale:
+            return Verdict.STALE
+        if batch.seq > view.seq + 1 or view.contradicted_by(batch):
+            view.stale = True
+            return Verdict.GAP if batch.seq > view.seq + 1 else Verdict.CONTRADICTS
+        view.apply(batch)
+        return Verdict.FOLDED
+
+    def resync(self, source: object, snapshot: object) -> Verdict:
+        """`snapshot` replaces `source`'s view (the spec's `resync`)."""
+        source = require_source(source)
+        snapshot = require_snapshot(snapshot)
+        if snapshot.engine != source:
+            return Verdict.FOREIGN
+        view = self.views.get(source)
+        older = view is not None and (snapshot.epoch, snapshot.seq) < (view.epoch, view.seq)
+        if older and view is not None and (snapshot.epoch < view.epoch or not view.stale):
+            return Verdict.LATE
+        fresh = _View(snapshot.epoch, snapshot.seq, set(snapshot.entries()))
+        for key, _ in fresh.entries:
+            fresh.tiers[key] = fresh.tiers.get(key, 0) + 1
+        self.views[source] = fresh
+        return Verdict.RESYNCED
+
+    def longest_prefix(self, engine: object, keys: object) -> int:
+        """How many of `keys`' leading keys `engine` holds on any tier (the spec's)."""
+        engine = require_source(engine)
+        keys = require_keys(keys)
+        view = self.views.get(engine)
+        if view is None or view.stale:
+            return 0
+        tiers = view.tiers
+        for count, key in enumerate(keys):
+            if key not in tiers:
+                return count
+        return len(keys)
+
+    def route(self, keys: object) -> tuple[str | None, int]:
+        """The engine holding the longest prefix of `keys` (the spec's `route`)."""
+        keys = require_keys(keys)
+        best: tuple[str | None, int] = (None, 0)
+        for engine in sorted(self.views):
+            held = self.longest_prefix(engine, keys)
+            if held > best[1]:
+                best = (engine, held)
+        return best
+
+    def __repr__(self) -> str:
+        stale = sum(view.stale for view in self.views.values())
+        return f"RouterIndex({len(self.views)} engines, {stale} stale)"
