@@ -67,19 +67,23 @@ class CachePolicy:
         keys: list[Key] = []
         rows: list[int] = []
         depths: list[int] = []
+        parents: list[Key | None] = []
         for _, slot, first, end in written:
             slot_keys = self.keys.through(slot, self.running.request(slot), end)
             keys += slot_keys[first:end]
+            parents += [slot_keys[first - 1] if first else None, *slot_keys[first : end - 1]]
             rows += [slot] * (end - first)
             depths += range(first, end)
         pages = get_slots(self.scheduler).tables[rows, depths].tolist()
-        self.cache.insert(self.pool, keys, pages, depths)
+        self.cache.insert(self.pool, keys, pages, depths, parents)
 
     def _publish_round(self, filled: list[list[int]]) -> None:
         """`publish_written` of a step without chunks: the page each request's round filled."""
         filled.sort()  # by admission
         keys = self.keys.of_filled(filled, self.running.request)
-        self.cache.insert(self.pool, keys, [row[3] for row in filled], [row[2] for row in filled])
+        slots = self.keys.slots
+        parents = [slots[slot][depth - 1] if depth else None for _, slot, depth, _ in filled]
+        self.cache.insert(self.pool, keys, [row[3] for row in filled], [row[2] for row in filled], parents)
 
     def evict(self, pages: int, keep: list[int] | None = None) -> int:
         """Evict `pages` cached pages (none of `keep`), or demote what the host tier wants: how
@@ -89,10 +93,10 @@ class CachePolicy:
         demoted = 0
         if self.host.pages:
             for page in self.cache.victims(self.pool, pages, keep or ()).tolist():
-                key, depth = self.cache.entry(page)
+                key, depth, parent = self.cache.entry(page)
                 if self.host.wants(page, key):
                     self.hold_demoted(page)
-                    self.host.demote(page, key, depth)
+                    self.host.demote(page, key, depth, parent)
                     demoted += 1
         evicted = self.cache.evict(self.pool, pages - demoted, keep or ())
         if evicted and self.host.refused:

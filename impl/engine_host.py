@@ -43,7 +43,7 @@ class HostCopies:
             if ok is None:
                 continue
             if copy.kind == PROMOTE and ok:
-                self.cache.insert(self.pool, [copy.key], [copy.page], [copy.depth])
+                self.cache.insert(self.pool, [copy.key], [copy.page], [copy.depth], [copy.parent])
             self.pool.release(copy.page)
             self.host.complete(copy, ok)
             slot = self.running.slots.get(copy.request_id) if copy.request_id is not None else None

@@ -1,6 +1,6 @@
 """The engine's host tier over mutable storage: the spec's `host_tier`, built for the engine's step.
 
-Storage: the free stack (a list, top last); the cache as a dict key -> (page, depth) in least
+Storage: the free stack (a list, top last); the cache as a dict key -> (page, depth, parent) in least
 recently used order (a use moves the key to the end); the keys by cached page; the copies in
 flight by id (issue order); how many copies read or write each host page; the keys being
 demoted; the refused device pages (a list: few, in order of failure). `snapshot()` and
@@ -27,7 +27,7 @@ class HostTier:
     def __init__(self, pages: int) -> None:
         self.pages = pages
         self._free = list(reversed(range(pages)))
-        self._cache: dict[Key, tuple[int, int]] = {}  # key -> (page, depth), least recently used first
+        self._cache: dict[Key, tuple[int, int, Key | None]] = {}  # key -> (page, depth, parent), LRU first
         self._keys: dict[int, Key] = {}  # cached page -> its key
         self.copies: dict[int, Copy] = {}  # id -> copy, issue order
         self._users: Counter[int] = Counter()  # host page -> copies naming it
@@ -40,7 +40,7 @@ class HostTier:
 
     def to_spec(self) -> HostState:
         """The abstraction function: this tier as the spec's `HostState`."""
-        cache = tuple(HostPage(page, key, depth) for key, (page, depth) in self._cache.items())
+        cache = tuple(HostPage(page, key, depth, parent) for key, (page, depth, parent) in self._cache.items())
         return HostState(
             self.pages,
             tuple(self._free),
@@ -91,7 +91,7 @@ class HostTier:
             entry = self._cache.get(key)
             if entry is None:
                 break
-            found.append((key, *entry))
+            found.append((key, entry[0], entry[1]))
         return found
 
     def wants(self, page: int, key: Key) -> bool:
@@ -109,17 +109,17 @@ class HostTier:
 
     # -- changing -----------------------------------------------------------------------------
 
-    def demote(self, page: int, key: Key, depth: int) -> Copy:
+    def demote(self, page: int, key: Key, depth: int, parent: Key | None = None) -> Copy:
         """Copy device `page` to a host page (`wants(key)` holds); the copy issued."""
         if self._free:
             host_page = self._free.pop()
         else:  # the least recently used cached page no copy reads leaves the cache
-            lru, (host_page, _) = next(
+            lru, (host_page, *_) = next(
                 (key, entry) for key, entry in self._cache.items() if self._reclaimable(entry[0])
             )
             del self._cache[lru]
             del self._keys[host_page]
-        copy = Copy(self.issued, DEMOTE, page, host_page, key, depth)
+        copy = Copy(self.issued, DEMOTE, page, host_page, key, depth, parent=parent)
         self._issue(copy)
         self._demoting.add(key)
         self._stats[DEMOTED] += 1
@@ -132,9 +132,8 @@ class HostTier:
     def promote(self, key: Key, page: int, request_id: int) -> int:
         """Copy the host page cached under `key` into device `page` for `request_id`; its id.
         The key becomes the most recently used."""
-        host_page, depth = self._cache.pop(key)
-        self._cache[key] = (host_page, depth)
-        copy = Copy(self.issued, PROMOTE, page, host_page, key, depth, request_id)
+        host_page, depth, parent = self._cache[key] = self._cache.pop(key)
+        copy = Copy(self.issued, PROMOTE, page, host_page, key, depth, request_id, parent)
         self._issue(copy)
         self._stats[PROMOTED] += 1
         return copy.transfer_id
@@ -150,7 +149,7 @@ class HostTier:
         if copy.kind == DEMOTE:
             self._demoting.discard(copy.key)
             if ok:
-                self._cache[copy.key] = (page, copy.depth)
+                self._cache[copy.key] = (page, copy.depth, copy.parent)
                 self._keys[page] = copy.key
             else:
                 self.refused.append(copy.page)
@@ -170,7 +169,7 @@ class HostTier:
 
     def reset(self) -> None:
         """Drop every cached page (no copy is in flight), least recently used freed first."""
-        self._free += [page for page, _ in self._cache.values()]
+        self._free += [page for page, *_ in self._cache.values()]
         self._cache.clear()
         self._keys.clear()
         self.refused.clear()

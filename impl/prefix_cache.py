@@ -4,6 +4,7 @@ Storage, allocated at construction, one entry per physical page:
 
     index      dict key -> page
     keys       list, the key cached on each page (None: not cached)
+    parents    list, the key before it in its chain (None at depth 0)
     cached     bool[pages]
     depth      int64[pages]      chain depth (logical page index)
     last_used  int64[pages]      the clock's stamp of its last use
@@ -40,6 +41,7 @@ class PrefixCache:
     def __init__(self, pages: int) -> None:
         self._index: dict[Key, int] = {}
         self._keys: list[Key | None] = [None] * pages
+        self._parents: list[Key | None] = [None] * pages
         self._cached = np.zeros(pages, dtype=np.bool_)
         self._depth = np.zeros(pages, dtype=np.int64)
         self._last_used = np.zeros(pages, dtype=np.int64)
@@ -57,7 +59,7 @@ class PrefixCache:
         for page, page_depth, stamp in zip(pages, depth, last_used, strict=True):
             key = self._keys[page]
             assert key is not None
-            entries.append(CachedPage(page, key, page_depth, stamp))
+            entries.append(CachedPage(page, key, page_depth, stamp, self._parents[page]))
         return CacheState(tuple(entries), self.clock, CacheStats(*self._stats))
 
     @property
@@ -95,8 +97,8 @@ class PrefixCache:
                 for page in reversed(entry[1]):
                     self._drop(page)
             elif entry[0] == "evict":
-                _, page, key, depth, stamp = entry
-                self._add(page, key, depth, stamp)
+                _, page, key, depth, stamp, parent = entry
+                self._add(page, key, depth, stamp, parent)
             else:
                 _, pages, stamps = entry
                 self._last_used[pages] = stamps
@@ -115,17 +117,26 @@ class PrefixCache:
             del pages[pages.index(None) :]
         return cast(list[int], pages)  # no None is left
 
-    def insert(self, pool: BlockPool, keys: Sequence[Key], pages: Sequence[int], depths: Sequence[int]) -> None:
-        """Cache `pages[i]` under `keys[i]` at depth `depths[i]`, in order (the spec's `insert`
-        each: a key or a page already cached is left as it is), retaining the ones taken."""
-        index, cached_keys = self._index, self._keys
+    def insert(
+        self,
+        pool: BlockPool,
+        keys: Sequence[Key],
+        pages: Sequence[int],
+        depths: Sequence[int],
+        parents: Sequence[Key | None],
+    ) -> None:
+        """Cache `pages[i]` under `keys[i]` at depth `depths[i]` after `parents[i]`, in order (the
+        spec's `insert` each: a key or a page already cached is left as it is), retaining the
+        ones taken."""
+        index, cached_keys, cached_parents = self._index, self._keys, self._parents
         taken: list[int] = []
         taken_depths: list[int] = []
-        for key, page, depth in zip(keys, pages, depths, strict=True):
+        for key, page, depth, parent in zip(keys, pages, depths, parents, strict=True):
             if key in index or cached_keys[page] is not None:
                 continue
             index[key] = page
             cached_keys[page] = key
+            cached_parents[page] = parent
             taken.append(page)
             taken_depths.append(depth)
         if taken:
@@ -158,11 +169,11 @@ class PrefixCache:
         order = np.lexsort((candidates, -self._depth[candidates], self._last_used[candidates]))
         return candidates[order[: max(count, 0)]]
 
-    def entry(self, page: int) -> tuple[Key, int]:
-        """The cached `page`'s key and depth."""
+    def entry(self, page: int) -> tuple[Key, int, Key | None]:
+        """The cached `page`'s key, depth and parent."""
         key = self._keys[page]
         assert key is not None, "a cached page"
-        return key, int(self._depth[page])
+        return key, int(self._depth[page]), self._parents[page]
 
     def evict(self, pool: BlockPool, count: int, keep: Sequence[int] = ()) -> int:
         """Evict up to `count` evictable pages in the spec's order, none in `keep`; how many."""
@@ -207,12 +218,14 @@ class PrefixCache:
         release_array(pool, pages)
         for page in pages.tolist():
             key = self._keys[page]
-            self._journal.append(("evict", page, key, int(self._depth[page]), int(self._last_used[page])))
+            entry = ("evict", page, key, int(self._depth[page]), int(self._last_used[page]), self._parents[page])
+            self._journal.append(entry)
             self._drop(page)
 
-    def _add(self, page: int, key: Key, depth: int, stamp: int) -> None:
+    def _add(self, page: int, key: Key, depth: int, stamp: int, parent: Key | None) -> None:
         self._index[key] = page
         self._keys[page] = key
+        self._parents[page] = parent
         self._cached[page] = True
         self._depth[page] = depth
         self._last_used[page] = stamp
@@ -222,6 +235,7 @@ class PrefixCache:
         assert key is not None
         del self._index[key]
         self._keys[page] = None
+        self._parents[page] = None
         self._cached[page] = False
         self._depth[page] = 0
         self._last_used[page] = 0

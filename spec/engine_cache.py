@@ -43,7 +43,8 @@ def publish_written(work: Work, record: StepRecord) -> None:
         for depth in range(first, end):
             page = table[depth]
             assert page is not None
-            work.cache, pool = cache_ops.insert(work.cache, work.pool.state, keys[depth], page, depth)
+            parent = keys[depth - 1] if depth else None
+            work.cache, pool = cache_ops.insert(work.cache, work.pool.state, keys[depth], page, depth, parent)
             work.pool.commit(pool)
 
 
@@ -61,7 +62,7 @@ def evict(work: Work, pages: int, keep: Sequence[int] = ()) -> int:
         for entry in victims[:pages]:
             if host_tier.wants(work.host, entry.page, entry.key):
                 work.pool.retain(entry.page)  # the copy's hold
-                work.host = host_tier.demote(work.host, entry.page, entry.key, entry.depth)
+                work.host = host_tier.demote(work.host, entry.page, entry.key, entry.depth, entry.parent)
                 demoted += 1
     work.cache, pool, evicted = cache_ops.evict(work.cache, work.pool.state, pages - demoted, tuple(keep))
     work.pool.commit(pool)

@@ -47,7 +47,9 @@ def complete_copies(work: Work, done: dict[int, bool], preempted: list[int]) -> 
         if ok is None:
             continue
         if copy.kind == PROMOTE and ok:
-            work.cache, pool = cache_ops.insert(work.cache, work.pool.state, copy.key, copy.page, copy.depth)
+            work.cache, pool = cache_ops.insert(
+                work.cache, work.pool.state, copy.key, copy.page, copy.depth, copy.parent
+            )
             work.pool.commit(pool)
         work.pool.release(copy.page)
         work.host = host_tier.complete(work.host, copy, ok)

@@ -46,11 +46,13 @@ DEMOTE, PROMOTE = "demote", "promote"
 
 @dataclass(frozen=True, slots=True)
 class HostPage:
-    """A cached host page: its key and its chain depth (logical page index)."""
+    """A cached host page: its key, its chain depth (logical page index) and the key of the
+    page before it in its chain (None at depth 0)."""
 
     page: int
     key: Key
     depth: int
+    parent: Key | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class Copy:
     key: Key
     depth: int
     request_id: int | None = None
+    parent: Key | None = None  # the key before `key` in its chain
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +157,10 @@ def device_holds(host: HostState) -> tuple[int, ...]:
 # -- changing -----------------------------------------------------------------------------------
 
 
-def demote(host: HostState, page: int, key: Key, depth: int) -> HostState:
-    """Copy device `page` (cached under `key`) to a host page (`wants(host, key)` holds)."""
+def demote(host: HostState, page: int, key: Key, depth: int, parent: Key | None = None) -> HostState:
+    """Copy device `page` (cached under `key`, after `parent`) to a host page (`wants(host, key)` holds)."""
     host, host_page = _take(host)
-    copy = Copy(host.issued, DEMOTE, page, host_page, key, depth)
+    copy = Copy(host.issued, DEMOTE, page, host_page, key, depth, parent=parent)
     stats = replace(host.stats, demoted=host.stats.demoted + 1)
     return replace(host, copies=(*host.copies, copy), issued=host.issued + 1, stats=stats)
 
@@ -165,7 +168,7 @@ def demote(host: HostState, page: int, key: Key, depth: int) -> HostState:
 def promote(host: HostState, entry: HostPage, page: int, request_id: int) -> tuple[HostState, int]:
     """Copy the cached host page `entry` into device `page`, for `request_id`; the copy's id.
     The entry becomes the most recently used."""
-    copy = Copy(host.issued, PROMOTE, page, entry.page, entry.key, entry.depth, request_id)
+    copy = Copy(host.issued, PROMOTE, page, entry.page, entry.key, entry.depth, request_id, entry.parent)
     cache = (*(other for other in host.cache if other != entry), entry)
     stats = replace(host.stats, promoted=host.stats.promoted + 1)
     return replace(
@@ -185,7 +188,7 @@ def complete(host: HostState, copy: Copy, ok: bool) -> HostState:
     failed demotion's device page is refused."""
     host = replace(host, copies=tuple(other for other in host.copies if other.transfer_id != copy.transfer_id))
     if copy.kind == DEMOTE and ok:
-        host = replace(host, cache=(*host.cache, HostPage(copy.host_page, copy.key, copy.depth)))
+        host = replace(host, cache=(*host.cache, HostPage(copy.host_page, copy.key, copy.depth, copy.parent)))
     if copy.kind == DEMOTE and not ok:
         host = replace(host, refused=(*host.refused, copy.page))
     if copy.kind == PROMOTE and not ok:

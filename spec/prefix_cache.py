@@ -32,12 +32,14 @@ from kvsched.spec.pool import PoolState
 
 @dataclass(frozen=True, slots=True)
 class CachedPage:
-    """One cached page: its key, its chain depth (logical page index) and last-use stamp."""
+    """One cached page: its key, its chain depth (logical page index), last-use stamp, and the
+    key of the page before it in its chain (None at depth 0)."""
 
     page: int
     key: Key
     depth: int
     last_used: int
+    parent: Key | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,12 +95,15 @@ def lookup(state: CacheState, keys: Sequence[Key]) -> tuple[int, ...]:
     return tuple(pages)
 
 
-def insert(state: CacheState, pool: PoolState, key: Key, page: int, depth: int) -> tuple[CacheState, PoolState]:
-    """Cache the written, held `page` under `key` (retained once); a cached key or page stays."""
+def insert(
+    state: CacheState, pool: PoolState, key: Key, page: int, depth: int, parent: Key | None = None
+) -> tuple[CacheState, PoolState]:
+    """Cache the written, held `page` under `key`, after `parent` in its chain (retained once);
+    a cached key or page stays."""
     if find(state, key) is not None or is_cached(state, page):
         return state, pool
     pool = pool_ops.retain(pool, page)
-    entry = CachedPage(page, key, depth, state.clock)
+    entry = CachedPage(page, key, depth, state.clock, parent)
     pages = tuple(sorted((*state.pages, entry), key=lambda cached: cached.page))
     return replace(state, pages=pages), pool
 

@@ -198,7 +198,8 @@ def cache_when_seated(self: Admission, newcomers: list[Newcomer]) -> tuple[tuple
         first, end = newcomer.pages.start, min(len(keys), newcomer.pages.stop)
         if first < end:
             pages = get_slots(self.scheduler).tables[newcomer.slot][first:end].tolist()
-            self.cache.insert(self.pool, keys[first:end], pages, range(first, end))
+            parents = [keys[first - 1] if first else None, *keys[first : end - 1]]
+            self.cache.insert(self.pool, keys[first:end], pages, range(first, end), parents)
     return copies
 
 

@@ -113,7 +113,7 @@ def test_impl_cache_in_lockstep_with_the_spec(operations: list[tuple[Any, ...]])
         elif name == "insert" and pool.refs[operation[1]] > 0:
             key = bytes([operation[2]])
             cache, pool = cache_ops.insert(cache, pool, key, operation[1], operation[3])
-            impl_cache.insert(impl_pool, [key], [operation[1]], [operation[3]])
+            impl_cache.insert(impl_pool, [key], [operation[1]], [operation[3]], [None])
         elif name == "stamp":
             for row in operation[1]:
                 cache = cache_ops.stamp(cache, row)

@@ -118,7 +118,9 @@ class KvschedManager:
             pairs.append(self._promoted_pair(host_page, page))
             pages.append(page)
         if pages:
-            self.cache.insert(self.pool, [key for key, _, _ in fetch], pages, range(first, first + len(pages)))
+            chain = self.keys[request_id]
+            parents = [chain[depth - 1] if depth else None for depth in range(first, first + len(pages))]
+            self.cache.insert(self.pool, [key for key, _, _ in fetch], pages, range(first, first + len(pages)), parents)
             self.published[request_id] = first + len(pages)
         self._promoted[request_id] = pairs
         return len(pages)
@@ -134,9 +136,9 @@ class KvschedManager:
         self.cache.settle()
         pairs = []
         for page in self.cache.victims(self.pool, self.cache.cached_mask().shape[0]).tolist():
-            key, depth = self.cache.entry(page)
+            key, depth, parent = self.cache.entry(page)
             if self.host.wants(page, key):
-                copy = self.host.demote(page, key, depth)
+                copy = self.host.demote(page, key, depth, parent)
                 self._complete_demotion(copy)
                 pairs.append((page, copy.host_page))
         return pairs
@@ -171,9 +173,9 @@ class KvschedManager:
         if len(keys) < end:
             self.hasher.extend(keys, pack_tokens(self.tokens[request_id][: end * self.page_size]), end, SALT)
         table = self.scheduler.page_table(request_id)
-        self.cache.insert(
-            self.pool, keys[first:end], [page for page in table[first:end] if page is not None], range(first, end)
-        )
+        parents = [keys[first - 1] if first else None, *keys[first : end - 1]]
+        pages = [page for page in table[first:end] if page is not None]
+        self.cache.insert(self.pool, keys[first:end], pages, range(first, end), parents)
         self.published[request_id] = end
 
     def free(self, request_id: int) -> None:
@@ -218,9 +220,9 @@ class KvschedManager:
         for page in pages:
             if not cached[page]:
                 continue
-            key, depth = self.cache.entry(page)
+            key, depth, parent = self.cache.entry(page)
             if self.host.wants(page, key):
-                saving.append(self.host.demote(page, key, depth))
+                saving.append(self.host.demote(page, key, depth, parent))
         self.saves[self._next_lease] = saving
         return self._next_lease
 
