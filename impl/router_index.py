@@ -17,7 +17,7 @@ from kvsched.spec.router_index import IndexState, Verdict, View, require_keys, r
 @dataclass(slots=True)
 class _View:
     epoch: int
-    seq: int
+    next_seq: int
     entries: set[Entry] = field(default_factory=set)
     tiers: dict[Key, int] = field(default_factory=dict)  # key -> how many tiers hold it
     stale: bool = False
@@ -57,7 +57,7 @@ class _View:
                     self.tiers[event.key] = count
                 else:
                     del self.tiers[event.key]
-        self.epoch, self.seq = batch.epoch, batch.seq
+        self.epoch, self.next_seq = batch.epoch, batch.seq + 1
 
 
 class RouterIndex:
@@ -70,7 +70,7 @@ class RouterIndex:
         """The abstraction function: this index as the spec's `IndexState`."""
         return IndexState(
             tuple(
-                (name, View(view.epoch, view.seq, frozenset(view.entries), view.stale))
+                (name, View(view.epoch, view.next_seq, frozenset(view.entries), view.stale))
                 for name, view in sorted(self.views.items())
             )
         )
@@ -82,29 +82,28 @@ class RouterIndex:
         if batch.engine != source:
             return Verdict.FOREIGN
         view = self.views.get(source)
-        if view is None or batch.epoch > view.epoch:
+        if view is None or batch.epoch > view.epoch:  # an engine first heard from, or restarted
+            verdict = Verdict.FOLDED if view is None else Verdict.RESTARTED
+            view = self.views[source] = _View(batch.epoch, 0)
             if batch.seq != 0:
-                self.views[source] = _View(batch.epoch, batch.seq, stale=True)
+                view.stale = True
                 return Verdict.GAP
-            fresh = _View(batch.epoch, 0)
-            if fresh.contradicted_by(batch):
-                fresh.stale = True
-                self.views[source] = fresh
-                return Verdict.CONTRADICTS
-            fresh.apply(batch)
-            self.views[source] = fresh
-            return Verdict.FOLDED if view is None else Verdict.RESTARTED
-        if batch.epoch < view.epoch:
+        elif batch.epoch < view.epoch:
             return Verdict.LATE
-        if batch.seq <= view.seq:
+        elif batch.seq < view.next_seq:
             return Verdict.DUPLICATE
-        if view.stale:
+        elif view.stale:
             return Verdict.STALE
-        if batch.seq > view.seq + 1 or view.contradicted_by(batch):
+        elif batch.seq > view.next_seq:
             view.stale = True
-            return Verdict.GAP if batch.seq > view.seq + 1 else Verdict.CONTRADICTS
+            return Verdict.GAP
+        else:
+            verdict = Verdict.FOLDED
+        if view.contradicted_by(batch):
+            view.stale = True
+            return Verdict.CONTRADICTS
         view.apply(batch)
-        return Verdict.FOLDED
+        return verdict
 
     def resync(self, source: object, snapshot: object) -> Verdict:
         """`snapshot` replaces `source`'s view (the spec's `resync`)."""
@@ -113,10 +112,10 @@ class RouterIndex:
         if snapshot.engine != source:
             return Verdict.FOREIGN
         view = self.views.get(source)
-        older = view is not None and (snapshot.epoch, snapshot.seq) < (view.epoch, view.seq)
+        older = view is not None and (snapshot.epoch, snapshot.next_seq) < (view.epoch, view.next_seq)
         if older and view is not None and (snapshot.epoch < view.epoch or not view.stale):
             return Verdict.LATE
-        fresh = _View(snapshot.epoch, snapshot.seq, set(snapshot.entries()))
+        fresh = _View(snapshot.epoch, snapshot.next_seq, set(snapshot.entries()))
         for key, _ in fresh.entries:
             fresh.tiers[key] = fresh.tiers.get(key, 0) + 1
         self.views[source] = fresh

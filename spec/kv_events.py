@@ -13,8 +13,8 @@ publishes how that set changes as batches of events:
 A batch (`EventBatch`) names its engine, the engine's restart epoch and a sequence number:
 0 for an epoch's first batch, one more for each next, never repeated within an epoch. Folding
 an engine's batches in order into the empty set gives exactly its cached set after the last
-one (`fold_events`); a `Snapshot` is that set as of one batch, for a consumer that missed some
-to start again from.
+one (`fold_events`); a `Snapshot` is that set as of the batches before one (`next_seq`, 0 before
+the first), for a consumer that missed some to start again from.
 
 A batch here maps one to one onto vLLM's `KVEventBatch` (`to_vllm`): `Stored` is a
 `BlockStored` of one block hash, `Removed` a `BlockRemoved`, `Cleared` an `AllBlocksCleared`,
@@ -74,11 +74,12 @@ class EventBatch:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """An engine's cached set as of its batch `seq` of `epoch` (every key with its parent)."""
+    """An engine's cached set in `epoch` once its batches before `next_seq` are folded (every key
+    with its parent): the batch a consumer folds after it is `next_seq`."""
 
     engine: str
     epoch: int
-    seq: int
+    next_seq: int
     cached: tuple[tuple[Key, str, Key | None], ...]  # (key, tier, parent), in canonical order
 
     def entries(self) -> frozenset[Entry]:
@@ -114,7 +115,7 @@ def require_snapshot(snapshot: object) -> Snapshot:
     """`snapshot` if it is well formed (each key once per tier); `InvalidArgument` if not."""
     if not isinstance(snapshot, Snapshot):
         raise refusals.wrong_kind("snapshot", "Snapshot", snapshot)
-    _require_origin(snapshot.engine, snapshot.epoch, snapshot.seq)
+    _require_origin(snapshot.engine, snapshot.epoch, snapshot.next_seq)
     if not isinstance(snapshot.cached, tuple):
         raise refusals.malformed_events(f"a snapshot's cached must be a tuple, not {type(snapshot.cached).__name__}")
     seen: set[Entry] = set()

@@ -4,25 +4,26 @@ A router sends a request to the engine that holds the longest prefix of it. It l
 engine holds from the engine's batches (`kvsched.spec.kv_events`), which arrive on a stream per
 engine, possibly late, repeated, out of order, from another engine (a transport that lost which
 stream is which), from an engine that restarted, or garbled. The index keeps, per engine, a
-view: the restart epoch and sequence number of the last batch folded, the cached set they give,
-and whether the view is stale (it missed or refused something, so its set may be wrong).
+view: the restart epoch, the sequence number of the batch it folds next, the cached set the
+batches before it give, and whether the view is stale (it missed or refused something, so its
+set may be wrong). An engine never heard from is a view of epoch 0 expecting seq 0 with nothing
+cached; so is an engine that restarted, in its new epoch.
 
     fold     a batch arriving on `source`'s stream. Its verdict says what the index did:
-               FOLDED       the next batch of the view's epoch (or an engine's first, seq 0):
-                            its events applied
+               FOLDED       the batch the view expects: its events applied
                RESTARTED    seq 0 of a later epoch: the engine restarted with nothing
                             cached, so the old set is dropped and the batch applied to the
                             empty set
-               DUPLICATE    at or before the view's seq: folded already, nothing changes
+               DUPLICATE    before the one the view expects: folded already, nothing changes
                LATE         from an earlier epoch: nothing changes
                FOREIGN      it names another engine than its stream's: nothing changes
                GAP          batches are missing before it: the view is stale
                CONTRADICTS  its events contradict the view (a key stored that is cached, or
                             removed that is not): the view is stale, its set as it was
                STALE        the view is stale: nothing folds until a snapshot
-             A later epoch that does not begin at seq 0 is a gap in a view with nothing cached.
-    resync   a snapshot (`Snapshot`) replaces the view, not stale, at its epoch and seq, unless
-             it is older than a view that is not stale (LATE) or names another engine (FOREIGN)
+    resync   a snapshot (`Snapshot`) replaces the view, not stale, at its epoch and next seq,
+             unless it is older than a view that is not stale (LATE) or names another engine
+             (FOREIGN)
     longest_prefix   how many of a prompt's leading page keys an engine holds on any tier; a
              stale view, or an engine never heard from, holds none
     route    the engine with the longest prefix (ties to the first by name; None if no engine
@@ -58,11 +59,11 @@ class Verdict(Enum):
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """One engine's view: its epoch and the seq of the last batch folded (or of the batch a gap
-    was found at), its cached set, and whether it is stale."""
+    """One engine's view: its epoch, the seq of the batch it folds next, the cached set of the
+    batches before, and whether it is stale."""
 
     epoch: int
-    seq: int
+    next_seq: int
     cached: frozenset[Entry] = frozenset()
     stale: bool = False
 
@@ -98,18 +99,18 @@ def fold(state: IndexState, source: object, batch: object) -> tuple[IndexState, 
     if batch.engine != source:
         return state, Verdict.FOREIGN
     view = state.view(source)
-    if view is None or batch.epoch > view.epoch:
-        restarted = view is not None
+    if view is None or batch.epoch > view.epoch:  # an engine first heard from, or restarted
+        fresh = View(batch.epoch, 0)
         if batch.seq != 0:
-            return _with(state, source, View(batch.epoch, batch.seq, stale=True)), Verdict.GAP
-        return _apply(state, source, View(batch.epoch, -1), batch, Verdict.RESTARTED if restarted else Verdict.FOLDED)
+            return _with(state, source, replace(fresh, stale=True)), Verdict.GAP
+        return _apply(state, source, fresh, batch, Verdict.FOLDED if view is None else Verdict.RESTARTED)
     if batch.epoch < view.epoch:
         return state, Verdict.LATE
-    if batch.seq <= view.seq:
+    if batch.seq < view.next_seq:
         return state, Verdict.DUPLICATE
     if view.stale:
         return state, Verdict.STALE
-    if batch.seq > view.seq + 1:
+    if batch.seq > view.next_seq:
         return _with(state, source, replace(view, stale=True)), Verdict.GAP
     return _apply(state, source, view, batch, Verdict.FOLDED)
 
@@ -119,8 +120,8 @@ def _apply(
 ) -> tuple[IndexState, Verdict]:
     cached = fold_events(view.cached, batch.events)
     if cached is None:
-        return _with(state, engine, replace(view, seq=max(view.seq, 0), stale=True)), Verdict.CONTRADICTS
-    return _with(state, engine, View(batch.epoch, batch.seq, cached)), verdict
+        return _with(state, engine, replace(view, stale=True)), Verdict.CONTRADICTS
+    return _with(state, engine, View(batch.epoch, batch.seq + 1, cached)), verdict
 
 
 def resync(state: IndexState, source: object, snapshot: object) -> tuple[IndexState, Verdict]:
@@ -130,10 +131,10 @@ def resync(state: IndexState, source: object, snapshot: object) -> tuple[IndexSt
     if snapshot.engine != source:
         return state, Verdict.FOREIGN
     view = state.view(source)
-    older = view is not None and (snapshot.epoch, snapshot.seq) < (view.epoch, view.seq)
+    older = view is not None and (snapshot.epoch, snapshot.next_seq) < (view.epoch, view.next_seq)
     if older and view is not None and (snapshot.epoch < view.epoch or not view.stale):
         return state, Verdict.LATE
-    return _with(state, source, View(snapshot.epoch, snapshot.seq, snapshot.entries())), Verdict.RESYNCED
+    return _with(state, source, View(snapshot.epoch, snapshot.next_seq, snapshot.entries())), Verdict.RESYNCED
 
 
 def require_keys(keys: object) -> tuple[Key, ...]:
@@ -185,8 +186,8 @@ def views_sorted_by_engine(state: IndexState) -> bool:
 
 
 def views_name_a_batch(state: IndexState) -> bool:
-    """A view's epoch and seq name a batch (both >= 0)."""
-    return all(view.epoch >= 0 and view.seq >= 0 for _, view in state.views)
+    """A view's epoch and next seq name a batch (both >= 0)."""
+    return all(view.epoch >= 0 and view.next_seq >= 0 for _, view in state.views)
 
 
 INDEX_INVARIANTS = (views_sorted_by_engine, views_name_a_batch)

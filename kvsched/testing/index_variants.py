@@ -22,7 +22,7 @@ class RestartKeepsBlocks(RouterIndex):
         checked = require_batch(batch)
         view = self.views.get(checked.engine)
         if view is not None and checked.engine == source and checked.epoch > view.epoch and checked.seq == 0:
-            view.epoch, view.seq, view.stale = checked.epoch, -1, False
+            view.epoch, view.next_seq, view.stale = checked.epoch, 0, False
         return super().fold(source, batch)
 
 
@@ -55,8 +55,8 @@ class FoldsAcrossAGap(RouterIndex):
         checked = require_batch(batch)
         view = self.views.get(checked.engine)
         same = view is not None and checked.engine == source and checked.epoch == view.epoch
-        if same and view is not None and not view.stale and checked.seq > view.seq + 1:
-            view.seq = checked.seq - 1
+        if same and view is not None and not view.stale and checked.seq > view.next_seq:
+            view.next_seq = checked.seq
         return super().fold(source, batch)
 
 

@@ -10,7 +10,7 @@ batch garbled so that it contradicts what its engine had (it removes a key never
 snapshots are the scripted engines' sets; malformed batches and snapshots must be refused.
 
 The step check (`views_match_their_engines`): every view the index does not call stale holds
-exactly what its engine had cached after the batch the view names.
+exactly what its engine had cached before the batch the view expects next.
 """
 
 from __future__ import annotations
@@ -83,22 +83,32 @@ class IndexConfig:
             for seq in range(len(self.script(engine, epoch)))
         ]
 
-    def truth(self, engine: str, epoch: int, seq: int) -> frozenset[Entry] | None:
-        """What `engine` had cached after its batch `seq` of `epoch` (None: it published none)."""
+    def truth(self, engine: str, epoch: int, next_seq: int) -> frozenset[Entry] | None:
+        """What `engine` had cached in `epoch` after its batches before `next_seq` (None: it
+        published fewer)."""
         script = self.script(engine, epoch)
-        if not 0 <= seq < len(script) or epoch >= self.epochs:
+        if not 0 <= next_seq <= len(script) or epoch >= self.epochs:
             return None
         cached: frozenset[Entry] | None = frozenset()
-        for events in script[: seq + 1]:
+        for events in script[:next_seq]:
             assert cached is not None
             cached = fold_events(cached, events)
         assert cached is not None, "a script that contradicts itself"
         return cached
 
-    def snapshot(self, engine: str, epoch: int, seq: int) -> Snapshot:
-        truth = self.truth(engine, epoch, seq)
+    def snapshot(self, engine: str, epoch: int, next_seq: int) -> Snapshot:
+        truth = self.truth(engine, epoch, next_seq)
         assert truth is not None
-        return Snapshot(engine, epoch, seq, tuple(sorted((key, tier, None) for key, tier in truth)))
+        return Snapshot(engine, epoch, next_seq, tuple(sorted((key, tier, None) for key, tier in truth)))
+
+    def snapshots(self) -> list[Snapshot]:
+        """Every scripted engine's snapshot before and after each of its batches."""
+        return [
+            self.snapshot(engine, epoch, next_seq)
+            for engine in self.engines
+            for epoch in range(self.epochs)
+            for next_seq in range(len(self.script(engine, epoch)) + 1)
+        ]
 
 
 def spec_index(config: IndexConfig) -> RouterIndex:
@@ -153,7 +163,7 @@ def draw_deliver(machine: Any) -> st.SearchStrategy[iev.Deliver]:
 
 @cache
 def _resyncs(config: IndexConfig) -> st.SearchStrategy[iev.Resync]:
-    snapshots = [config.snapshot(b.engine, b.epoch, b.seq) for b in config.batches()]
+    snapshots = config.snapshots()
     own = st.sampled_from(snapshots).map(lambda snap: iev.Resync(snap.engine, snap))
     foreign = st.tuples(st.sampled_from(config.engines), st.sampled_from(snapshots)).map(lambda p: iev.Resync(*p))
     bad = st.sampled_from(BAD_SNAPSHOTS).map(lambda snap: iev.Resync(config.engines[0], snap))
@@ -190,8 +200,8 @@ def explore_deliver(state: IndexState, config: IndexConfig) -> Iterator[iev.Deli
 
 
 def explore_resync(state: IndexState, config: IndexConfig) -> Iterator[iev.Resync]:
-    for batch in config.batches():
-        yield iev.Resync(batch.engine, config.snapshot(batch.engine, batch.epoch, batch.seq))
+    for snapshot in config.snapshots():
+        yield iev.Resync(snapshot.engine, snapshot)
     yield iev.Resync(config.engines[0], BAD_SNAPSHOTS[1])
 
 
@@ -207,16 +217,16 @@ def explore_route(state: IndexState, config: IndexConfig) -> Iterator[iev.Route]
 
 
 def views_match_their_engines(step: StepContext) -> CheckFailure | None:
-    """Every view not stale holds what its engine had cached after the batch the view names."""
+    """Every view not stale holds what its engine had cached before the batch the view expects."""
     config = step.config if isinstance(step.config, IndexConfig) else IndexConfig()
     for engine, view in step.after.views:
         if view.stale:
             continue
-        truth = config.truth(engine, view.epoch, view.seq)
+        truth = config.truth(engine, view.epoch, view.next_seq)
         if view.cached != truth:
             return CheckFailure(
                 FailureKind.GHOST,
-                f"after {step.event!r}, {engine}'s view at epoch {view.epoch} seq {view.seq} holds "
+                f"after {step.event!r}, {engine}'s view at epoch {view.epoch} before seq {view.next_seq} holds "
                 f"{sorted(view.cached, key=repr)}; the engine had {None if truth is None else sorted(truth, key=repr)}",
             )
     return None
