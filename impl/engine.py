@@ -33,6 +33,7 @@ from kvsched.impl import checkpoint
 from kvsched.impl.engine_admission import Admission
 from kvsched.impl.engine_batch import Batch, StepTokens
 from kvsched.impl.engine_cache import CachePolicy
+from kvsched.impl.engine_events import CachePublisher
 from kvsched.impl.engine_host import HostCopies
 from kvsched.impl.engine_keys import PageKeys
 from kvsched.impl.engine_leases import Leases
@@ -53,6 +54,7 @@ from kvsched.spec.engine_state import EngineState, Queued, external_holds
 from kvsched.spec.errors import Exhausted
 from kvsched.spec.host_tier import Copy
 from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.kv_events import EventBatch, Snapshot
 from kvsched.spec.model import EngineModel
 from kvsched.spec.prefix import MAX_SET_PAGES, PrefixPageSet
 from kvsched.spec.sequence import FinishReason
@@ -105,9 +107,10 @@ class Engine:
         "host_copies": "a part with no state of its own",
         "admission": "a part whose state is one step's, set before it is read",
         "batch": "a part whose state is one round's output buffers",
+        "events": "the publisher reads the caches between steps; a failed step changed nothing it reads",
     }
 
-    def __init__(self, config: EngineConfig, model: EngineModel) -> None:
+    def __init__(self, config: EngineConfig, model: EngineModel, *, name: str = "engine", epoch: int = 0) -> None:
         if not isinstance(config, EngineConfig):
             raise refusals.wrong_kind("config", "EngineConfig", config)
         self.config = config
@@ -124,6 +127,7 @@ class Engine:
         self.keys = PageKeys(config, self.running.tokens)
         self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
         self.host = HostTier(config.host_pages)
+        self.events = CachePublisher(name, epoch, config.page_size, self.cache, self.host)
         self.leases = Leases()
         self.cache_policy = CachePolicy(
             config, self.pool, self.store, self.scheduler, self.cache, self.host, self.keys, self.running
@@ -248,6 +252,15 @@ class Engine:
             raise refusals.cache_in_use(list(self.host.device_holds()))
         self.cache.reset(self.pool)
         self.host.reset()
+        self.events.reset()
+
+    def take_events(self) -> EventBatch | None:
+        """The KV events since the last batch (the spec's `take_events`)."""
+        return self.events.take_cached()
+
+    def snapshot(self) -> Snapshot:
+        """The cached set the batches so far published."""
+        return self.events.snapshot()
 
     # -- the step -----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ spec's `HostState`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvsched.spec.host_tier import DEMOTE, PROMOTE, Copy, HostPage, HostState, HostStats
@@ -82,6 +82,10 @@ class HostTier:
         return HostStats(*[now - then for now, then in zip(self._stats, counters, strict=True)])
 
     # -- reading ------------------------------------------------------------------------------
+
+    def cached(self) -> Mapping[Key, tuple[int, int, Key | None]]:
+        """The cache: key -> (host page, depth, parent), least recently used first (to read)."""
+        return self._cache
 
     def run(self, keys: Sequence[Key]) -> list[tuple[Key, int, int]]:
         """(key, page, depth) of the host pages cached under `keys[0]`, `keys[1]`, ... up to

@@ -12,8 +12,9 @@ Storage, allocated at construction, one entry per physical page:
 Eviction sorts the evictable pages (cached, reference count 1) by the spec's order with one
 `np.lexsort`. Rollback is a journal: every change appends what undoes it, `mark()` names a
 point and `undo(mark)` returns to it exactly (the engine marks at the start of each step);
-`settle()` forgets the journal once nothing can roll back. `to_spec()` is the abstraction
-function to the spec's `CacheState`.
+`settle()` forgets the journal once nothing can roll back; while someone watches the cache
+(`watched`, a set: the KV events' publisher), it first adds the keys the journal cached or
+evicted to it. `to_spec()` is the abstraction function to the spec's `CacheState`.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class PrefixCache:
         self.clock = 0
         self._stats = [0, 0, 0, 0, 0]
         self._journal: list[tuple[Any, ...]] = []
+        self.watched: set[Key] | None = None  # the keys cached or evicted since the watcher last looked
 
     # -- the abstraction ----------------------------------------------------------------------
 
@@ -105,8 +107,30 @@ class PrefixCache:
         self.clock, self._stats = clock, list(stats)
 
     def settle(self) -> None:
-        """Forget the journal (no mark taken so far will be undone)."""
+        """Forget the journal (no mark taken so far will be undone), its keys added to `watched`."""
+        if self.watched is not None:
+            self.watched |= self.changed()
         self._journal.clear()
+
+    def changed(self) -> set[Key]:
+        """The keys the journal cached or evicted (an evicted page's key is in its entry; a page
+        cached since keeps its latest key)."""
+        keys: set[Key] = set()
+        for entry in self._journal:
+            if entry[0] == "insert":
+                keys.update(key for key in map(self._keys.__getitem__, entry[1]) if key is not None)
+            elif entry[0] == "evict":
+                keys.add(entry[2])
+        return keys
+
+    def cached_keys(self) -> list[Key]:
+        """Every cached key."""
+        return list(self._index)
+
+    def cached(self, key: Key) -> tuple[Key | None, int] | None:
+        """The parent and depth of the page cached under `key` (None: it is not cached)."""
+        page = self._index.get(key)
+        return None if page is None else (self._parents[page], int(self._depth[page]))
 
     # -- operations ---------------------------------------------------------------------------
 

@@ -46,7 +46,14 @@ from kvsched.spec.page_keys import CacheSalt
 from kvsched.spec.prefix_cache import EMPTY_CACHE
 from kvsched.testing.checks import CheckFailure, FailureKind
 from kvsched.testing.engine_liveness import TIER_FAULTS, drained
-from kvsched.testing.engine_machine import SHAPES, budget_failure, cache_failure, ghost_failure, prefix_for
+from kvsched.testing.engine_machine import (
+    SHAPES,
+    budget_failure,
+    cache_failure,
+    events_failure,
+    ghost_failure,
+    prefix_for,
+)
 from kvsched.testing.engine_model import FAILED, IN_FLIGHT, WORKING, HarnessModel, greedy_tokens
 from kvsched.testing.registry import ENGINE
 
@@ -204,6 +211,11 @@ class EngineExplorer(Search):
         failure = budget_failure(self.config, system.model.tokens - self.tokens_before)
         if self.ghost and failure is None:
             failure = ghost_failure(system.model, after) or cache_failure(self.config, system.model, after, self.salts)
+        if failure is None:  # the KV events since the state it ran from, which published all before them
+            published, next_seq = frozenset(system.events.published), system.events.next_seq
+            batch, reference = system.take_events(), attempt.child.ref
+            expected = reference.take_events() if reference is not None else batch
+            failure = events_failure(published, next_seq, batch, after, expected)
         if failure is None and outcome.error is None:
             failure = determinism(after, self.ghost)
             if failure is None and isinstance(outcome.value, StepOutput):

@@ -21,6 +21,8 @@ runs every iteration:
     lease(id)        an asynchronous reader (a connector's save, a disaggregated send) holds a
                      running request's written pages, whatever happens to the request, until
     end_lease(lease) it has read them and lets go
+    take_events()    the KV events since the last batch, for a router (`engine_events`); and
+    snapshot()       what they published so far, for a router that missed a batch
 
 One step is a function on values, `run_step(state, config, model) -> (state, output)`, in three
 parts: `plan_step` decides everything the step does before the model runs (1-3), `run_model`
@@ -100,6 +102,7 @@ from kvsched.spec.engine_calls import (
     run_model,
 )
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, fits, pages_for
+from kvsched.spec.engine_events import Publisher, cached_entries
 from kvsched.spec.engine_host import complete_copies, promoted_page, readable
 from kvsched.spec.engine_leases import end, take
 from kvsched.spec.engine_running import (
@@ -116,6 +119,7 @@ from kvsched.spec.engine_work import Work
 from kvsched.spec.errors import Exhausted, KvschedError
 from kvsched.spec.host_tier import HostState, HostStats
 from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.kv_events import EventBatch, Snapshot
 from kvsched.spec.model import EngineModel
 from kvsched.spec.plan import WritePlan
 from kvsched.spec.pool import BlockPool
@@ -130,11 +134,12 @@ class Engine:
     It holds an `EngineState` and nothing else that changes: every operation works on a `Work`
     opened on it and takes the work's state once the operation succeeded."""
 
-    def __init__(self, config: EngineConfig, model: EngineModel) -> None:
+    def __init__(self, config: EngineConfig, model: EngineModel, *, name: str = "engine", epoch: int = 0) -> None:
         if not isinstance(config, EngineConfig):
             raise refusals.wrong_kind("config", "EngineConfig", config)
         self.config = config
         self.model = model
+        self.events = Publisher(name, epoch, config.page_size)  # its KV events, as `name` in restart `epoch`
         if config.host_pages:
             copier(model, required=True)
         self._state = Work.initial(config)
@@ -278,6 +283,15 @@ class Engine:
         work.pool.commit(pool)
         work.host = host_tier.reset(work.host)
         self._state = work.state
+        self.events.reset()
+
+    def take_events(self) -> EventBatch | None:
+        """The KV events since the last batch (None: the cached set has not changed)."""
+        return self.events.take(cached_entries(self._state))
+
+    def snapshot(self) -> Snapshot:
+        """The cached set the batches so far published."""
+        return self.events.snapshot()
 
     # -- the step -----------------------------------------------------------------------------
 

@@ -29,8 +29,10 @@ from hypothesis.stateful import rule
 
 from kvsched.spec import events as ev
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, pages_for, salt_of
+from kvsched.spec.engine_events import cached_entries
 from kvsched.spec.engine_state import EngineState, sequence_of
 from kvsched.spec.identity import PrefixIdentity
+from kvsched.spec.kv_events import Entry, EventBatch, Stored, fold_events
 from kvsched.spec.page_keys import CacheSalt, page_hash, page_keys
 from kvsched.spec.prefix import get_store_references
 from kvsched.spec.prefix_cache import get_cache_references
@@ -160,6 +162,28 @@ def ghost_failure(model: HarnessModel, state: EngineState) -> CheckFailure | Non
     return CheckFailure(FailureKind.GHOST, "; ".join(mismatches[:3])) if mismatches else None
 
 
+def events_failure(
+    published: frozenset[Entry], next_seq: int, batch: EventBatch | None, after: EngineState, expected: Any
+) -> CheckFailure | None:
+    """The engine's KV events: `batch` (what it published since `published`, numbered `next_seq`
+    or None) folds to its cached set after the event, device and host, each key it stores
+    naming the parent its page has; and it is the reference's `expected` batch."""
+    cached = cached_entries(after)
+    if batch is not None and batch.seq != next_seq:
+        return CheckFailure(FailureKind.EVENTS, f"batch {batch.seq} published where {next_seq} was next")
+    events = () if batch is None else batch.events
+    folded = fold_events(published, events)
+    if folded != cached.keys():
+        wrong = "contradict what was published" if folded is None else f"fold to {sorted(folded ^ cached.keys())}"
+        return CheckFailure(FailureKind.EVENTS, f"the events {events} {wrong}, beside what is cached")
+    for event in events:
+        if isinstance(event, Stored) and event.parent != cached[event.key, event.tier][0]:
+            return CheckFailure(FailureKind.EVENTS, f"{event} names a parent its page does not have")
+    if batch != expected:
+        return CheckFailure(FailureKind.LOCKSTEP, f"published {batch}, the reference {expected}")
+    return None
+
+
 def cache_failure(
     config: EngineConfig, model: HarnessModel, state: EngineState, salts: set[CacheSalt]
 ) -> CheckFailure | None:
@@ -168,9 +192,9 @@ def cache_failure(
     of the `salts` in use); no running request holds a page cached for another salt."""
     page_size, digest = config.page_size, page_hash(config.page_hash)
     owner: dict[int, CacheSalt] = {}
-    tiers = [("", model.memory, cached.page, cached.depth, cached.key) for cached in state.system.cache.pages]
-    tiers += [("host ", model.host, entry.page, entry.depth, entry.key) for entry in state.host.cache]
-    for tier, memory, page, depth, key in tiers:
+    tiers = [("", model.memory, c.page, c.depth, c.key, c.parent) for c in state.system.cache.pages]
+    tiers += [("host ", model.host, entry.page, entry.depth, entry.key, entry.parent) for entry in state.host.cache]
+    for tier, memory, page, depth, key, parent in tiers:
         rows = memory.pages.get(page, {})
         end = (depth + 1) * page_size
         history = rows.get(page_size - 1) or ()
@@ -178,9 +202,13 @@ def cache_failure(
         if not full or any(rows.get(row) != history[: end - page_size + row + 1] for row in range(page_size)):
             return CheckFailure(FailureKind.CACHE, f"cached {tier}page {page} (depth {depth}) holds {rows}")
         tokens = tuple(token for token in history if token is not None)
-        salt = next((salt for salt in salts if page_keys(tokens, page_size, salt, digest)[-1] == key), None)
-        if salt is None:
+        chains = ((salt, page_keys(tokens, page_size, salt, digest)) for salt in salts)
+        found = next(((salt, chain) for salt, chain in chains if chain[-1] == key), None)
+        if found is None:
             return CheckFailure(FailureKind.CACHE, f"{tier}page {page}'s key names none of {tokens} for any salt")
+        salt, chain = found
+        if parent != (chain[-2] if depth else None):
+            return CheckFailure(FailureKind.CACHE, f"{tier}page {page} (depth {depth}) names a parent not its chain's")
         if not tier:
             owner[page] = salt
     tables = {slot.request_id: slot.table for slot in state.system.scheduler.slots}
@@ -221,6 +249,8 @@ class EngineMachine(CheckedMachine):
             CacheSalt(tenant, adapter, config.model_id) for tenant in range(TENANTS) for adapter in range(ADAPTERS)
         }
         self.tokens_before = 0  # the model's token count before the event being checked
+        self.folded: frozenset[Entry] = frozenset()  # every batch the engine published, folded
+        self.next_seq = 0
 
     def call(self, system: Any, event: Any) -> Outcome:
         """Run `event` on one engine, its model armed with a step's faults."""
@@ -236,8 +266,19 @@ class EngineMachine(CheckedMachine):
         failure = budget_failure(self.config, self.model.tokens - self.tokens_before)
         failure = failure or ghost_failure(self.model, after)
         failure = failure or cache_failure(self.config, self.model, after, self.salts)
+        failure = failure or self._events(after)
         if failure is None and outcome.error is None:
             failure = self._observe(event, outcome.value, after)
+        return failure
+
+    def _events(self, after: EngineState) -> CheckFailure | None:
+        """The KV events published since the last event fold, with all before them, to the
+        cached set (and are the reference's)."""
+        batch = self.engine.take_events()
+        expected = self.ref.take_events() if self.ref is not None else batch
+        failure = events_failure(self.folded, self.next_seq, batch, after, expected)
+        if failure is None and batch is not None:
+            self.folded, self.next_seq = frozenset(cached_entries(after)), batch.seq + 1
         return failure
 
     def _observe(self, event: ev.Event, value: Any, after: EngineState) -> CheckFailure | None:

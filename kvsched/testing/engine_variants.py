@@ -2,7 +2,7 @@
 
 Each variant is impl's `Engine` with one method (of the engine or one of its parts: its
 `PrefixCache`, `HostTier`, `Leases`, `PageKeys`, `RunningSet`, `WaitingQueue`, `Admission`,
-`CachePolicy`, `HostCopies` or `Batch`) replaced by a seam override: a function of a few visible lines
+`CachePolicy`, `HostCopies`, `Batch` or `CachePublisher`) replaced by a seam override: a function of a few visible lines
 that takes the method's place in a subclass, reintroducing a bug serving engines have shipped
 (as `devtools/mutants_corpus.py` does for impl's parts; no engine source is edited as text).
 `ENGINE_VARIANTS` names each, the bug it is, the machine shape it runs on, and the check that
@@ -13,7 +13,7 @@ checks).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
@@ -23,6 +23,7 @@ from kvsched.impl.engine import Engine, Saved
 from kvsched.impl.engine_admission import Admission
 from kvsched.impl.engine_batch import Batch
 from kvsched.impl.engine_cache import CachePolicy
+from kvsched.impl.engine_events import CachePublisher
 from kvsched.impl.engine_host import HostCopies
 from kvsched.impl.engine_keys import PageKeys
 from kvsched.impl.engine_leases import Leases
@@ -35,8 +36,10 @@ from kvsched.impl.scheduler import Newcomer, get_slots
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec.engine_calls import call_model, copy_batches
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, salt_of
+from kvsched.spec.engine_events import Published, Publisher
 from kvsched.spec.engine_state import Queued
 from kvsched.spec.host_tier import Copy
+from kvsched.spec.kv_events import Entry, EventBatch, Removed, Stored
 from kvsched.spec.model import HostCopy
 from kvsched.spec.page_keys import CacheSalt, Key
 from kvsched.testing.checks import FailureKind
@@ -90,6 +93,7 @@ class EngineVariant:
                 CachePolicy: engine.cache_policy,
                 HostCopies: engine.host_copies,
                 Batch: engine.batch,
+                CachePublisher: engine.events,
             }
             part = parts[self.target]
             part.__class__ = broken
@@ -135,6 +139,16 @@ def complete_to_the_top(self: HostTier, copy: Copy, ok: bool) -> None:
     free = self._free
     if not ok and free and free[0] == copy.host_page:
         free.append(free.pop(0))
+
+
+def stores_what_it_removes(self: CachePublisher, before: Iterable[Entry], now: Published) -> EventBatch | None:
+    """`Publisher.publish`, each entry it removes stored again after its removal."""
+    batch = Publisher.publish(self, before, now)
+    if batch is None:
+        return None
+    removed = [event for event in batch.events if isinstance(event, Removed)]
+    again = tuple(Stored(event.key, None, self.tokens, event.tier) for event in removed)
+    return replace(batch, events=(*batch.events, *again))
 
 
 def salt_without_adapter(self: PageKeys, request: EngineRequest) -> CacheSalt:
@@ -489,5 +503,16 @@ ENGINE_VARIANTS = (
         FailureKind.INVARIANT,
         shape="roomy",
         target=Admission,
+    ),
+    EngineVariant(
+        "stored_after_removed",
+        "the KV event publisher stores again each block it removes, after its BlockRemoved: a router's"
+        " index keeps a block the engine evicted (vLLM #49125)",
+        "publish",
+        stores_what_it_removes,
+        FailureKind.EVENTS,
+        FailureKind.EVENTS,
+        shape="cached_tight",
+        target=CachePublisher,
     ),
 )

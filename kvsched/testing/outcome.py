@@ -35,6 +35,7 @@ class FailureKind(Enum):
     ISOLATION = "tenant isolation"  # a request holds a page cached for another tenant or adapter
     FULL_HIT = "full prefix hit"  # a prefix hit left no prompt token to compute
     LEAK = "leaked page"  # a page neither free nor reserved once every request is freed
+    EVENTS = "KV events"  # the published events do not fold to the cached set
 
     def __repr__(self) -> str:
         return f"FailureKind.{self.name}"

@@ -624,7 +624,13 @@ CATALOGUE: tuple[Bug, ...] = (
         "The prefill budget forgets the step's decode tokens: a step runs past max_batched_tokens.",
         engine="budget_forgets_decode",
     ),
-    # -- the router's index ------------------------------------------------------------------------
+    # -- KV events and the router's index ------------------------------------------------------------
+    Bug(
+        "stored-after-removed",
+        "The KV event publisher stores a block again after its BlockRemoved: a router's index keeps a block"
+        " the engine evicted (vLLM #49125).",
+        engine="stored_after_removed",
+    ),
     Bug(
         "index-keeps-restarted-engines-blocks",
         "An engine restarts and its event sequence begins again with no replay; the router's index"
