@@ -5,6 +5,7 @@ drops what the old one had; both flavours publish the same batches; bad names ar
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from kvsched.spec.engine_config import salt_of
 from kvsched.spec.engine_events import cached_entries
 from kvsched.spec.errors import InvalidArgument
 from kvsched.spec.page_keys import page_hash, page_keys
+from kvsched.testing.engine_machine import events_failure
+from kvsched.testing.outcome import FailureKind
 from tests.engine.support import FLAVOURS
 from tests.engine.test_host_tier import FIRST, HOSTED, OTHER, Copier, run
 
@@ -108,3 +111,29 @@ def test_a_bad_name_or_epoch_is_refused(flavour: Any) -> None:
     for name, epoch in (("", 0), (7, 0), ("e0", -1), ("e0", "1")):
         with pytest.raises(InvalidArgument):
             flavour.Engine(HOSTED, Copier(flavour), name=name, epoch=epoch)
+
+
+def test_the_events_check_fails_a_batch_wrong_at_any_edge() -> None:
+    """The engine machine's events check passes the engine's own batch and fails it with its last
+    event dropped, a host store dropped, a parent changed or the wrong number."""
+    engine = impl.Engine(HOSTED, Copier(impl), name="e0")
+    run(engine, EngineRequest(1, FIRST, 1))
+    run(engine, EngineRequest(2, OTHER, 1))
+    after = engine.to_spec()
+    batch = engine.take_events()
+    assert batch is not None and any(isinstance(e, Stored) and e.tier == HOST for e in batch.events)
+    assert events_failure(frozenset(), 0, batch, after, batch) is None
+    host_store = next(i for i, e in enumerate(batch.events) if isinstance(e, Stored) and e.tier == HOST)
+    deeper = next(i for i, e in enumerate(batch.events) if isinstance(e, Stored) and e.parent is not None)
+    orphan = replace(batch.events[deeper], parent=None)  # type: ignore[arg-type]
+    wrong = [
+        replace(batch, events=batch.events[:-1]),
+        replace(batch, events=batch.events[:host_store] + batch.events[host_store + 1 :]),
+        replace(batch, events=(*batch.events[:deeper], orphan, *batch.events[deeper + 1 :])),
+        replace(batch, seq=1),
+    ]
+    for broken in wrong:
+        failure = events_failure(frozenset(), 0, broken, after, broken)
+        assert failure is not None and failure.kind is FailureKind.EVENTS, broken
+    failure = events_failure(frozenset(), 0, batch, after, wrong[0])
+    assert failure is not None and failure.kind is FailureKind.LOCKSTEP
