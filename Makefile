@@ -105,6 +105,7 @@ bench: setup
 	$(BIN)/kvsched bench engine --json docs/bench/engine.json
 	$(BIN)/kvsched bench thrash --json docs/bench/thrash.json
 	$(BIN)/kvsched bench tiers --json docs/bench/tiers.json
+	$(BIN)/kvsched bench router --json docs/bench/router.json
 	$(BIN)/python -m devtools.check_defaults --json docs/bench/check-defaults.json
 	$(BIN)/python -m kvsched.proofs.distributed --depth 6 --workers 1 2 --json docs/bench/distributed-search.json
 	$(BIN)/python -m devtools.benchmarks_page

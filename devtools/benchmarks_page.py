@@ -15,6 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvsched.impl.router_bench import HEADER as ROUTER_HEADER
+from kvsched.impl.router_bench import POLICIES as ROUTER_POLICIES
+from kvsched.impl.router_bench import cells as router_cells
 from kvsched.impl.thrash_bench import HEADER as THRASH_HEADER
 from kvsched.impl.thrash_bench import cells as thrash_cells
 from kvsched.impl.tier_bench import HEADER as TIERS_HEADER
@@ -316,6 +319,32 @@ def tiers(report: dict[str, Any]) -> str:
     )
 
 
+def router(report: dict[str, Any]) -> str:
+    trace, rows = report["trace"], {row["policy"]: row for row in report["rows"]}
+    robin, prefix, faults, naive = (rows[name] for name in ROUTER_POLICIES)
+    return section(
+        "Routing by longest cached prefix, through a restart and a dropped batch",
+        f"`kvsched bench router`: {report['engines']} impl engines (the null model, {report['engine_pages']} pages"
+        f" of {report['page_size']} tokens, the automatic prefix cache) behind `kvsched.events.RouterIndex`, each"
+        f" step's KV events folded into it; {trace['requests']} requests (seeded), each one of"
+        f" {trace['system_prompts']} system prompts of {trace['system']} tokens (weights 1/1 to"
+        f" 1/{trace['system_prompts']}) plus {trace['message']} tokens of its own, answering {trace['answer']};"
+        f" {trace['per_tick']} arrive a tick. Prefix routing picks the longest prefix the index holds among the"
+        " engines at most 8 requests busier than the least loaded. Faults: engine 1 restarts at tick"
+        f" {report['faults']['restart_tick']} (its unfinished requests routed again) and engine 2's next batch"
+        f" from tick {report['faults']['drop_tick']} is lost. Phantom pages: pages the index claimed the chosen"
+        " engine held that it did not. The naive index folds every batch with set semantics and no epoch,"
+        " sequence or AllBlocksCleared handling.",
+        report,
+        table(ROUTER_HEADER, [router_cells(row) for row in report["rows"]]),
+        f"Prefix routing serves {100 * prefix['hit_rate']:.1f} % of looked-up prompt tokens from cache against"
+        f" {100 * robin['hit_rate']:.1f} % round-robin, and drains in {prefix['ticks']} ticks instead of"
+        f" {robin['ticks']}. Through the faults the index finds the gap, resynchronises from a snapshot and"
+        f" starts the restarted engine's epoch from nothing: {faults['phantom_pages']} phantom pages; the naive"
+        f" index claims {naive['phantom_pages']}.",
+    )
+
+
 def thrash_vllm(report: dict[str, Any]) -> str:
     return section(
         "The same trace through vLLM's scheduler",
@@ -434,6 +463,7 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("thrash.json", thrash),
     ("thrash-vllm.json", thrash_vllm),
     ("tiers.json", tiers),
+    ("router.json", router),
     ("rounds.json", rounds),
     ("decode.json", decode),
     ("decode-gpu.json", decode_gpu),

@@ -7,7 +7,8 @@ kvsched proofs      the z3 inductive proofs and the exhaustive explorer (`verify
 kvsched contracts   the CrossHair gate over every contract and twin pair (`verify` extra)
 kvsched bench       spec vs impl bookkeeping; `bench decode` the decode kernels; `bench engine` step();
                     `bench thrash` the recomputation under KV pressure, by admission policy;
-                    `bench tiers` a multi-turn workload with and without a host tier
+                    `bench tiers` a multi-turn workload with and without a host tier;
+                    `bench router` engines behind a router's index, by longest cached prefix
 
 Exit status: 0 every check passed; 1 a counterexample or a failed check; 2 a usage, import,
 configuration or missing-extra error (one line on stderr). `--json PATH` writes one JSON
@@ -154,6 +155,7 @@ BENCH_TARGETS = {
     "engine": "kvsched.impl.engine_bench",
     "thrash": "kvsched.impl.thrash_bench",
     "tiers": "kvsched.impl.tier_bench",
+    "router": "kvsched.impl.router_bench",
 }
 DELEGATED = {"proofs": "kvsched.proofs.runner", "contracts": "kvsched.contracts.gate"}
 REQUIRES = {"contracts": ("crosshair",)}  # the gate runs CrossHair in worker processes

@@ -6,7 +6,9 @@ remembers what it published (the set as of its last batch) and whether the cache
 since; `take` hands over the batch that takes a consumer from what it published to what is
 cached now (`changes`: `Cleared` after a reset, the entries gone, then the new ones, parents
 first), numbered from 0 within the engine's restart epoch, or None when nothing changed (no
-number is used). `snapshot` is the published set, for a consumer that missed a batch.
+number is used). An epoch's first batch opens with `Cleared`, so the engine announces a restart
+with its first batch, whether or not it has cached anything yet. `snapshot` is the published
+set, for a consumer that missed a batch.
 
 A failed step changes nothing the publisher reads, so it publishes nothing for it.
 """
@@ -47,7 +49,7 @@ class Publisher:
         self.engine, self.epoch, self.tokens = engine, require_u64("epoch", epoch), tokens
         self.next_seq = 0
         self.published: dict[Entry, tuple[Key | None, int]] = {}
-        self.cleared = False  # the cache was reset since the last batch
+        self.cleared = True  # the cache was reset since the last batch (a new epoch starts from nothing)
 
     def reset(self) -> None:
         """The engine's caches were reset."""
