@@ -14,6 +14,7 @@ from typing import Any
 
 from devtools import cow_toy, offload_toy
 from kvsched.spec.host_tier import Copy as HostCopy
+from kvsched.spec.kv_events import KvEvent, Removed, Stored
 from kvsched.testing.adapter import ManagerFactory, PoolView
 from kvsched.testing.adapters import kvsched_parts
 from kvsched.testing.outcome import FailureKind
@@ -95,6 +96,14 @@ class Broken(kvsched_parts.KvschedManager):
             self.tokens[request_id].append(token)
             return True
         return super().append(request_id, token)
+
+    def events(self) -> list[KvEvent]:
+        events = super().events()
+        if self.fault == "stored_after_removed":  # vLLM #49125: a removed block stored again
+            events += [
+                Stored(event.key, None, self.page_size, event.tier) for event in events if isinstance(event, Removed)
+            ]
+        return events
 
     def view(self) -> PoolView:
         view = super().view()
@@ -205,6 +214,7 @@ holder_count = broken("holder_count")
 refusal_allocates = broken("refusal_allocates")
 leak = broken("leak")
 no_copy = broken("no_copy")
+stored_after_removed = broken("stored_after_removed")
 
 
 def free_drops_leases(pages: int, page_size: int) -> Broken:
@@ -223,9 +233,8 @@ def commit_trusts_lookup(pages: int, page_size: int) -> Broken:
 
 def promote_wrong_host_page(pages: int, page_size: int) -> Broken:
     """TRT-LLM #8813's shape: a page found in the host tier is restored from another host page."""
-    manager = broken("promote_wrong_host_page")(pages, page_size)
-    tiered = kvsched_parts.tiered(pages, page_size)
-    manager.host, manager.capabilities = tiered.host, tiered.capabilities
+    manager = Broken(pages, page_size, host_pages=pages)
+    manager.fault, manager.capabilities = "promote_wrong_host_page", kvsched_parts.tiered(pages, page_size).capabilities
     return manager
 
 
@@ -245,9 +254,9 @@ def tiered_broken(
     `every_verb`, whose leases are saves) and `fault`."""
 
     def factory(pages: int, page_size: int) -> Broken:
-        manager = broken(fault)(pages, page_size)
         like = correct(pages, page_size)
-        manager.host, manager.capabilities = like.host, like.capabilities
+        manager = Broken(pages, page_size, host_pages=like.host.pages)
+        manager.fault, manager.capabilities = fault, like.capabilities
         return manager
 
     factory.__doc__ = doc
@@ -395,6 +404,13 @@ def finished_while_loading(machine: SafetyMachine) -> None:
     machine.submit(7, (1,) * (2 * machine.pages))
 
 
+def cache_then_evict(machine: SafetyMachine) -> None:
+    """A prompt cached, then evicted by one that needs every page."""
+    machine.submit(1, (0, 1, 2))
+    machine.finish(1)
+    machine.submit(7, (1,) * (2 * machine.pages))
+
+
 @dataclass(frozen=True)
 class BrokenManager:
     """One planted fault: its factory, the correct factory it derives from, the calls that reach
@@ -422,6 +438,9 @@ MANAGERS: dict[str, BrokenManager] = {
         ),
         BrokenManager("leak", leak, kvsched_parts.manager, finish_everything, FailureKind.LEAK),
         BrokenManager("no_copy", no_copy, kvsched_parts.manager, fork_then_decode_the_child, FailureKind.EXCLUSIVE),
+        BrokenManager(
+            "stored_after_removed", stored_after_removed, kvsched_parts.manager, cache_then_evict, FailureKind.EVENTS
+        ),
         BrokenManager(
             "free_drops_leases",
             free_drops_leases,

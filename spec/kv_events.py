@@ -24,6 +24,7 @@ frame) and has no epoch.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -174,6 +175,23 @@ def fold_events(cached: frozenset[Entry], events: Iterable[KvEvent]) -> frozense
                 return None
             entries.discard((event.key, event.tier))
     return frozenset(entries)
+
+
+def fold_counted(counts: Counter[Entry], events: Iterable[KvEvent]) -> Counter[Entry] | None:
+    """`counts` after `events` for a manager that may cache one key on several pages (vLLM does
+    not de-duplicate its blocks): each `Stored` one page more under its key, each `Removed` one
+    page fewer; None when a removal finds no page."""
+    counted = Counter(counts)
+    for event in events:
+        if isinstance(event, Cleared):
+            counted.clear()
+        elif isinstance(event, Stored):
+            counted[event.key, event.tier] += 1
+        elif counted[event.key, event.tier] == 0:
+            return None
+        else:
+            counted[event.key, event.tier] -= 1
+    return +counted
 
 
 def changes(

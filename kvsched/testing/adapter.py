@@ -62,6 +62,12 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
         how many of the request's tokens are computed now: after a failed load, only those
         before the page it should have filled (the harness computes the rest into the request's
         pages once none of its loads is in flight).
+    events() -> Sequence[KvEvent]               (capability "events")
+        The KV events the manager published since the last call, in order, as
+        `kvsched.spec.kv_events` writes them (`Stored`, `Removed`, `Cleared`; a tier is "GPU" for
+        the view's `cached`, "CPU" for its `host`), each key as the view names it. Read after
+        every call: folded, they must give exactly the view's cached keys on both tiers, one
+        `Stored` a page (a manager may cache one key on several pages), one `Removed` a page.
     view() -> PoolView
         The pool as plain ints, read after every call.
 
@@ -102,6 +108,7 @@ CAPABILITIES = frozenset(
         "demote",
         "promote",
         "async_copies",
+        "events",
     }
 )
 TENANTS = 2  # with "tenants": how many tenants the harness's requests belong to

@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from kvsched.spec.kv_events import DEVICE, HOST, Cleared, Entry, Removed, Stored, fold_counted
 from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, PoolView, tenant_of
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, check_step
 from kvsched.testing.components.manager import (
@@ -119,6 +120,7 @@ OPTIONAL_VERBS = {
     "demote": "demote",
     "promote": "promote",
     "async_copies": "complete",
+    "events": "events",
 }
 PAIRS = ({"lookup", "commit"}, {"lease", "end_lease"}, {"demote", "promote"})  # declared together or not at all
 
@@ -273,13 +275,16 @@ class SafetyMachine:
         self.config = ManagerConfig(self.capabilities)
         self.copies = CopiesInFlight(self) if "async_copies" in self.capabilities else None
         self.loading: dict[int, int] = {}  # request whose pages are loading -> its tokens computed so far
+        self.published: Counter[Entry] = Counter()  # the manager's KV events so far, folded (with "events")
         if check:
             self.check_start()
 
     def check_start(self) -> None:
         """The fresh manager's view must already hold the invariants (a dummy page in the free
         list, say, fails here); the constructor checks it unless told not to."""
-        self._require_valid(self.manager.view())
+        view = self.manager.view()
+        self._require_valid(view)
+        self._events(view)
 
     # -- the verbs ------------------------------------------------------------------------------
 
@@ -659,6 +664,7 @@ class SafetyMachine:
             stores = {flight.host_page for flight in self.copies.flights.values() if flight.to_host}
         elif after.view.in_flight:
             self._fail(FailureKind.INVARIANT, "copies are in flight, but the adapter does not declare 'async_copies'")
+        self._events(after.view)
         saving = self.leases or (isinstance(event, ManagerLease) and value is not False)  # an ended one is popped
         pending = after.view.host_pending - stores
         if pending and not saving:
@@ -667,6 +673,25 @@ class SafetyMachine:
                 f"host pages {sorted(pending)} are being written while no save is in flight",
             )
         return value
+
+    def _events(self, view: PoolView) -> None:
+        """With "events": the manager's KV events since the last call, folded into all before
+        them, count exactly the pages the view caches under each key, on each tier."""
+        if "events" not in self.capabilities:
+            return
+        events = list(self.manager.events())
+        if not all(isinstance(event, Stored | Removed | Cleared) for event in events):
+            self._fail(FailureKind.EVENTS, f"events() gave {events!r:.200}, not KV events (kvsched.spec.kv_events)")
+        counted = fold_counted(self.published, events)
+        cached = Counter((key, DEVICE) for key in view.cached.values())
+        cached.update((key, HOST) for key in view.host.values())
+        if counted != cached:
+            wrong = "remove a page no event stored"
+            if counted is not None:
+                off = sorted(((counted - cached) + (cached - counted)).items(), key=repr)[:4]
+                wrong = f"fold to other pages than the view caches: {off}"
+            self._fail(FailureKind.EVENTS, f"the events {events!r:.300} {wrong}")
+        self.published = cached
 
     def _require_valid(self, view: PoolView) -> None:
         """The view's invariants, before the harness reads or writes through it."""

@@ -630,6 +630,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "The KV event publisher stores a block again after its BlockRemoved: a router's index keeps a block"
         " the engine evicted (vLLM #49125).",
         engine="stored_after_removed",
+        manager="stored_after_removed",
     ),
     Bug(
         "index-keeps-restarted-engines-blocks",

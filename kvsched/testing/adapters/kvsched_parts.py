@@ -16,7 +16,8 @@ continues past the device run into the host tier, and each page found there is c
 request's fresh page (`promote` names the copies) and cached on the device. Copies complete as
 they are made: the harness makes them. With leases as well, a lease is a connector's save: its
 request's cached pages the host wants are copied to host pages that stay in flight (the view's
-`host_pending`) until the lease ends, and `end_lease` names the copies.
+`host_pending`) until the lease ends, and `end_lease` names the copies. Its KV events are the
+engine's publisher's (`kvsched.impl.engine_events`) over the same cache and host tier.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvsched.impl.engine_events import CachePublisher
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.page_hash import PageHasher
 from kvsched.impl.pool import BlockPool, get_arrays
@@ -35,6 +37,7 @@ from kvsched.impl.scheduler import RequestScheduler
 from kvsched.spec.errors import CacheInUse, Exhausted
 from kvsched.spec.host_tier import DEMOTE
 from kvsched.spec.host_tier import Copy as HostCopy
+from kvsched.spec.kv_events import KvEvent
 from kvsched.spec.page_keys import CacheSalt, Key, pack_tokens, sha256
 from kvsched.spec.pool import Copy
 from kvsched.testing.adapter import PoolView
@@ -53,7 +56,7 @@ class Found:
 class KvschedManager:
     """impl's parts for `pages` pages of `page_size` tokens, up to `requests` live requests."""
 
-    capabilities = frozenset({"fork", "copy_on_write", "reset_cache", "atomic"})
+    capabilities = frozenset({"fork", "copy_on_write", "reset_cache", "atomic", "events"})
 
     def __init__(
         self, pages: int, page_size: int, requests: int = 16, logical_pages: int = 64, host_pages: int = 0
@@ -75,6 +78,7 @@ class KvschedManager:
         self._next_lease = 0
         self.host = HostTier(host_pages)
         self._promoted: dict[int, list[tuple[int, int]]] = {}  # the last admission's (host page, page) copies
+        self.publisher = CachePublisher("kvsched", 0, page_size, self.cache, self.host)
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
         return self.commit(request_id, tokens, self.lookup(request_id, tokens))
@@ -202,6 +206,7 @@ class KvschedManager:
             self.cache.reset(self.pool)
         except CacheInUse:
             return False
+        self.publisher.reset()
         return True
 
     # --8<-- [end:optional-verbs]
@@ -234,6 +239,11 @@ class KvschedManager:
         for page in self.leases.pop(lease):
             self.pool.release(page)
         return [(copy.page, copy.host_page) for copy in saving]
+
+    def events(self) -> list[KvEvent]:
+        """The KV events since the last call: the engine's publisher over the cache and host tier."""
+        batch = self.publisher.take_cached()
+        return [] if batch is None else list(batch.events)
 
     def revalidated(self, found: Found) -> list[int]:
         """The leading pages of `found` still cached under the keys they were found by."""
