@@ -17,8 +17,9 @@
 #      offload tier's pool vLLM's own (same_schedule.py); the traces of
 #      vLLM's own pool that CI replays, recorded again and identical (record_traces.py); a page
 #      published only once the tokens its key covers exist (publication.py)
-#   6. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it;
-#      a broken pool must fail; vLLM's pool with vLLM's CPU offloading manager as its host tier
+#   6. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it, each
+#      with its KV events folded and checked against its cache after every call; a broken pool
+#      and a broken event publisher must fail; vLLM's pool with vLLM's CPU offloading manager as its host tier
 #      (demote, promote, leases that save, two-phase admission), six broken managers caught by
 #      name and found by the search (offload_teeth.py)
 #   7. W1 and W2 through vLLM's KVCacheManager over both pools (bench_pool.py), timed and counted in
@@ -116,6 +117,9 @@ KVSCHED_VLLM_DEBUG=1 kvsched_check kvsched.testing.adapters.vllm:kvsched_manager
 step "safety: a BlockPool that keeps a reused block's hash (must fail)"
 status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 || status=$?
 [ "$status" -eq 1 ] || { echo "the stale pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }
+step "safety: a BlockPool that publishes an evicted block stored again (vLLM #49125's shape, must fail: KV events)"
+status=0; kvsched_check kvsched.testing.adapters.vllm:restored_pool --examples 300 || status=$?
+[ "$status" -eq 1 ] || { echo "the restored pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }
 step "safety with a host tier: vLLM's BlockPool with vLLM's CPUOffloadingManager; six broken managers caught by name"
 (cd / && "$py" "$here/offload_teeth.py" --examples 3000 --json "$results/offload.json")
 

@@ -16,6 +16,10 @@ appended. Block 0 is vLLM's null block, reserved.
   (`kvsched.integrations.vllm`): vLLM's pool API and vLLM's own manager, kvsched's ownership.
 
 A refused call changes nothing ("atomic"): both check the free blocks before they take any.
+Both publish vLLM's KV events ("events": `enable_kv_cache_events`, `take_events`), each block
+hash named as the view names it (with its group id, `make_block_hash_with_group_id`): the events
+carry whole hashes (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`; vLLM's default publishes each hash's
+low 64 bits instead, the same events otherwise).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from kvsched.spec.kv_events import DEVICE, HOST, Cleared, KvEvent, Removed, Stored
 from kvsched.testing.adapter import PoolView
 
 OFFLINE = {
@@ -35,6 +40,7 @@ OFFLINE = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "VLLM_LOGGING_LEVEL": "ERROR",  # a refused reset_prefix_cache is a warning each time
+    "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES": "0",  # events name whole hashes, as the view does (not their low 64 bits)
 }
 MAX_TOKENS = 1 << 20  # a request's generation limit: the harness decides when it stops
 
@@ -48,6 +54,7 @@ class _Vllm:
         self.torch: Any = importlib.import_module("torch")
         logging.getLogger("vllm").setLevel(logging.ERROR)
         self.block_pool: Any = importlib.import_module("vllm.v1.core.block_pool")
+        self.kv_events: Any = importlib.import_module("vllm.distributed.kv_events")
         self.manager: Any = importlib.import_module("vllm.v1.core.kv_cache_manager")
         self.utils: Any = importlib.import_module("vllm.v1.core.kv_cache_utils")
         self.interface: Any = importlib.import_module("vllm.v1.kv_cache_interface")
@@ -91,6 +98,31 @@ def pool_view(block_pool: Any, tables: dict[int, tuple[int, ...]]) -> PoolView:
     )
 
 
+def kv_events(taken: Sequence[Any]) -> list[KvEvent]:
+    """vLLM's KV events as kvsched's (`kvsched.spec.kv_events`): one event a block hash, each
+    key as the view names it (the hash and its group id), each stored block's parent the hash
+    before it; a medium other than the GPU is the host tier."""
+    vllm = _vllm()
+    classes, key_of = vllm.kv_events, vllm.utils.make_block_hash_with_group_id
+    out: list[KvEvent] = []
+    for event in taken:
+        group = getattr(event, "group_idx", None) or 0
+        tier = DEVICE if getattr(event, "medium", None) in (None, "GPU") else HOST
+        if isinstance(event, classes.BlockStored):
+            parent = None if event.parent_block_hash is None else key_of(event.parent_block_hash, group)
+            for block_hash in event.block_hashes:
+                key = key_of(block_hash, group)
+                out.append(Stored(key, parent, event.block_size, tier))
+                parent = key
+        elif isinstance(event, classes.BlockRemoved):
+            out.extend(Removed(key_of(block_hash, group), tier) for block_hash in event.block_hashes)
+        elif isinstance(event, classes.AllBlocksCleared):
+            out.append(Cleared())
+        else:
+            raise TypeError(f"{type(event).__name__} is not one of vLLM's KV events")
+    return out
+
+
 def _append(request: Any, token: int) -> tuple[int, int, int]:
     """Append `token` to a vLLM request; what undoing it needs."""
     lengths = (len(request._output_token_ids), len(request._all_token_ids), len(request.block_hashes))
@@ -107,12 +139,12 @@ def _undo_append(request: Any, lengths: tuple[int, int, int]) -> None:
 class VllmPool:
     """vLLM's `BlockPool`, driven as its full-attention manager drives it."""
 
-    capabilities = frozenset({"atomic", "reset_cache"})
+    capabilities = frozenset({"atomic", "reset_cache", "events"})
 
     def __init__(self, pages: int, page_size: int, pool_class: Any = None) -> None:
         self.vllm = _vllm()
         pool_class = pool_class or self.vllm.block_pool.BlockPool
-        self.pool = pool_class(pages, enable_caching=True, hash_block_size=page_size)
+        self.pool = pool_class(pages, enable_caching=True, hash_block_size=page_size, enable_kv_cache_events=True)
         self.page_size = page_size
         self.requests: dict[int, tuple[Any, list[Any]]] = {}
         self.cached: dict[int, int] = {}  # each request's blocks cached so far
@@ -157,6 +189,9 @@ class VllmPool:
     def reset_cache(self) -> bool:
         return bool(self.pool.reset_prefix_cache())
 
+    def events(self) -> list[KvEvent]:
+        return kv_events(self.pool.take_events())
+
     def view(self) -> PoolView:
         tables = {rid: tuple(block.block_id for block in blocks) for rid, (_, blocks) in self.requests.items()}
         return pool_view(self.pool, tables)
@@ -165,7 +200,7 @@ class VllmPool:
 class VllmManager:
     """vLLM's `KVCacheManager`, driven as its scheduler drives it."""
 
-    capabilities = frozenset({"atomic", "reset_cache"})
+    capabilities = frozenset({"atomic", "reset_cache", "events"})
 
     def __init__(self, pages: int, page_size: int, max_model_len: int = 4096, over_kvsched: bool = False) -> None:
         self.vllm = _vllm()
@@ -181,6 +216,7 @@ class VllmManager:
             hash_block_size=page_size,
             enable_caching=True,
             log_stats=False,
+            enable_kv_cache_events=True,
         )
         self.page_size = page_size
         self.requests: dict[int, Any] = {}
@@ -210,6 +246,9 @@ class VllmManager:
 
     def reset_cache(self) -> bool:
         return bool(self.manager.reset_prefix_cache())
+
+    def events(self) -> list[KvEvent]:
+        return kv_events(self.manager.take_events())
 
     def view(self) -> PoolView:
         tables = {rid: tuple(self.manager.get_block_ids(str(rid))[0]) for rid in self.requests}
@@ -248,3 +287,29 @@ def stale_pool(pages: int, page_size: int) -> VllmPool:
             return False
 
     return VllmPool(pages, page_size, StalePool)
+
+
+def restored_pool(pages: int, page_size: int) -> VllmPool:
+    """A deliberately broken `BlockPool` (must fail): vLLM #49125's shape, a block it evicts is
+    published stored again after its `BlockRemoved`, so a router's index keeps it."""
+    vllm = _vllm()
+
+    class RestoredPool(vllm.block_pool.BlockPool):  # type: ignore[misc,name-defined]
+        def take_events(self) -> list[Any]:
+            taken = super().take_events()
+            again = [
+                vllm.kv_events.BlockStored(
+                    block_hashes=list(event.block_hashes),
+                    parent_block_hash=None,
+                    token_ids=[],
+                    block_size=page_size,
+                    lora_id=None,
+                    medium=event.medium,
+                    lora_name=None,
+                )
+                for event in taken
+                if isinstance(event, vllm.kv_events.BlockRemoved)
+            ]
+            return [*taken, *again]
+
+    return VllmPool(pages, page_size, RestoredPool)
