@@ -5,7 +5,10 @@ drops what the old one had; both flavours publish the same batches; bad names ar
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,3 +140,12 @@ def test_the_events_check_fails_a_batch_wrong_at_any_edge() -> None:
         assert failure is not None and failure.kind is FailureKind.EVENTS, broken
     failure = events_failure(frozenset(), 0, batch, after, wrong[0])
     assert failure is not None and failure.kind is FailureKind.LOCKSTEP
+
+
+def test_the_events_pages_example_runs() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "events.md").read_text()
+    block = page[page.index("```python\n") + len("```python\n") :]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block[: block.index("```")], "docs/events.md", "exec"), {})
+    assert printed.getvalue().strip() == "('engine-0', 2)"

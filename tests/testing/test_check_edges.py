@@ -21,8 +21,10 @@ import pytest
 
 from devtools import cow_toy, offload_toy
 from kvsched.spec import invariants
+from kvsched.spec.kv_events import HOST, Stored
 from kvsched.spec.slots import RequestState, SchedulerState, Slot
 from kvsched.testing import CheckFailed, FailureKind, PoolView, SafetyMachine
+from kvsched.testing.adapters import kvsched_parts
 from kvsched.testing.components import manager, system
 from kvsched.testing.engine_model import HarnessModel
 from kvsched.testing.ghost import GhostMemory
@@ -198,6 +200,28 @@ def safety_copies_in_flight() -> Verdicts:
     return flagged(frozenset()), flagged(frozenset({1}))
 
 
+def safety_events() -> Verdicts:
+    """Safety mode's KV events ("events"): a store on each tier; only the last event (the host
+    store) names a key the view does not cache."""
+
+    def flagged(last: str) -> bool:
+        machine = SafetyMachine(kvsched_parts.manager, pages=8, page_size=PAGE)
+        events = [Stored("a", None, PAGE), Stored(last, None, PAGE, HOST)]
+        machine.manager._manager.events = lambda: events
+        view = PoolView(
+            (0,) * 8,
+            frozenset(range(8)),
+            {},
+            cached={0: "a"},
+            host={0: "b"},
+            host_free=frozenset(range(1, 8)),
+            host_pages=8,
+        )
+        return _fails(FailureKind.EVENTS, lambda: machine._events(view))
+
+    return flagged("b"), flagged("z")
+
+
 EDGES: dict[str, Callable[[], Verdicts]] = {
     edge.__name__: edge
     for edge in (
@@ -212,6 +236,7 @@ EDGES: dict[str, Callable[[], Verdicts]] = {
         free_stack,
         copies_in_flight,
         safety_copies_in_flight,
+        safety_events,
     )
 }
 
@@ -284,6 +309,20 @@ WEAKENINGS = (
         "observe",
         "for copy_id, flight in sorted(self.flights.items()):",
         "for copy_id, flight in sorted(self.flights.items())[:-1]:",
+    ),
+    Weakening(
+        "safety_events",
+        SafetyMachine,
+        "_events",
+        "fold_counted(self.published, events)",
+        "fold_counted(self.published, events[:-1])",
+    ),
+    Weakening(
+        "safety_events",
+        SafetyMachine,
+        "_events",
+        "cached.update((key, HOST) for key in view.host.values())",
+        "cached.update((key, HOST) for key in list(view.host.values())[:-1])",
     ),
 )
 
