@@ -151,6 +151,17 @@ def stores_what_it_removes(self: CachePublisher, before: Iterable[Entry], now: P
     return replace(batch, events=(*batch.events, *again))
 
 
+def keys_of_the_session(self: PageKeys, request: EngineRequest) -> list[Key]:
+    """`PageKeys.of_prompt`, a prompt that opens as an earlier one did (its session) keeping the
+    earlier one's keys as far as they went, whatever its later pages hold."""
+    keys = PageKeys.of_prompt(self, request)
+    if not keys:
+        return keys
+    sessions: dict[Key, list[Key]] = self.hasher.__dict__.setdefault("sessions", {})  # first key -> the last keys
+    kept, sessions[keys[0]] = sessions.get(keys[0], []), list(keys)
+    return kept[: len(keys)] + keys[len(kept) :]
+
+
 def salt_without_adapter(self: PageKeys, request: EngineRequest) -> CacheSalt:
     """A page key salted with the tenant but not the LoRA adapter."""
     return salt_of(self.config, replace(request, adapter=0))
@@ -514,5 +525,16 @@ ENGINE_VARIANTS = (
         FailureKind.EVENTS,
         shape="cached_tight",
         target=CachePublisher,
+    ),
+    EngineVariant(
+        "session_keeps_stale_keys",
+        "a prompt that opens as an earlier one did keeps the earlier one's page keys, whatever its later"
+        " pages hold: its pages are cached, and hit, under keys naming other tokens (vLLM #49449's class)",
+        "of_prompt",
+        keys_of_the_session,
+        FailureKind.LOCKSTEP,
+        FailureKind.DETERMINISM,  # a stale key's hit serves another prompt's KV: other tokens
+        shape="cached",
+        target=PageKeys,
     ),
 )

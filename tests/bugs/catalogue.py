@@ -626,6 +626,12 @@ CATALOGUE: tuple[Bug, ...] = (
     ),
     # -- KV events and the router's index ------------------------------------------------------------
     Bug(
+        "session-keeps-stale-keys",
+        "A rebuilt session keeps its earlier prompt's block hashes for pages that now hold other tokens:"
+        " the wrong prefix hits (vLLM #49449).",
+        engine="session_keeps_stale_keys",
+    ),
+    Bug(
         "stored-after-removed",
         "The KV event publisher stores a block again after its BlockRemoved: a router's index keeps a block"
         " the engine evicted (vLLM #49125).",
