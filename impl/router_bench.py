@@ -37,10 +37,10 @@ from typing import Any
 
 from kvsched import impl
 from kvsched.impl.router_index import RouterIndex, _View
-from kvsched.report import CommandParser, measurement, print_table, write_json
+from kvsched.report import bench_main
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, salt_of
 from kvsched.spec.kv_events import EventBatch, Removed, Stored
-from kvsched.spec.model import null_next_token
+from kvsched.spec.model import null_answer
 from kvsched.spec.page_keys import page_hash, page_keys
 from kvsched.spec.router_index import Verdict
 
@@ -116,15 +116,6 @@ def trace(seed: int = 0) -> list[EngineRequest]:
     return requests
 
 
-def alone(prompt: tuple[int, ...], count: int) -> tuple[int, ...]:
-    """What the null model answers `prompt` with, run alone."""
-    tokens, last = [], prompt[-1]
-    for position in range(len(prompt) - 1, len(prompt) - 1 + count):
-        last = null_next_token(last, position, VOCAB)
-        tokens.append(last)
-    return tuple(tokens)
-
-
 def run(policy: str, seed: int = 0) -> Run:
     """The trace under `policy` (one of `POLICIES`), to the end."""
     engines = [impl.Engine(CONFIG, impl.NullModel(VOCAB), name=f"e{i}") for i in range(ENGINES)]
@@ -187,7 +178,7 @@ def run(policy: str, seed: int = 0) -> Run:
         tick += 1
     seconds = time.perf_counter() - started
     for request_id, prompt in prompts.items():
-        if tuple(answers[request_id]) != alone(prompt, ANSWER):
+        if tuple(answers[request_id]) != null_answer(prompt, ANSWER, VOCAB):
             raise AssertionError(f"request {request_id} answered {answers[request_id][:8]}..., not its own tokens")
     return Run(policy, queried, hits, tick, phantom, dict(sorted(verdicts.items())), seconds)
 
@@ -220,17 +211,16 @@ def cells(row: dict[str, Any]) -> list[object]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the trace under each policy; print the table (or the JSON)."""
-    parser = CommandParser(prog="kvsched bench router", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout)")
-    args = parser.parse_args(argv)
-    measured = measurement(" ".join(["kvsched bench router", *(argv if argv is not None else sys.argv[1:])]))
-    rows = []
-    for policy in POLICIES:
-        print(f"[bench router] {policy} ...", file=sys.stderr, flush=True)
-        rows.append(run(policy).row())
-    if args.json:
-        report = {
-            "measured": measured,
+
+    def rows() -> list[dict[str, Any]]:
+        measured = []
+        for policy in POLICIES:
+            print(f"[bench router] {policy} ...", file=sys.stderr, flush=True)
+            measured.append(run(policy).row())
+        return measured
+
+    def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
             "engines": ENGINES,
             "engine_pages": PAGES,
             "page_size": PAGE_SIZE,
@@ -245,10 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             "faults": {"restart_tick": RESTART_TICK, "drop_tick": DROP_TICK},
             "rows": rows,
         }
-        write_json(args.json, report)
-    if args.json != "-":
-        print_table([cells(row) for row in rows], HEADER)
-    return 0
+
+    return bench_main("kvsched bench router", __doc__ or "", argv, rows, report, (HEADER, cells))
 
 
 if __name__ == "__main__":

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvsched import impl
-from kvsched.report import CommandParser, measurement, print_table, write_json
+from kvsched.report import bench_main
 from kvsched.spec.engine_config import EngineConfig, EngineRequest
-from kvsched.spec.model import null_next_token
+from kvsched.spec.model import null_answer
 
 PAGE_SIZE = 16
 CONVERSATIONS, TURNS = 64, 4
@@ -65,15 +65,6 @@ class Run:
         }
 
 
-def alone(prompt: tuple[int, ...], count: int) -> tuple[int, ...]:
-    """What the null model answers `prompt` with, run alone."""
-    tokens, last = [], prompt[-1]
-    for position in range(len(prompt) - 1, len(prompt) - 1 + count):
-        last = null_next_token(last, position, VOCAB)
-        tokens.append(last)
-    return tuple(tokens)
-
-
 def run(host_pages: int, seed: int = 0) -> Run:
     """The trace on impl's engine with `host_pages` host pages (0: none), to the end."""
     rng = random.Random(seed)
@@ -102,7 +93,7 @@ def run(host_pages: int, seed: int = 0) -> Run:
             for request_id, tokens in output.tokens.items():
                 answers[request_id].extend(tokens)
         for request_id, (index, prompt) in prompts.items():
-            if tuple(answers[request_id]) != alone(prompt, ANSWER):
+            if tuple(answers[request_id]) != null_answer(prompt, ANSWER, VOCAB):
                 raise AssertionError(f"request {request_id} answered {answers[request_id][:8]}..., not its own tokens")
             histories[index] = prompt + tuple(answers[request_id])
     needed = sum(len(history) - 1 for history in histories)  # each final sequence once (its last token is never input)
@@ -138,27 +129,26 @@ def cells(row: dict[str, Any]) -> list[object]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the trace without and with the host tier; print the table (or the JSON)."""
-    parser = CommandParser(prog="kvsched bench tiers", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout)")
-    args = parser.parse_args(argv)
-    measured = measurement(" ".join(["kvsched bench tiers", *(argv if argv is not None else sys.argv[1:])]))
-    rows = []
-    for host_pages in HOST_PAGES:
-        print(f"[bench tiers] {DEVICE_PAGES} device pages, {host_pages} host pages ...", file=sys.stderr, flush=True)
-        rows.append(run(host_pages).row())
-    if args.json:
-        report = {
-            "measured": measured,
+
+    def rows() -> list[dict[str, Any]]:
+        measured = []
+        for host_pages in HOST_PAGES:
+            print(
+                f"[bench tiers] {DEVICE_PAGES} device pages, {host_pages} host pages ...", file=sys.stderr, flush=True
+            )
+            measured.append(run(host_pages).row())
+        return measured
+
+    def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
             "page_size": PAGE_SIZE,
             "device_pages": DEVICE_PAGES,
             "page_bytes": PAGE_BYTES,
             "trace": {"conversations": CONVERSATIONS, "turns": TURNS, "context": CONTEXT, "message": MESSAGE},
             "rows": rows,
         }
-        write_json(args.json, report)
-    if args.json != "-":
-        print_table([cells(row) for row in rows], HEADER)
-    return 0
+
+    return bench_main("kvsched bench tiers", __doc__ or "", argv, rows, report, (HEADER, cells))
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 
 class UsageError(Exception):
@@ -50,6 +50,29 @@ def measurement(command: str) -> dict[str, object]:
         "python": platform.python_version(),
         "load_1min": round(os.getloadavg()[0], 2),
     }
+
+
+def bench_main(
+    prog: str,
+    doc: str,
+    argv: list[str] | None,
+    rows: Callable[[], list[dict[str, Any]]],
+    report: Callable[[list[dict[str, Any]]], dict[str, Any]],
+    table: tuple[Sequence[str], Callable[[dict[str, Any]], list[object]]],
+) -> int:
+    """A bench command: `--json PATH` writes `report(rows())` with how it was measured; the
+    table (`table`: its header and a row's cells) is printed unless the JSON goes to stdout."""
+    parser = CommandParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-': stdout)")
+    args = parser.parse_args(argv)
+    measured = measurement(" ".join([prog, *(argv if argv is not None else sys.argv[1:])]))
+    measured_rows = rows()
+    if args.json:
+        write_json(args.json, {"measured": measured, **report(measured_rows)})
+    if args.json != "-":
+        header, cells = table
+        print_table([cells(row) for row in measured_rows], header)
+    return 0
 
 
 def write_json(path: str, payload: object) -> None:

@@ -117,6 +117,15 @@ def null_next_token(token: int, position: int, vocab: int = NULL_VOCAB) -> int:
     return (token * 31 + position * 7 + 1) % vocab
 
 
+def null_answer(prompt: tuple[int, ...], count: int, vocab: int = NULL_VOCAB) -> tuple[int, ...]:
+    """The null model's first `count` tokens after `prompt`, run alone."""
+    tokens, last = [], prompt[-1]
+    for position in range(len(prompt) - 1, len(prompt) - 1 + count):
+        last = null_next_token(last, position, vocab)
+        tokens.append(last)
+    return tuple(tokens)
+
+
 class NullModel:
     """A model with no KV whose next token is `null_next_token(token, position)`: for tests and
     benchmarks (the spec's record form; `kvsched.impl.NullModel` serves both forms)."""
