@@ -20,6 +20,10 @@ bug, must each be caught, in "raise" mode, by the check named:
                    its new owner writes it: a later prompt reads that KV) and drops the stale key
                    just before caching the block again (vLLM #49449's class: a stale block
                    hash makes the wrong prefix hit) -> stale_key
+    restored       a pool that publishes a block it evicts stored again after its BlockRemoved
+                   (vLLM #49125's shape: a router's index keeps it) -> kv_events
+
+The scheduler publishes KV events (vLLM's null publisher), which the checker folds at each step.
 
 (A block only one request holds, freed twice, goes below zero and trips vLLM's own assertion at
 the next allocation; a shared one, the shape above, is handed out silently.)
@@ -57,10 +61,10 @@ CHECKER = {
 }
 
 
-def scheduler(blocks: int, checker: bool, max_seqs: int = 32, max_tokens: int = 2048) -> Any:
-    """vLLM's v1 `Scheduler` over `blocks` blocks, prefix caching on, the checker as its
-    connector when `checker`."""
-    return thrash.scheduler(blocks, True, CHECKER if checker else None, max_seqs, max_tokens)
+def scheduler(blocks: int, checker: bool, max_seqs: int = 32, max_tokens: int = 2048, kv_events: bool = True) -> Any:
+    """vLLM's v1 `Scheduler` over `blocks` blocks, prefix caching on, KV events on (unless told
+    not), the checker as its connector when `checker`."""
+    return thrash.scheduler(blocks, True, CHECKER if checker else None, max_seqs, max_tokens, kv_events=kv_events)
 
 
 W3_PROMPT, W3_NEW = 512, 128
@@ -238,12 +242,38 @@ def key_outlives() -> type:
     return KeyOutlives
 
 
+def restored() -> type:
+    """A pool that publishes a block it evicts stored again after its `BlockRemoved` (vLLM
+    #49125's shape: a router's index keeps a block the pool dropped)."""
+    from vllm.distributed.kv_events import BlockRemoved, BlockStored
+    from vllm.v1.core.block_pool import BlockPool
+
+    class Restored(BlockPool):  # type: ignore[misc]
+        def _emit_block_removed_events(self, block_hashes: list[Any]) -> None:
+            super()._emit_block_removed_events(block_hashes)
+            removed = [event for event in self.kv_event_queue[-len(block_hashes) :] if isinstance(event, BlockRemoved)]
+            for event in removed:
+                again = BlockStored(
+                    block_hashes=list(event.block_hashes),
+                    parent_block_hash=None,
+                    token_ids=[],
+                    block_size=BLOCK,
+                    lora_id=None,
+                    medium=event.medium,
+                    lora_name=None,
+                )
+                self.kv_event_queue.append(again)
+
+    return Restored
+
+
 BROKEN: dict[str, tuple[Callable[[], type] | None, str]] = {
     "queued_twice": (queued_twice, "free_queue"),
     "listed_twice": (listed_twice, "free_in_table"),
     "stale_hash": (stale_hash, "cache_map"),
     "salt_dropped": (None, "salt"),
     "key_outlives": (key_outlives, "stale_key"),
+    "restored": (restored, "kv_events"),
 }
 
 
@@ -292,7 +322,7 @@ def cost(requests: int, repeats: int) -> dict[str, Any]:
     for _ in range(repeats):
         for checker in (False, True):
             timed: list[float] = []
-            run(scheduler(blocks, checker, max_seqs=requests, max_tokens=8192), workload, timed)
+            run(scheduler(blocks, checker, max_seqs=requests, max_tokens=8192, kv_events=False), workload, timed)
             per_step[checker].append(statistics.median(timed) * 1e6)
     stock, checked = statistics.median(per_step[False]), statistics.median(per_step[True])
     return {

@@ -58,12 +58,15 @@ def scheduler(
     max_seqs: int = MAX_SEQS,
     max_tokens: int = MAX_TOKENS,
     scheduler_class: Any = None,
+    kv_events: bool = False,
 ) -> Any:
     """vLLM's v1 `Scheduler` (or `scheduler_class`) over a pool of `blocks` blocks (as its tests'
     `create_scheduler`), with a KV connector when `kv_transfer` configures one (and then the KV
-    cache's one backing tensor described, which an offloading connector sizes its tier from)."""
+    cache's one backing tensor described, which an offloading connector sizes its tier from);
+    with `kv_events`, the pool publishes KV events (to vLLM's null publisher)."""
     import torch
     from vllm.config import CacheConfig, KVTransferConfig, ModelConfig, ParallelConfig, SchedulerConfig, VllmConfig
+    from vllm.config.kv_events import KVEventsConfig
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, KVCacheTensor
     from vllm.v1.structured_output import StructuredOutputManager
@@ -87,6 +90,7 @@ def scheduler(
         cache_config=cache,
         parallel_config=ParallelConfig(),
         kv_transfer_config=None if kv_transfer is None else KVTransferConfig(**kv_transfer),
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null") if kv_events else None,
     )
     cache.num_gpu_blocks = blocks
     spec = FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import types
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,9 @@ from typing import Any
 import pytest
 
 from kvsched.integrations.vllm import live
+from kvsched.integrations.vllm.events import EventWatch
 from kvsched.integrations.vllm.live import Finding, Held, LiveChecker, PoolView
+from kvsched.spec.kv_events import DEVICE, Cleared, Entry, KvEvent, Removed, Stored
 
 A0, A1, A2, B1, X = b"a0", b"a1", b"a2", b"b1", b"x"
 
@@ -212,7 +215,7 @@ def test_a_finished_request_that_still_holds_blocks() -> None:
 
 
 def test_every_check_has_a_broken_view() -> None:
-    expected = {check for _, (check, _, _) in BROKEN.values()} | {"ghost_content", "finished_leftover"}
+    expected = {check for _, (check, _, _) in BROKEN.values()} | {"ghost_content", "finished_leftover", "kv_events"}
     assert expected == set(live.CHECKS)
 
 
@@ -280,3 +283,34 @@ def test_a_checker_weakened_at_an_edge_misses_one(change: tuple[str, str], monke
     exec(compile(source.replace(*change), live.__file__, "exec"), weakened.__dict__)  # our own module's text
     assert caught_all(LiveChecker)
     assert not caught_all(weakened.LiveChecker)
+
+
+def test_the_pools_events_must_count_the_blocks_its_map_names() -> None:
+    """Folded, the events count each key's blocks; a block stored again after its removal (vLLM
+    #49125's shape), a removal never stored, and the last event lost are each a finding."""
+    cached: Counter[Entry] = Counter({(A0, DEVICE): 2, (A1, DEVICE): 1})  # A0 on two blocks, as vLLM may
+    stored: list[KvEvent] = [Stored(A0, None, 2), Stored(A0, None, 2), Stored(A1, A0, 2)]
+    assert LiveChecker().events(stored, cached) == []
+    evicted: Counter[Entry] = Counter({(A0, DEVICE): 2})  # A1's block evicted
+    cases: list[tuple[list[KvEvent], Counter[Entry]]] = [
+        ([*stored, Removed(A1), Stored(A1, None, 2)], evicted),  # after its removal, stored again
+        ([Removed(B1), *stored], cached),  # a removal no event stored
+        (stored[:-1], cached),  # the last event lost
+    ]
+    for events, named in cases:
+        findings = LiveChecker().events(events, named)
+        assert [finding.check for finding in findings] == ["kv_events"], events
+    assert LiveChecker().events([*stored, Removed(A1)], evicted) == []  # the eviction itself is fine
+    checker = LiveChecker()
+    checker.events(stored, cached)
+    assert checker.events([Cleared()], Counter()) == []  # a reset: nothing named
+
+
+def test_the_event_watch_reads_what_the_scheduler_took_in_between() -> None:
+    pool = types.SimpleNamespace(kv_event_queue=["e1"])
+    watch = EventWatch()
+    assert watch.new(pool) == ["e1"]
+    pool.kv_event_queue.append("e2")
+    taken, pool.kv_event_queue = pool.kv_event_queue, ["e3"]  # vLLM's take_events
+    assert taken == ["e1", "e2"] and watch.new(pool) == ["e2", "e3"]
+    assert watch.new(pool) == []

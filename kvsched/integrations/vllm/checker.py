@@ -15,7 +15,9 @@ blocks are freed), and calls `build_connector_meta` once per `schedule()`, after
 blocks are allocated. There the checker reads the manager and its pool into a
 `kvsched.integrations.vllm.live.PoolView` and runs `LiveChecker`'s checks (reference counts, free
 queue, its order, the hash map, ghost content by key, salts, finished requests). A finding raises
-`LiveFinding` ("raise", the default) or is logged and counted in `findings` ("log"). It loads
+`LiveFinding` ("raise", the default) or is logged and counted in `findings` ("log"). With KV
+events on (`kv_events_config`), it also folds every event the pool published, read in place
+from its queue, and requires them to count exactly the blocks its hash map names (`kv_events`). It loads
 nothing from outside (no KV, no matched tokens), defers no free and needs no hand-off delivered, so
 vLLM schedules as without it. Its role is `kv_producer`: a consumer role with overlapping batches
 (async scheduling) makes vLLM's scheduler defer block frees in a queue of its own, which a connector
@@ -65,10 +67,17 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: E402  (
     KVConnectorRole,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector  # noqa: E402
-from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_block_hash,
+    get_group_id,
+    make_block_hash_with_group_id,
+    maybe_convert_block_hash,
+)
 
+from kvsched.integrations.vllm.events import EventWatch, translate  # noqa: E402
 from kvsched.integrations.vllm.hash_map import read_hash_map  # noqa: E402
 from kvsched.integrations.vllm.live import Finding, Held, LiveChecker, LiveFinding, PoolView  # noqa: E402
+from kvsched.spec.kv_events import DEVICE, Entry  # noqa: E402
 
 logger = logging.getLogger(__name__)
 ON_FINDING = ("raise", "log")
@@ -145,6 +154,16 @@ def offload_copies(manager: Any) -> tuple[Copies, Copies]:
     return device, host
 
 
+def published_hash(block_hash: Any, group: int) -> tuple[Any, int]:
+    """A block hash as vLLM's KV events name it (whole, or its low 64 bits), with its group."""
+    return block_hash, group
+
+
+def published_key(key: bytes) -> tuple[Any, int]:
+    """A hash map key (a block hash and its group id) as vLLM's KV events name it."""
+    return maybe_convert_block_hash(get_block_hash(key)), get_group_id(key)
+
+
 def read_view(manager: Any, requests: dict[str, Any], copies: Copies | None = None) -> PoolView:
     """vLLM's manager and pool as a `PoolView`; `requests` maps the live requests' ids to them,
     `copies` says what connectors have in flight on the pool."""
@@ -200,6 +219,7 @@ class Checking:
     requests: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     steps: int = 0
+    watch: EventWatch = field(default_factory=EventWatch)  # the pool's KV events, when it publishes them
 
     @classmethod
     def configured(cls, transfer_config: Any) -> Checking:
@@ -231,7 +251,14 @@ class Checking:
             device.storing += on_device.storing
             device.writing += on_device.writing
             hosts.append((id(offloader), tier.cpu_block_pool, on_host))
-        findings = self.checker.check(read_view(manager, self.requests, device))
+        view = read_view(manager, self.requests, device)
+        findings = self.checker.check(view)
+        if manager.block_pool.enable_kv_cache_events:  # what it published since, against what its map names
+            cached: Counter[Entry] = Counter()
+            for map_key, blocks in view.cache_map.entries():
+                cached[published_key(map_key), DEVICE] += len(blocks)
+            new = self.watch.new(manager.block_pool)
+            findings += self.checker.events(translate(new, published_hash), cached)
         for key, pool, copies in hosts:
             host = self.hosts.setdefault(key, LiveChecker())
             found = host.check(read_pool(pool, (), copies))

@@ -23,6 +23,10 @@ many more of them than the map holds.
                       other than its own tokens': a key outlived the content it named
     copy_in_flight    a block a connector copies (a store to another tier, a load from it) is
                       in the free queue, or a block a copy writes already carries a key
+    kv_events         with KV events on: the events the pool published so far, folded (one
+                      `BlockStored` hash a block, one `BlockRemoved` a block, `AllBlocksCleared`
+                      empties), do not count exactly the blocks its hash map names under each
+                      hash (`LiveChecker.events`)
 
 A connector beside vLLM's pool (an offloading tier) holds references of its own on the blocks
 its copies in flight read or write: the view lists them (`pinned`), and they count with the
@@ -38,11 +42,13 @@ Each finding names its check, the request and the block. A deliberately broken p
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from kvsched.spec.errors import KvschedError
+from kvsched.spec.kv_events import Entry, KvEvent, fold_counted
 
 GHOSTS_KEPT = 65_536  # ghosts kept beyond twice the map's size before those of evicted keys go
 CHECKS = (
@@ -56,6 +62,7 @@ CHECKS = (
     "finished_leftover",
     "stale_key",
     "copy_in_flight",
+    "kv_events",
 )
 
 
@@ -164,6 +171,7 @@ class LiveChecker:
     verified: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
     stored: dict[int, bytes] = field(default_factory=dict)  # block -> the key a store read it under
+    published: Counter[Entry] = field(default_factory=Counter)  # the pool's KV events so far, folded
 
     def request_finished(self, request_id: str) -> None:
         """`request_id` finished: from the next view on, it must hold nothing."""
@@ -191,6 +199,22 @@ class LiveChecker:
             *self._content(view),
             *self._leftovers(view),
         ]
+
+    def events(self, events: Iterable[KvEvent], cached: Counter[Entry]) -> list[Finding]:
+        """The pool's KV events since the last call (`kvsched.spec.kv_events`, each key as
+        `cached` names it) folded into all before them: a finding unless they count exactly
+        `cached`, the blocks its hash map names under each key."""
+        events = list(events)
+        folded = fold_counted(self.published, events)
+        self.published = cached
+        if folded == cached:
+            return []
+        if folded is None:
+            detail = f"the events {events!r:.300} remove a block no event stored"
+        else:
+            off = sorted(((folded - cached) + (cached - folded)).items(), key=repr)[:4]
+            detail = f"the events fold to other blocks than the hash map names: {off}"
+        return [Finding("kv_events", None, None, detail)]
 
     def _remember_stores(self, view: PoolView, counts: list[int]) -> None:
         """The blocks a store read out of every table, while they keep that key and stay out of

@@ -31,7 +31,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from kvsched.spec.kv_events import DEVICE, HOST, Cleared, KvEvent, Removed, Stored
+from kvsched.integrations.vllm.events import translate
+from kvsched.spec.kv_events import KvEvent
 from kvsched.testing.adapter import PoolView
 
 OFFLINE = {
@@ -54,7 +55,7 @@ class _Vllm:
         self.torch: Any = importlib.import_module("torch")
         logging.getLogger("vllm").setLevel(logging.ERROR)
         self.block_pool: Any = importlib.import_module("vllm.v1.core.block_pool")
-        self.kv_events: Any = importlib.import_module("vllm.distributed.kv_events")
+        self.kv_events: Any = importlib.import_module("vllm.distributed.kv_events")  # the broken publisher's
         self.manager: Any = importlib.import_module("vllm.v1.core.kv_cache_manager")
         self.utils: Any = importlib.import_module("vllm.v1.core.kv_cache_utils")
         self.interface: Any = importlib.import_module("vllm.v1.kv_cache_interface")
@@ -99,28 +100,8 @@ def pool_view(block_pool: Any, tables: dict[int, tuple[int, ...]]) -> PoolView:
 
 
 def kv_events(taken: Sequence[Any]) -> list[KvEvent]:
-    """vLLM's KV events as kvsched's (`kvsched.spec.kv_events`): one event a block hash, each
-    key as the view names it (the hash and its group id), each stored block's parent the hash
-    before it; a medium other than the GPU is the host tier."""
-    vllm = _vllm()
-    classes, key_of = vllm.kv_events, vllm.utils.make_block_hash_with_group_id
-    out: list[KvEvent] = []
-    for event in taken:
-        group = getattr(event, "group_idx", None) or 0
-        tier = DEVICE if getattr(event, "medium", None) in (None, "GPU") else HOST
-        if isinstance(event, classes.BlockStored):
-            parent = None if event.parent_block_hash is None else key_of(event.parent_block_hash, group)
-            for block_hash in event.block_hashes:
-                key = key_of(block_hash, group)
-                out.append(Stored(key, parent, event.block_size, tier))
-                parent = key
-        elif isinstance(event, classes.BlockRemoved):
-            out.extend(Removed(key_of(block_hash, group), tier) for block_hash in event.block_hashes)
-        elif isinstance(event, classes.AllBlocksCleared):
-            out.append(Cleared())
-        else:
-            raise TypeError(f"{type(event).__name__} is not one of vLLM's KV events")
-    return out
+    """vLLM's KV events as kvsched's, each key as the view names it (the hash and its group id)."""
+    return translate(taken, _vllm().utils.make_block_hash_with_group_id)
 
 
 def _append(request: Any, token: int) -> tuple[int, int, int]:
