@@ -40,9 +40,19 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
+from kvsched.integrations.vllm.events import translate
+from kvsched.spec.kv_events import KvEvent
 from kvsched.testing.adapter import PoolView, tenant_of
 
 POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority")
+
+
+@functools.cache
+def sglang_events() -> Any:
+    """SGLang's KV event hashing (`sglang.srt.mem_cache.events`), imported once."""
+    import importlib
+
+    return importlib.import_module("sglang.srt.mem_cache.events")
 
 
 @functools.cache
@@ -127,6 +137,7 @@ class SglangRadixCache:
         tree_core: str | None = None,
         cache_class: type | None = None,
         allocator_class: type | None = None,
+        events: bool = False,
     ) -> None:
         m = sglang()
         if not paged and page_size != 1:
@@ -155,12 +166,18 @@ class SglangRadixCache:
             token_to_kv_pool_allocator=self.allocator,
             page_size=page_size,
             eviction_policy=policy,
+            enable_kv_cache_events=events,
             **unified,
         )
         self.tree = (cache_class or (m.RadixCache if tree_core is None else m.UnifiedRadixCache))(params)
         if tree_core is not None and self.tree._tree_core_backend != tree_core:
             raise ValueError(f"SGLang's {tree_core} tree core does not load here ({self.tree._tree_core_backend} did)")
         self.requests: dict[int, Request] = {}
+        self.event_keys: dict[int, object] = {}  # an event's block hash -> the view's key of its page
+        if events:
+            if tree_core is not None:
+                raise ValueError("KV events are read from RadixCache's own nodes: not with a tree core")
+            self.capabilities = type(self).capabilities | {"events"}
 
     @property
     def m(self) -> Any:
@@ -266,6 +283,31 @@ class SglangRadixCache:
         if short > 0:
             self.tree.evict(self.m.EvictParams(num_tokens=short))
 
+    # -- the KV events ("events") --------------------------------------------------------------
+
+    def events(self) -> list[KvEvent]:
+        """SGLang's KV events since the last call, each block hash named as the view names its
+        page (learned from the pages the tree holds now and before; a hash never seen on a page,
+        stored and dropped within one call, stays as it is)."""
+        self._learn_event_keys()
+        return translate(self.tree.take_events(), lambda block_hash, _: self.event_keys.get(block_hash, block_hash))
+
+    def _learn_event_keys(self) -> None:
+        """The event hash of every page the tree holds, as SGLang's recorder computes it."""
+        recorder, published = self.tree.kv_events, sglang_events()
+        stack: list[tuple[Any, tuple[int, ...]]] = [(self.tree.root_node, ())]
+        while stack:
+            node, path = stack.pop()
+            for child in node.children.values():
+                tokens: tuple[int, ...] = path + tuple(child.key)
+                values, seed = recorder._node_event_hash_values(child), recorder._namespace_seed(child)
+                for index, start in enumerate(range(0, len(child.key), self.page_size)):
+                    event_hash = published.namespaced_block_hash(
+                        published.hash_str_to_int64(values[index]), namespace_seed=seed
+                    )
+                    self.event_keys[event_hash] = (child.key.extra_key, tokens[: len(path) + start + self.page_size])
+                stack.append((child, tokens))
+
     # -- the view -----------------------------------------------------------------------------
 
     def _page(self, slot: int) -> int:
@@ -347,6 +389,30 @@ class SglangRadixCache:
             reserved=frozenset({0}),
             evictable=frozenset(page for page, (_, locks) in tree.items() if locks == 0),
         )
+
+
+def radix_events(pages: int, page_size: int) -> SglangRadixCache:
+    """`radix_paged` publishing its KV events (`enable_kv_cache_events`), which the harness folds;
+    one tenant (unsalted): SGLang's published block hash leaves a namespace that is not a LoRA
+    adapter's out, so two tenants' pages of the same tokens publish one hash."""
+    cache = SglangRadixCache(pages, page_size, paged=True, salted=False, events=True)
+    cache.capabilities = cache.capabilities - {"tenants"}  # one tenant: its requests are not salted
+    return cache
+
+
+def restored_events(pages: int, page_size: int) -> SglangRadixCache:
+    """A deliberately broken publisher (must fail): `radix_events` whose recorder publishes a
+    page it removes stored again after its `BlockRemoved` (vLLM #49125's shape)."""
+    cache = radix_events(pages, page_size)
+    recorder = cache.tree.kv_events
+    record_remove = recorder.record_remove
+
+    def remove_then_store(node: Any, *args: Any, **kwargs: Any) -> None:
+        record_remove(node, *args, **kwargs)
+        recorder.record_store(node)
+
+    recorder.record_remove = remove_then_store
+    return cache
 
 
 def radix_token(pages: int, page_size: int) -> SglangRadixCache:
