@@ -14,7 +14,7 @@ from typing import Any
 
 from devtools import cow_toy, offload_toy
 from kvsched.spec.host_tier import Copy as HostCopy
-from kvsched.spec.kv_events import KvEvent, Removed, Stored
+from kvsched.spec.kv_events import Cleared, KvEvent, Removed, Stored
 from kvsched.testing.adapter import ManagerFactory, PoolView
 from kvsched.testing.adapters import kvsched_parts
 from kvsched.testing.outcome import FailureKind
@@ -99,6 +99,8 @@ class Broken(kvsched_parts.KvschedManager):
 
     def events(self) -> list[KvEvent]:
         events = super().events()
+        if self.fault == "reset_unpublished":  # an engine reset that publishes no AllBlocksCleared
+            events = [event for event in events if not isinstance(event, Cleared)]
         if self.fault == "stored_after_removed":  # vLLM #49125: a removed block stored again
             events += [
                 Stored(event.key, None, self.page_size, event.tier) for event in events if isinstance(event, Removed)
@@ -215,6 +217,7 @@ refusal_allocates = broken("refusal_allocates")
 leak = broken("leak")
 no_copy = broken("no_copy")
 stored_after_removed = broken("stored_after_removed")
+reset_unpublished = broken("reset_unpublished")
 
 
 def free_drops_leases(pages: int, page_size: int) -> Broken:
@@ -404,6 +407,13 @@ def finished_while_loading(machine: SafetyMachine) -> None:
     machine.submit(7, (1,) * (2 * machine.pages))
 
 
+def cache_then_reset(machine: SafetyMachine) -> None:
+    """A prompt cached, finished, then the cache reset."""
+    machine.submit(1, (0, 1, 2))
+    machine.finish(1)
+    machine.reset_cache()
+
+
 def cache_then_evict(machine: SafetyMachine) -> None:
     """A prompt cached, then evicted by one that needs every page."""
     machine.submit(1, (0, 1, 2))
@@ -440,6 +450,9 @@ MANAGERS: dict[str, BrokenManager] = {
         BrokenManager("no_copy", no_copy, kvsched_parts.manager, fork_then_decode_the_child, FailureKind.EXCLUSIVE),
         BrokenManager(
             "stored_after_removed", stored_after_removed, kvsched_parts.manager, cache_then_evict, FailureKind.EVENTS
+        ),
+        BrokenManager(
+            "reset_unpublished", reset_unpublished, kvsched_parts.manager, cache_then_reset, FailureKind.EVENTS
         ),
         BrokenManager(
             "free_drops_leases",

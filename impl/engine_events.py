@@ -21,6 +21,7 @@ class CachePublisher(Publisher):
     def __init__(self, engine: object, epoch: object, tokens: int, cache: PrefixCache, host: HostTier) -> None:
         super().__init__(engine, epoch, tokens)
         self.cache, self.host = cache, host
+        self.hosted: list[Entry] = []  # the host tier's entries published (the device's are never walked)
 
     def take_cached(self) -> EventBatch | None:
         """The batch since the last one (the spec's `take` of the engine's cached set)."""
@@ -28,7 +29,7 @@ class CachePublisher(Publisher):
         now: dict[Entry, tuple[Key | None, int]] = {
             (key, HOST): (parent, depth) for key, (_, depth, parent) in self.host.cached().items()
         }
-        before: list[Entry] = [entry for entry in self.published if entry[1] == HOST]
+        before = list(self.hosted)
         watched = cache.watched
         whole = watched is None or self.cleared  # the first batch, or the first after a reset
         keys = cache.cached_keys() if watched is None or whole else watched | cache.changed()
@@ -42,4 +43,5 @@ class CachePublisher(Publisher):
             before += [(key, DEVICE) for key in keys if (key, DEVICE) in self.published]
         batch = self.publish(before, now)
         cache.watched = set()
+        self.hosted = [entry for entry in now if entry[1] == HOST]
         return batch

@@ -69,8 +69,8 @@ class NaiveIndex(RouterIndex):
         for event in batch.events:
             if (isinstance(event, Stored) and (event.key, event.tier) not in view.entries) or (
                 isinstance(event, Removed) and (event.key, event.tier) in view.entries
-            ):
-                view.apply(EventBatch(source, view.epoch, view.next_seq - 1, (event,)))
+            ):  # a store of a key it holds, or a removal of one it does not, is skipped
+                view.apply_events((event,))
         return Verdict.FOLDED
 
     def resync(self, source: object, snapshot: object) -> Verdict:

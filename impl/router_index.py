@@ -8,9 +8,10 @@ view keeps how many tiers hold each key, so a prefix lookup is one dict probe a 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kvsched.spec.kv_events import Cleared, Entry, EventBatch, Key, Stored, require_batch, require_snapshot
+from kvsched.spec.kv_events import Cleared, Entry, EventBatch, Key, KvEvent, Stored, require_batch, require_snapshot
 from kvsched.spec.router_index import IndexState, Verdict, View, require_keys, require_source
 
 
@@ -44,7 +45,12 @@ class _View:
         return False
 
     def apply(self, batch: EventBatch) -> None:
-        for event in batch.events:
+        """Fold `batch` (`contradicted_by` said it may be): its events, then its number."""
+        self.apply_events(batch.events)
+        self.epoch, self.next_seq = batch.epoch, batch.seq + 1
+
+    def apply_events(self, events: Iterable[KvEvent]) -> None:
+        for event in events:
             if isinstance(event, Cleared):
                 self.clear()
             elif isinstance(event, Stored):
@@ -57,7 +63,6 @@ class _View:
                     self.tiers[event.key] = count
                 else:
                     del self.tiers[event.key]
-        self.epoch, self.next_seq = batch.epoch, batch.seq + 1
 
 
 class RouterIndex:

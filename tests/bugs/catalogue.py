@@ -626,6 +626,12 @@ CATALOGUE: tuple[Bug, ...] = (
     ),
     # -- KV events and the router's index ------------------------------------------------------------
     Bug(
+        "reset-unpublished",
+        "A cache reset publishes no AllBlocksCleared: a router's index keeps every block the reset dropped"
+        " (the publisher's side of aibrix PR #2385).",
+        manager="reset_unpublished",
+    ),
+    Bug(
         "session-keeps-stale-keys",
         "A rebuilt session keeps its earlier prompt's block hashes for pages that now hold other tokens:"
         " the wrong prefix hits (vLLM #49449).",

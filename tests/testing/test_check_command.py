@@ -122,7 +122,7 @@ REPLAYS = [
     ("devtools.broken_managers", "holder_count", FailureKind.INVARIANT),
     ("devtools.broken_managers", "refusal_allocates", FailureKind.ATOMICITY),
     ("devtools.broken_managers", "leak", FailureKind.LEAK),
-    ("devtools.broken_managers", "stored_after_removed", FailureKind.EVENTS),
+    ("devtools.broken_managers", "reset_unpublished", FailureKind.EVENTS),
     ("devtools.cow_toy", "in_place", FailureKind.EXCLUSIVE),
     ("tests.testing.test_check_command", "crashes_on_second", FailureKind.UNTYPED),
 ]

@@ -5,7 +5,8 @@ names, so any release's) as one event a block hash, each named by `key(hash, gro
 key for `kvsched check`'s adapters, the published form for the live checker. A stored block's
 parent is the hash before it; a medium other than the GPU is the host tier. `EventWatch` reads a
 pool's `kv_event_queue` in place, what was appended since it last looked, including what the
-scheduler took in between (`take_events` hands over the list and starts another).
+scheduler took in between (`take_events` hands over the list and starts another; vLLM's scheduler
+takes once per step, so at most once between two of the checker's looks).
 """
 
 from __future__ import annotations
