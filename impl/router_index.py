@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kvsched.spec.kv_events import Cleared, Entry, EventBatch, Key, KvEvent, Stored, require_batch, require_snapshot
-from kvsched.spec.router_index import IndexState, Verdict, View, require_keys, require_source
+from kvsched.spec.router_index import IndexState, Verdict, View, require_keys, require_source, snapshot_is_late
 
 
 @dataclass(slots=True)
@@ -117,8 +117,7 @@ class RouterIndex:
         if snapshot.engine != source:
             return Verdict.FOREIGN
         view = self.views.get(source)
-        older = view is not None and (snapshot.epoch, snapshot.next_seq) < (view.epoch, view.next_seq)
-        if older and view is not None and (snapshot.epoch < view.epoch or not view.stale):
+        if view is not None and snapshot_is_late(snapshot, view.epoch, view.next_seq, view.stale):
             return Verdict.LATE
         fresh = _View(snapshot.epoch, snapshot.next_seq, set(snapshot.entries()))
         for key, _ in fresh.entries:

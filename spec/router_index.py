@@ -124,6 +124,13 @@ def _apply(
     return _with(state, engine, View(batch.epoch, batch.seq + 1, cached)), verdict
 
 
+def snapshot_is_late(snapshot: Snapshot, epoch: int, next_seq: int, stale: bool) -> bool:
+    """`snapshot` is older than a view at `epoch` expecting `next_seq`, and the view keeps it
+    (an earlier epoch's is always late; the same epoch's only to a view that is not stale)."""
+    older = (snapshot.epoch, snapshot.next_seq) < (epoch, next_seq)
+    return older and (snapshot.epoch < epoch or not stale)
+
+
 def resync(state: IndexState, source: object, snapshot: object) -> tuple[IndexState, Verdict]:
     """`snapshot`, arriving on `source`'s stream, replaces `source`'s view (see the module)."""
     source = require_source(source)
@@ -131,8 +138,7 @@ def resync(state: IndexState, source: object, snapshot: object) -> tuple[IndexSt
     if snapshot.engine != source:
         return state, Verdict.FOREIGN
     view = state.view(source)
-    older = view is not None and (snapshot.epoch, snapshot.next_seq) < (view.epoch, view.next_seq)
-    if older and view is not None and (snapshot.epoch < view.epoch or not view.stale):
+    if view is not None and snapshot_is_late(snapshot, view.epoch, view.next_seq, view.stale):
         return state, Verdict.LATE
     return _with(state, source, View(snapshot.epoch, snapshot.next_seq, snapshot.entries())), Verdict.RESYNCED
 

@@ -244,27 +244,10 @@ def key_outlives() -> type:
 
 def restored() -> type:
     """A pool that publishes a block it evicts stored again after its `BlockRemoved` (vLLM
-    #49125's shape: a router's index keeps a block the pool dropped)."""
-    from vllm.distributed.kv_events import BlockRemoved, BlockStored
-    from vllm.v1.core.block_pool import BlockPool
+    #49125's shape: a router's index keeps a block the pool dropped); `kvsched check`'s own."""
+    from kvsched.testing.adapters.vllm import restored_pool_class
 
-    class Restored(BlockPool):  # type: ignore[misc]
-        def _emit_block_removed_events(self, block_hashes: list[Any]) -> None:
-            super()._emit_block_removed_events(block_hashes)
-            removed = [event for event in self.kv_event_queue[-len(block_hashes) :] if isinstance(event, BlockRemoved)]
-            for event in removed:
-                again = BlockStored(
-                    block_hashes=list(event.block_hashes),
-                    parent_block_hash=None,
-                    token_ids=[],
-                    block_size=BLOCK,
-                    lora_id=None,
-                    medium=event.medium,
-                    lora_name=None,
-                )
-                self.kv_event_queue.append(again)
-
-    return Restored
+    return restored_pool_class()
 
 
 BROKEN: dict[str, tuple[Callable[[], type] | None, str]] = {

@@ -79,7 +79,8 @@ def test_a_router_that_missed_a_batch_resynchronises_from_a_snapshot(flavour: An
     assert index.fold("e0", batches[-1]) is Verdict.GAP  # heard from mid-stream
     assert index.longest_prefix("e0", keys_of(HOSTED, EngineRequest(1, FIRST, 1))) == 0
     assert index.resync("e0", engine.snapshot()) is Verdict.RESYNCED
-    assert index.to_spec().view("e0").cached == cached_entries(engine.to_spec()).keys()  # type: ignore[union-attr]
+    resynced = index.to_spec().view("e0")
+    assert resynced is not None and resynced.cached == cached_entries(engine.to_spec()).keys()
     assert index.fold("e0", batches[-1]) is Verdict.DUPLICATE  # the snapshot had it
 
 
@@ -128,7 +129,9 @@ def test_the_events_check_fails_a_batch_wrong_at_any_edge() -> None:
     assert events_failure(frozenset(), 0, batch, after, batch) is None
     host_store = next(i for i, e in enumerate(batch.events) if isinstance(e, Stored) and e.tier == HOST)
     deeper = next(i for i, e in enumerate(batch.events) if isinstance(e, Stored) and e.parent is not None)
-    orphan = replace(batch.events[deeper], parent=None)  # type: ignore[arg-type]
+    child = batch.events[deeper]
+    assert isinstance(child, Stored)
+    orphan = replace(child, parent=None)
     wrong = [
         replace(batch, events=batch.events[:-1]),
         replace(batch, events=batch.events[:host_store] + batch.events[host_store + 1 :]),

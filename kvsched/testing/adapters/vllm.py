@@ -55,7 +55,6 @@ class _Vllm:
         self.torch: Any = importlib.import_module("torch")
         logging.getLogger("vllm").setLevel(logging.ERROR)
         self.block_pool: Any = importlib.import_module("vllm.v1.core.block_pool")
-        self.kv_events: Any = importlib.import_module("vllm.distributed.kv_events")  # the broken publisher's
         self.manager: Any = importlib.import_module("vllm.v1.core.kv_cache_manager")
         self.utils: Any = importlib.import_module("vllm.v1.core.kv_cache_utils")
         self.interface: Any = importlib.import_module("vllm.v1.kv_cache_interface")
@@ -270,27 +269,33 @@ def stale_pool(pages: int, page_size: int) -> VllmPool:
     return VllmPool(pages, page_size, StalePool)
 
 
-def restored_pool(pages: int, page_size: int) -> VllmPool:
-    """A deliberately broken `BlockPool` (must fail): vLLM #49125's shape, a block it evicts is
-    published stored again after its `BlockRemoved`, so a router's index keeps it."""
-    vllm = _vllm()
+def restored_pool_class() -> type:
+    """A deliberately broken `BlockPool` (must fail): vLLM #49125's shape, each block it evicts is
+    published stored again right after its `BlockRemoved`, so a router's index keeps it. Put in
+    vLLM's own queue, where the scheduler takes it and the live checker reads it. (It imports
+    vLLM's modules itself: the live checker's runs keep vLLM's environment as it is.)"""
+    events: Any = importlib.import_module("vllm.distributed.kv_events")
+    pool: Any = importlib.import_module("vllm.v1.core.block_pool")
+    stored, removed = events.BlockStored, events.BlockRemoved
 
-    class RestoredPool(vllm.block_pool.BlockPool):  # type: ignore[misc,name-defined]
-        def take_events(self) -> list[Any]:
-            taken = super().take_events()
-            again = [
-                vllm.kv_events.BlockStored(
+    class RestoredPool(pool.BlockPool):  # type: ignore[misc]
+        def _emit_block_removed_events(self, block_hashes: list[Any]) -> None:
+            super()._emit_block_removed_events(block_hashes)
+            for event in [e for e in self.kv_event_queue[-len(block_hashes) :] if isinstance(e, removed)]:
+                again = stored(
                     block_hashes=list(event.block_hashes),
                     parent_block_hash=None,
                     token_ids=[],
-                    block_size=page_size,
+                    block_size=self.hash_block_size,
                     lora_id=None,
                     medium=event.medium,
                     lora_name=None,
                 )
-                for event in taken
-                if isinstance(event, vllm.kv_events.BlockRemoved)
-            ]
-            return [*taken, *again]
+                self.kv_event_queue.append(again)
 
-    return VllmPool(pages, page_size, RestoredPool)
+    return RestoredPool
+
+
+def restored_pool(pages: int, page_size: int) -> VllmPool:
+    """`pool` over `restored_pool_class` (must fail: KV events)."""
+    return VllmPool(pages, page_size, restored_pool_class())
