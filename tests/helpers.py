@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import MutableSequence, Sequence
+from pathlib import Path
+
+import pytest
 
 from kvsched.spec import (
     BlockPool,
@@ -45,3 +50,14 @@ class OneLaunchBackend:
             first = out[0]
             out[0] = RaggedBatchOutput(first.request_id ^ 1, first.slot, first.next_token_id)
         return RaggedBatchReceipt(len(items), 1, len(items) * 4)
+
+
+def weakened(module: types.ModuleType, old: str, new: str, monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """`module` built again from its own text with `old` (found exactly once) replaced by `new`:
+    a check weakened where a test says it must not be."""
+    source = Path(str(module.__file__)).read_text(encoding="utf-8")
+    assert source.count(old) == 1, old
+    copy = types.ModuleType(f"{module.__name__.replace('.', '_')}_weakened")
+    monkeypatch.setitem(sys.modules, copy.__name__, copy)
+    exec(compile(source.replace(old, new), str(module.__file__), "exec"), copy.__dict__)  # our own module's text
+    return copy

@@ -20,6 +20,8 @@ bug, must each be caught, in "raise" mode, by the check named:
                    its new owner writes it: a later prompt reads that KV) and drops the stale key
                    just before caching the block again (vLLM #49449's class: a stale block
                    hash makes the wrong prefix hit) -> stale_key
+    stale_pool     the same without the drop (vLLM's own assertion fires when the block is cached
+                   again: the checker must see it first) -> stale_key
     restored       a pool that publishes a block it evicts stored again after its BlockRemoved
                    (vLLM #49125's shape: a router's index keeps it) -> kv_events
 
@@ -28,8 +30,13 @@ The scheduler publishes KV events (vLLM's null publisher), which the checker fol
 (A block only one request holds, freed twice, goes below zero and trips vLLM's own assertion at
 the next allocation; a shared one, the shape above, is handed out silently.)
 
+The checker reads what each step changed and the whole pool every 64 steps (its default): each
+broken shape must be caught at the step it breaks the pool, by the whole check that step's
+reading sends (every shape breaks the pool before step 64).
+
 Cost: the W3 workload (R requests of 512 distinct tokens, 128 new each, prefix caching on; the
-peers' vLLM W3), CPU time per `schedule()` + `update_from_output()` with and without the checker.
+peers' vLLM W3), CPU time per `schedule()` + `update_from_output()` with and without the checker
+(its default; with KV events on; the whole pool at every step), median and mean step.
 
     python checker_teeth.py [--json OUT]      (vLLM's venv; run from outside the checkout)
 """
@@ -61,10 +68,23 @@ CHECKER = {
 }
 
 
-def scheduler(blocks: int, checker: bool, max_seqs: int = 32, max_tokens: int = 2048, kv_events: bool = True) -> Any:
+def scheduler(
+    blocks: int,
+    checker: bool,
+    max_seqs: int = 32,
+    max_tokens: int = 2048,
+    kv_events: bool = True,
+    every: int | None = None,
+) -> Any:
     """vLLM's v1 `Scheduler` over `blocks` blocks, prefix caching on, KV events on (unless told
-    not), the checker as its connector when `checker`."""
-    return thrash.scheduler(blocks, True, CHECKER if checker else None, max_seqs, max_tokens, kv_events=kv_events)
+    not), the checker as its connector when `checker` (the whole pool every `every` steps, its
+    default when None)."""
+    connector: dict[str, Any] | None = None
+    if checker:
+        connector = dict(CHECKER)
+        if every is not None:
+            connector["kv_connector_extra_config"] = {"kvsched_whole_every": every}
+    return thrash.scheduler(blocks, True, connector, max_seqs, max_tokens, kv_events=kv_events)
 
 
 W3_PROMPT, W3_NEW = 512, 128
@@ -222,24 +242,19 @@ def stale_hash() -> type:
 
 
 def key_outlives() -> type:
-    """A pool that hands a cached block out without evicting its hash (the block keeps its key and
-    the map still names it, so a later prompt hits the block its new owner is writing) and drops
-    the stale key just before it caches the block again (so vLLM's own assertion never fires)."""
-    from vllm.v1.core.block_pool import BlockPool
+    """`kvsched check`'s own: a pool that hands a cached block out keeping its hash and drops the
+    stale key just before caching the block again."""
+    from kvsched.testing.adapters.vllm import key_outlives_class
 
-    class KeyOutlives(BlockPool):  # type: ignore[misc]
-        def _maybe_evict_cached_block(self, block: Any) -> bool:
-            return False
+    return key_outlives_class()
 
-        def cache_full_blocks(
-            self, request: Any, blocks: Any, num_cached_blocks: int, num_full_blocks: int, *args: Any, **kwargs: Any
-        ) -> None:
-            for block in blocks[num_cached_blocks:num_full_blocks]:
-                if block.block_hash is not None:
-                    BlockPool._maybe_evict_cached_block(self, block)
-            super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs)
 
-    return KeyOutlives
+def stale_pool() -> type:
+    """`kvsched check`'s own: a pool that hands a cached block out keeping its hash (vLLM's
+    assertion fires when it is cached again, later)."""
+    from kvsched.testing.adapters.vllm import stale_pool_class
+
+    return stale_pool_class()
 
 
 def restored() -> type:
@@ -256,6 +271,7 @@ BROKEN: dict[str, tuple[Callable[[], type] | None, str]] = {
     "stale_hash": (stale_hash, "cache_map"),
     "salt_dropped": (None, "salt"),
     "key_outlives": (key_outlives, "stale_key"),
+    "stale_pool": (stale_pool, "stale_key"),
     "restored": (restored, "kv_events"),
 }
 
@@ -278,42 +294,70 @@ def silent_on_stock(blocks: int) -> dict[str, Any]:
     return {"blocks": blocks, **counts, "checks": connector.steps, "findings": 0}
 
 
-def caught(name: str, blocks: int) -> dict[str, Any]:
+def caught(name: str, blocks: int, every: int | None = None) -> dict[str, Any]:
+    """The broken shape `name` caught by its named check (the whole pool every `every` steps, the
+    checker's default when None); at the same step as by the whole check at every step."""
     from vllm.v1.core.block_pool import BlockPool
 
     from kvsched.integrations.vllm.live import LiveFinding
 
     make, check = BROKEN[name]
     with pool_class(BlockPool if make is None else make()):
-        sched = scheduler(blocks, checker=True)
+        sched = scheduler(blocks, checker=True, every=every)
     try:
         run(sched, shared_prefix_workload(), drop_salt=make is None)
     except LiveFinding as error:
         checks = sorted({finding.check for finding in error.findings})
         if check not in checks:
             raise AssertionError(f"{name}: caught by {checks}, not by {check}") from error
-        return {"broken": name, "caught_by": checks, "first": str(error.findings[0]), "step": sched.connector.steps}
+        step = sched.connector.steps
+        if every is None and caught(name, blocks, every=1)["step"] != step:
+            raise AssertionError(
+                f"{name}: caught at step {step}, not at the step the whole check at every step is"
+            ) from error
+        return {
+            "broken": name,
+            "caught_by": checks,
+            "first": str(error.findings[0]),
+            "step": step,
+            "whole_checks": sched.connector.checking.delta.whole_checks,  # the first step's, and the one sent
+        }
     raise AssertionError(f"{name}: the checker found nothing")
 
 
-def cost(requests: int, repeats: int) -> dict[str, Any]:
-    """CPU time per step on W3 with and without the checker, the median of `repeats` runs each,
-    interleaved."""
+def cost(requests: int, repeats: int, kv_events: bool = False, every: int | None = None) -> dict[str, Any]:
+    """CPU time per step on W3 with and without the checker (reading what each step changed, the
+    whole pool every `every` steps: its default when None), the median and the mean step of
+    `repeats` runs each, interleaved; the median of their per-run figures."""
     workload = w3(requests)
     blocks = w3_blocks(requests)
-    per_step: dict[bool, list[float]] = {False: [], True: []}
+    median: dict[bool, list[float]] = {False: [], True: []}
+    mean: dict[bool, list[float]] = {False: [], True: []}
+    steps = whole = 0
     for _ in range(repeats):
         for checker in (False, True):
             timed: list[float] = []
-            run(scheduler(blocks, checker, max_seqs=requests, max_tokens=8192, kv_events=False), workload, timed)
-            per_step[checker].append(statistics.median(timed) * 1e6)
-    stock, checked = statistics.median(per_step[False]), statistics.median(per_step[True])
+            sched = scheduler(blocks, checker, max_seqs=requests, max_tokens=8192, kv_events=kv_events, every=every)
+            run(sched, workload, timed)
+            median[checker].append(statistics.median(timed) * 1e6)
+            mean[checker].append(statistics.fmean(timed) * 1e6)
+            if checker:
+                steps, whole = sched.connector.steps, sched.connector.checking.delta.whole_checks
+    stock, checked = statistics.median(median[False]), statistics.median(median[True])
+    stock_mean, checked_mean = statistics.median(mean[False]), statistics.median(mean[True])
     return {
         "R": requests,
+        "kv_events": kv_events,
+        "whole_every": every,
+        "steps": steps,
+        "whole_checks": whole,
         "stock_us": round(stock, 1),
         "checked_us": round(checked, 1),
         "overhead_us": round(checked - stock, 1),
         "ratio": round(checked / stock, 2),
+        "stock_mean_us": round(stock_mean, 1),
+        "checked_mean_us": round(checked_mean, 1),
+        "mean_ratio": round(checked_mean / stock_mean, 2),
     }
 
 
@@ -327,8 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     result["broken"] = [caught(name, 120) for name in BROKEN]
     for row in result["broken"]:
         print(f"caught: {row}", file=sys.stderr)
-    result["cost"] = cost(256, args.repeats)
-    print(f"cost: {result['cost']}", file=sys.stderr)
+    result["cost"] = cost(256, args.repeats)  # events off: the figure earlier runs measured
+    result["cost_events"] = cost(256, args.repeats, kv_events=True)
+    result["cost_whole"] = cost(256, args.repeats, every=1)  # the whole pool at every step
+    for name in ("cost", "cost_events", "cost_whole"):
+        print(f"{name}: {result[name]}", file=sys.stderr)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as file:
             json.dump(result, file, indent=2)

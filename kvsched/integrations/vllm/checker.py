@@ -12,9 +12,12 @@
 vLLM's scheduler hands a connector its live `KVCacheManager` (`bind_kv_cache_manager`), tells it
 of every new request (`on_new_request`) and every finished one (`request_finished`, before its
 blocks are freed), and calls `build_connector_meta` once per `schedule()`, after the step's
-blocks are allocated. There the checker reads the manager and its pool into a
-`kvsched.integrations.vllm.live.PoolView` and runs `LiveChecker`'s checks (reference counts, free
-queue, its order, the hash map, ghost content by key, salts, finished requests). A finding raises
+blocks are allocated. There the checker reads what the step changed in the manager and its pool,
+in place (`kvsched.integrations.vllm.live_delta`), and the whole pool, into a
+`kvsched.integrations.vllm.live.PoolView`, at the first step, every `kvsched_whole_every` steps
+(64 by default; 1: every step) and at once when the step's reading is off: `LiveChecker`'s checks
+(reference counts, free queue, its order, the hash map, ghost content by key, salts, finished
+requests, stale keys). A finding raises
 `LiveFinding` ("raise", the default) or is logged and counted in `findings` ("log"). With KV
 events on (`kv_events_config`), it also folds every event the pool published, read in place
 from its queue, and requires them to count exactly the blocks its hash map names (`kv_events`). It loads
@@ -48,7 +51,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, overload
@@ -73,11 +76,12 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     make_block_hash_with_group_id,
     maybe_convert_block_hash,
 )
+from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager  # noqa: E402
 
 from kvsched.integrations.vllm.events import EventWatch, translate  # noqa: E402
 from kvsched.integrations.vllm.hash_map import read_hash_map  # noqa: E402
 from kvsched.integrations.vllm.live import Finding, Held, LiveChecker, LiveFinding, PoolView  # noqa: E402
-from kvsched.spec.kv_events import DEVICE, Entry  # noqa: E402
+from kvsched.integrations.vllm.live_delta import WHOLE_EVERY, DeltaChecker  # noqa: E402
 
 logger = logging.getLogger(__name__)
 ON_FINDING = ("raise", "log")
@@ -167,27 +171,94 @@ def published_key(key: bytes) -> tuple[Any, int]:
 def read_view(manager: Any, requests: dict[str, Any], copies: Copies | None = None) -> PoolView:
     """vLLM's manager and pool as a `PoolView`; `requests` maps the live requests' ids to them,
     `copies` says what connectors have in flight on the pool."""
-    pool = manager.block_pool
-    held = []
-    for single in manager.coordinator.single_type_managers:
-        group = single.kv_cache_group_id
-        keyed = single.block_size == pool.hash_block_size  # else its keys are not one per block
-        for request_id, table in single.req_to_blocks.items():
-            request = requests.get(request_id)
-            salt = None if request is None else (request.cache_salt, getattr(request.lora_request, "lora_int_id", 0))
-            held.append(
-                Held(
-                    request_id=request_id,
-                    group=group,
-                    blocks=tuple(map(BLOCK_ID, table)),
-                    cached=single.num_cached_block.get(request_id, 0),
-                    keys=GroupKeys(request.block_hashes, group) if request is not None and keyed else (),
-                    tokens=() if request is None else request.all_token_ids,
-                    block_size=single.block_size,
-                    salt=salt,
-                )
-            )
-    return read_pool(pool, tuple(held), copies or Copies())
+    held = [
+        read_held(single, request_id, table, requests, manager.block_pool.hash_block_size)
+        for single in manager.coordinator.single_type_managers
+        for request_id, table in single.req_to_blocks.items()
+    ]
+    return read_pool(manager.block_pool, tuple(held), copies or Copies())
+
+
+def read_held(
+    single: Any, request_id: str, table: Sequence[Any], requests: dict[str, Any], hash_block_size: int
+) -> Held:
+    """One request's table in one of vLLM's single-type managers, as the checker reads it."""
+    group = single.kv_cache_group_id
+    request = requests.get(request_id)
+    keyed = single.block_size == hash_block_size  # else its keys are not one per block
+    return Held(
+        request_id=request_id,
+        group=group,
+        blocks=tuple(map(BLOCK_ID, table)),
+        cached=single.num_cached_block.get(request_id, 0),
+        keys=GroupKeys(request.block_hashes, group) if request is not None and keyed else (),
+        tokens=() if request is None else request.all_token_ids,
+        block_size=single.block_size,
+        salt=None if request is None else (request.cache_salt, getattr(request.lora_request, "lora_int_id", 0)),
+    )
+
+
+class InPlace:
+    """vLLM's manager and pool read in place, block by block (a `live_delta.LivePool`): what the
+    checker reads of a step between its whole checks. A table of a group other than full
+    attention is read as a copy (a sliding window's changes in place: skipped blocks become the
+    null block), so each step compares it whole."""
+
+    def __init__(self, manager: Any, requests: dict[str, Any], copies: Copies) -> None:
+        pool = manager.block_pool
+        self.manager, self.requests, self.copies = manager, requests, copies
+        self.blocks = pool.blocks
+        self.null_block: int = pool.null_block.block_id
+        queue = pool.free_block_queue
+        self.head, self.tail = queue.fake_free_list_head, queue.fake_free_list_tail
+        self.free_count: int = queue.num_free_blocks
+        self.extra = pool.cached_block_hashes_by_block
+        self.cache_map = read_hash_map(pool.cached_block_hash_to_block, RELEASE.map_of_ids)
+        self.pinned, self.storing, self.writing = copies.pinned, copies.storing, copies.writing
+
+    def ref_count(self, block: int) -> int:
+        return int(self.blocks[block].ref_cnt)
+
+    def key(self, block: int) -> bytes | None:
+        return KEY(self.blocks[block])  # type: ignore[no-any-return]
+
+    def carried(self, block: int) -> tuple[bytes, ...]:
+        key, extra = KEY(self.blocks[block]), self.extra.get(block)
+        if not extra:
+            return () if key is None else (key,)
+        return tuple(extra) if key is None else (key, *extra)
+
+    def queue_links(self, block: int) -> tuple[int | None, int | None] | None:
+        entry = self.blocks[block]
+        before = entry.prev_free_block
+        if before is None:
+            return None
+        after = entry.next_free_block
+        return (
+            None if before is self.head else before.block_id,
+            None if after is self.tail or after is None else after.block_id,
+        )
+
+    def groups(self) -> Iterator[tuple[int, Mapping[str, Sequence[object]], Mapping[str, int]]]:
+        for single in self.manager.coordinator.single_type_managers:
+            tables = single.req_to_blocks
+            if not isinstance(single, FullAttentionManager):
+                tables = {request_id: tuple(table) for request_id, table in tables.items()}
+            yield single.kv_cache_group_id, tables, single.num_cached_block
+
+    def block_of(self, entry: object) -> int:
+        return BLOCK_ID(entry)  # type: ignore[no-any-return]
+
+    def held_by(self, request_id: str, group: int) -> Held:
+        single = self.manager.coordinator.single_type_managers[group]
+        table = single.req_to_blocks[request_id]
+        return read_held(single, request_id, table, self.requests, self.manager.block_pool.hash_block_size)
+
+    def whole(self) -> PoolView:
+        return read_view(self.manager, self.requests, self.copies)
+
+    def published(self, key: bytes) -> Hashable:
+        return published_key(key)
 
 
 def read_pool(pool: Any, held: tuple[Held, ...], copies: Copies) -> PoolView:
@@ -214,7 +285,7 @@ class Checking:
     checker on the device pool and one on each host pool beside it, what it found."""
 
     on_finding: str
-    checker: LiveChecker = field(default_factory=LiveChecker)
+    delta: DeltaChecker = field(default_factory=DeltaChecker)
     hosts: dict[int, LiveChecker] = field(default_factory=dict)
     requests: dict[str, Any] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
@@ -227,14 +298,21 @@ class Checking:
         on_finding = str(extra.get("kvsched_on_finding", "raise"))
         if on_finding not in ON_FINDING:
             raise ValueError(f"kvsched_on_finding must be one of {ON_FINDING}, not {on_finding!r}")
-        return cls(on_finding)
+        every = extra.get("kvsched_whole_every", WHOLE_EVERY)
+        if type(every) is not int or every < 1:
+            raise ValueError(f"kvsched_whole_every must be a whole number of steps >= 1, not {every!r}")
+        return cls(on_finding, DeltaChecker(every))
+
+    @property
+    def checker(self) -> LiveChecker:
+        return self.delta.checker
 
     def added(self, request: Any) -> None:
         self.requests[request.request_id] = request
-        self.checker.request_added(request.request_id)
+        self.delta.request_added(request.request_id)
 
     def finished(self, request: Any) -> None:
-        self.checker.request_finished(request.request_id)
+        self.delta.request_finished(request.request_id)
         self.requests.pop(request.request_id, None)
 
     def check(self, manager: Any, offloaders: Iterable[Any] = ()) -> list[Finding]:
@@ -251,14 +329,9 @@ class Checking:
             device.storing += on_device.storing
             device.writing += on_device.writing
             hosts.append((id(offloader), tier.cpu_block_pool, on_host))
-        view = read_view(manager, self.requests, device)
-        findings = self.checker.check(view)
-        if manager.block_pool.enable_kv_cache_events:  # what it published since, against what its map names
-            cached: Counter[Entry] = Counter()
-            for map_key, blocks in view.cache_map.entries():
-                cached[published_key(map_key), DEVICE] += len(blocks)
-            new = self.watch.new(manager.block_pool)
-            findings += self.checker.events(translate(new, published_hash), cached)
+        pool = manager.block_pool
+        events = translate(self.watch.new(pool), published_hash) if pool.enable_kv_cache_events else None
+        findings = self.delta.check(InPlace(manager, self.requests, device), events)
         for key, pool, copies in hosts:
             host = self.hosts.setdefault(key, LiveChecker())
             found = host.check(read_pool(pool, (), copies))

@@ -30,6 +30,9 @@ class IdMapView:
     def pairs(self) -> int:
         return len(self.cache) + sum(len(ids) - 1 for ids in self.dups.values())
 
+    def distinct(self) -> int:
+        return len(self.cache)
+
     def names(self) -> dict[bytes, int] | None:
         return None if self.dups else dict(self.cache)
 
@@ -53,6 +56,9 @@ class MapView:
 
     def pairs(self) -> int:
         return len(self.cache) + sum(len(blocks) - 1 for blocks in self.cache.values() if type(blocks) is dict)
+
+    def distinct(self) -> int:
+        return len(self.cache)
 
     def names(self) -> dict[bytes, int] | None:
         try:

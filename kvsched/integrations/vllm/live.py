@@ -1,7 +1,8 @@
 """What the live checker checks, on a value read from a running pool: no vLLM needed here.
 
-`kvsched.integrations.vllm.checker` reads vLLM's live manager and pool into a `PoolView` at every
-scheduler step (through the KV connector seam) and hands it to a `LiveChecker`, which keeps what
+`kvsched.integrations.vllm.checker` reads vLLM's live manager and pool into a `PoolView`
+(through the KV connector seam; at the steps `kvsched.integrations.vllm.live_delta` sends it to,
+which reads what the other steps changed) and hands it to a `LiveChecker`, which keeps what
 the checks need across steps (each key's ghost content, the blocks it has verified, the finished
 requests) and returns every `Finding`. Each request's cached block is verified when it first
 appears at its place; the ghosts of keys the map no longer names are forgotten once there are
@@ -43,7 +44,7 @@ Each finding names its check, the request and the block. A deliberately broken p
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -125,12 +126,27 @@ class HashMap(Protocol):
         """How many (key, block) pairs it holds."""
         ...
 
+    def distinct(self) -> int:
+        """How many keys it holds."""
+        ...
+
     def names(self) -> Mapping[bytes, int] | None:
         """The map as key -> its block, when every key names one block; else None."""
         ...
 
     def entries(self) -> Iterable[tuple[bytes, Collection[int]]]:
         """Each key with the blocks it names."""
+        ...
+
+
+class Blocks(Protocol):
+    """A pool read block by block: its null block and the keys each block carries."""
+
+    @property
+    def null_block(self) -> int: ...
+
+    def carried(self, block: int) -> tuple[bytes, ...]:
+        """Every key `block` carries."""
         ...
 
 
@@ -162,6 +178,50 @@ class PoolView:
         extra = tuple(self.extra_keys.get(block, ()))
         return extra if key is None else (key, *extra)
 
+    # -- the view as a `kvsched.integrations.vllm.live_delta.LivePool` (read block by block) ----
+
+    def ref_count(self, block: int) -> int:
+        return self.ref_counts[block]
+
+    def key(self, block: int) -> bytes | None:
+        return self.keys[block]
+
+    def queue_links(self, block: int) -> tuple[int | None, int | None] | None:
+        """None when `block` is not in the free queue; else the blocks before and after it there
+        (None at an end)."""
+        if block not in self.free_queue:
+            return None
+        at = self.free_queue.index(block)
+        after = self.free_queue[at + 1] if at + 1 < len(self.free_queue) else None
+        return (self.free_queue[at - 1] if at else None), after
+
+    def groups(self) -> Iterator[tuple[int, Mapping[str, Sequence[object]], Mapping[str, int]]]:
+        """Each cache group: its requests' tables and how many of each one's first blocks are cached."""
+        for group in sorted({held.group for held in self.held}):
+            mine = [held for held in self.held if held.group == group]
+            yield (
+                group,
+                {held.request_id: held.blocks for held in mine},
+                {held.request_id: held.cached for held in mine},
+            )
+
+    def block_of(self, entry: object) -> int:
+        """The block id a table entry names."""
+        assert isinstance(entry, int)
+        return entry
+
+    def held_by(self, request_id: str, group: int) -> Held:
+        """`request_id`'s blocks in `group`, read whole."""
+        return next(held for held in self.held if (held.request_id, held.group) == (request_id, group))
+
+    def whole(self) -> PoolView:
+        """The pool read whole: this view."""
+        return self
+
+    def published(self, key: bytes) -> Hashable:
+        """A key as the pool's KV events name it."""
+        return key
+
 
 @dataclass(slots=True)
 class LiveChecker:
@@ -187,7 +247,7 @@ class LiveChecker:
         """Every finding on `view`."""
         if len(self.ghosts) > GHOSTS_KEPT + 2 * view.cache_map.pairs():
             self._forget_ghosts(view)
-        counts = _table_counts(view)
+        counts = table_counts(view)
         self._remember_stores(view, counts)
         return [
             *_refcounts(view, counts),
@@ -250,7 +310,7 @@ class LiveChecker:
                 )
                 start = next(changed, start)
             for index in range(start, min(held.cached, len(held.blocks), len(held.keys))):
-                finding = self._block_content(view, held, index)
+                finding = self.block_content(view, held, index)
                 if finding is not None:
                     findings.append(finding)
                     break
@@ -258,7 +318,9 @@ class LiveChecker:
                 self.verified[held.request_id, held.group] = held.blocks[: min(held.cached, len(held.keys))]
         return findings
 
-    def _block_content(self, view: PoolView, held: Held, index: int) -> Finding | None:
+    def block_content(self, view: Blocks, held: Held, index: int) -> Finding | None:
+        """`held`'s cached block `index` carries its tokens' key, and that key names the tokens,
+        parent and salt it named when first seen; else the finding."""
         block, key = held.blocks[index], held.keys[index]
         if block == view.null_block:
             return None  # a skipped block (outside a sliding window): nothing to hold
@@ -288,7 +350,7 @@ class LiveChecker:
         ]
 
 
-def _table_counts(view: PoolView) -> list[int]:
+def table_counts(view: PoolView) -> list[int]:
     """How many table entries and connectors' copies hold each block (the null block: its own
     count, unmaintained)."""
     counts = [0] * len(view.ref_counts)

@@ -257,16 +257,46 @@ def kvsched_manager(pages: int, page_size: int) -> VllmManager:
     return VllmManager(pages, page_size, over_kvsched=True)
 
 
-def stale_pool(pages: int, page_size: int) -> VllmPool:
+def stale_pool_class() -> type:
     """A deliberately broken `BlockPool` (must fail): a cached free block taken for new content
-    keeps its hash, so the hash serves KV the block no longer holds."""
-    base = _vllm().block_pool.BlockPool
+    keeps its hash, so the hash serves KV the block no longer holds (vLLM's own assertion fires
+    when the block is cached again)."""
+    pool: Any = importlib.import_module("vllm.v1.core.block_pool")
 
-    class StalePool(base):  # type: ignore[misc,valid-type]
+    class StalePool(pool.BlockPool):  # type: ignore[misc]
         def _maybe_evict_cached_block(self, block: Any) -> bool:
             return False
 
-    return VllmPool(pages, page_size, StalePool)
+    return StalePool
+
+
+def key_outlives_class() -> type:
+    """A deliberately broken `BlockPool` (must fail): as `stale_pool_class`, and the stale key is
+    dropped just before the block is cached again, so vLLM's own assertion never fires: only the
+    content a key names can tell (vLLM #49449's class: a stale block hash makes the wrong prefix
+    hit)."""
+    stale: Any = stale_pool_class()
+
+    class KeyOutlives(stale):  # type: ignore[misc]
+        def cache_full_blocks(
+            self, request: Any, blocks: Any, num_cached_blocks: int, num_full_blocks: int, *args: Any, **kwargs: Any
+        ) -> None:
+            for block in blocks[num_cached_blocks:num_full_blocks]:
+                if block.block_hash is not None:
+                    super(stale, self)._maybe_evict_cached_block(block)
+            super().cache_full_blocks(request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs)
+
+    return KeyOutlives
+
+
+def stale_pool(pages: int, page_size: int) -> VllmPool:
+    """`pool` over `stale_pool_class` (must fail: GHOST, before vLLM's assertion)."""
+    return VllmPool(pages, page_size, stale_pool_class())
+
+
+def key_outlives(pages: int, page_size: int) -> VllmPool:
+    """`pool` over `key_outlives_class` (must fail: GHOST)."""
+    return VllmPool(pages, page_size, key_outlives_class())
 
 
 def restored_pool_class() -> type:
