@@ -30,6 +30,12 @@ class Broken(kvsched_parts.KvschedManager):
     fault = ""
     lost: frozenset[int] = frozenset()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kept: dict[int, object] = {}  # (key_outlives) page -> the key it keeps after its eviction
+        self.seen: dict[int, object] = {}  # (key_outlives) the pages cached when last viewed
+        self.two_cached = 0  # (key_on_two_pages) the views read with two pages cached
+
     def admit(self, request_id: int, tokens: Any) -> int | None:
         if self.fault == "refusal_allocates" and self.pool.free_count() < -(-len(tokens) // self.page_size):
             self.pool.allocate()  # a page taken, and the admission refused anyway
@@ -110,6 +116,16 @@ class Broken(kvsched_parts.KvschedManager):
     def view(self) -> PoolView:
         view = super().view()
         tables = dict(view.tables)
+        if self.fault == "key_on_two_pages" and len(view.cached) >= 2:  # once read right, the last page's key
+            self.two_cached += 1  # is the first's: a key names a page of other content
+            if self.two_cached > 1:
+                return replace(view, cached={**view.cached, max(view.cached): view.cached[min(view.cached)]})
+        if self.fault == "key_outlives":  # vLLM's stale pool: a cached page handed out keeps its key
+            held = {page for table in tables.values() for page in table}
+            kept = {**self.kept, **self.seen}.items()
+            self.kept = {page: key for page, key in kept if page in held and page not in view.cached}
+            self.seen = dict(view.cached)
+            return replace(view, cached={**self.kept, **view.cached})
         if self.fault == "leak" and self.lost:
             return PoolView(view.holders, view.free - self.lost, tables, view.cached)
         if self.fault == "host_key_twice" and view.host and view.host_free:  # a key re-demoted, the old copy kept
@@ -218,6 +234,8 @@ leak = broken("leak")
 no_copy = broken("no_copy")
 stored_after_removed = broken("stored_after_removed")
 reset_unpublished = broken("reset_unpublished")
+key_outlives = broken("key_outlives")
+key_on_two_pages = broken("key_on_two_pages")
 
 
 def free_drops_leases(pages: int, page_size: int) -> Broken:
@@ -407,6 +425,13 @@ def finished_while_loading(machine: SafetyMachine) -> None:
     machine.submit(7, (1,) * (2 * machine.pages))
 
 
+def cache_two_pages(machine: SafetyMachine) -> None:
+    """A prompt of two whole pages and one token: both pages cached, then a token decoded (nothing
+    read from them by a prefix hit)."""
+    machine.submit(1, (0, 1, 2, 3, 4))
+    machine.decode(1)
+
+
 def cache_then_reset(machine: SafetyMachine) -> None:
     """A prompt cached, finished, then the cache reset."""
     machine.submit(1, (0, 1, 2))
@@ -438,6 +463,8 @@ MANAGERS: dict[str, BrokenManager] = {
     for manager in (
         BrokenManager("full_hit", full_hit, kvsched_parts.manager, both_submit_the_same, FailureKind.FULL_HIT),
         BrokenManager("unwritten_hit", unwritten_hit, kvsched_parts.manager, both_submit_the_same, FailureKind.GHOST),
+        BrokenManager("key_outlives", key_outlives, kvsched_parts.manager, cache_then_evict, FailureKind.GHOST),
+        BrokenManager("key_on_two_pages", key_on_two_pages, kvsched_parts.manager, cache_two_pages, FailureKind.GHOST),
         BrokenManager("holder_count", holder_count, kvsched_parts.manager, both_submit_the_same, FailureKind.INVARIANT),
         BrokenManager(
             "refusal_allocates",

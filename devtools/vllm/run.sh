@@ -114,9 +114,18 @@ kvsched_check kvsched.testing.adapters.vllm:manager --examples 9000
 step "safety: kvsched's pool through vLLM's pool API, and vLLM's KVCacheManager over it"
 KVSCHED_VLLM_DEBUG=1 kvsched_check kvsched.testing.adapters.vllm:kvsched_pool --examples 9000
 KVSCHED_VLLM_DEBUG=1 kvsched_check kvsched.testing.adapters.vllm:kvsched_manager --examples 9000
-step "safety: a BlockPool that keeps a reused block's hash (must fail)"
-status=0; kvsched_check kvsched.testing.adapters.vllm:stale_pool --examples 300 || status=$?
-[ "$status" -eq 1 ] || { echo "the stale pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }
+must_fail_by() {  # TARGET TEXT: at kvsched check's defaults, seeds 0 to 2, a counterexample whose failure says TEXT
+  local seed status out
+  for seed in 0 1 2; do
+    status=0; out=$(kvsched_check "$1" --seed "$seed" 2>&1) || status=$?
+    if [ "$status" -ne 1 ] || ! grep -q "$2" <<<"$out"; then
+      tail -n 20 <<<"$out"; echo "$1 must fail at seed $seed by: $2 (exit $status)"; exit 1
+    fi
+  done
+}
+step "safety: BlockPools that hand out a cached block keeping its hash, with and without vLLM's assertion (must fail at the defaults by the key check, before vLLM's assertion)"
+must_fail_by kvsched.testing.adapters.vllm:stale_pool "a key that outlives its content"
+must_fail_by kvsched.testing.adapters.vllm:key_outlives "a key that outlives its content"
 step "safety: a BlockPool that publishes an evicted block stored again (vLLM #49125's shape, must fail: KV events)"
 status=0; kvsched_check kvsched.testing.adapters.vllm:restored_pool --examples 300 || status=$?
 [ "$status" -eq 1 ] || { echo "the restored pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }

@@ -79,6 +79,12 @@ with it (vLLM's `cache_salt`, SGLang's `RadixKey.extra_key`): the harness's ghos
 each position's tenant, so a prefix hit that serves another tenant's page is a GHOST failure even
 when the tokens match.
 
+The view's keys are taken to name content (a hash of the tokens, a token path): a key names the
+KV it was first seen cached over, and the harness requires every page cached under it to hold
+that KV (a key that outlives its content is a GHOST failure). With "location_keys", the keys name
+where a page sits instead (SGLang's Rust tree core shows only slot chains), so the same key may
+name other KV once its slots are reused, and that check is off.
+
 With "single_owner" (SGLang's allocators and radix trees: no reference counts), every page not
 reserved has exactly one owner at every step: the allocator's free list, the prefix cache (a
 cached page, which live requests may share while they lock it, evictable once none does), or
@@ -109,6 +115,7 @@ CAPABILITIES = frozenset(
         "promote",
         "async_copies",
         "events",
+        "location_keys",
     }
 )
 TENANTS = 2  # with "tenants": how many tenants the harness's requests belong to

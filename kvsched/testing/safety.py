@@ -12,7 +12,11 @@ Checked after every call (each failure a `CheckFailed` naming its `FailureKind`)
   table; `holders[page]` equals the number of live tables holding it; a free page is held by
   nobody; exactly the live requests have tables.
 - GHOST: every position a request reads (all before the one it computes) holds, in the page
-  its table maps, the KV of exactly its own context (a prefix hit serves only such pages).
+  its table maps, the KV of exactly its own context (a prefix hit serves only such pages); and a
+  key names the KV it was first seen cached over: every page cached under it holds that KV in
+  the slots it then held, and no write changes such a slot of a page still cached under it (a
+  key that outlives its content serves the next prompt KV the page no longer holds; not with
+  "location_keys", whose keys name where a page sits).
 - FULL_HIT: a prefix hit leaves at least one prompt token to compute (its logits are the
   next token's).
 - EXCLUSIVE: a write lands only in a page no other live request holds.
@@ -276,6 +280,7 @@ class SafetyMachine:
         self.copies = CopiesInFlight(self) if "async_copies" in self.capabilities else None
         self.loading: dict[int, int] = {}  # request whose pages are loading -> its tokens computed so far
         self.published: Counter[Entry] = Counter()  # the manager's KV events so far, folded (with "events")
+        self.key_kv: dict[object, dict[int, Context]] = {}  # cache key -> its slots' KV when first seen cached
         if check:
             self.check_start()
 
@@ -285,6 +290,7 @@ class SafetyMachine:
         view = self.manager.view()
         self._require_valid(view)
         self._events(view)
+        self._keys(view)
 
     # -- the verbs ------------------------------------------------------------------------------
 
@@ -609,7 +615,16 @@ class SafetyMachine:
                 FailureKind.EXCLUSIVE,
                 f"request {request_id} writes position {position} into page {page}, which requests {others} hold",
             )
-        self.kv.setdefault(page, {})[position % self.page_size] = self._context(request_id, position)
+        slot, context = position % self.page_size, self._context(request_id, position)
+        key = view.cached.get(page) if "location_keys" not in self.capabilities else None
+        named = self.key_kv.get(key, {}).get(slot) if key is not None else None
+        if named is not None and named != context:
+            self._fail(
+                FailureKind.GHOST,
+                f"request {request_id} writes position {position} into page {page}, which its cache still serves"
+                f" under key {key!r:.60}, first seen over the KV of context {named}: a key that outlives its content",
+            )
+        self.kv.setdefault(page, {})[slot] = context
         self.manager.written(request_id, position + 1)
 
     def _read(self, request_id: int, view: PoolView, stop: int) -> None:
@@ -664,6 +679,8 @@ class SafetyMachine:
             stores = {flight.host_page for flight in self.copies.flights.values() if flight.to_host}
         elif after.view.in_flight:
             self._fail(FailureKind.INVARIANT, "copies are in flight, but the adapter does not declare 'async_copies'")
+        if not isinstance(event, ManagerComplete):  # a copy's end moves the ghost KV first (`_complete`)
+            self._keys(after.view)
         self._events(after.view)
         saving = self.leases or (isinstance(event, ManagerLease) and value is not False)  # an ended one is popped
         pending = after.view.host_pending - stores
@@ -692,6 +709,23 @@ class SafetyMachine:
                 wrong = f"fold to other pages than the view caches: {off}"
             self._fail(FailureKind.EVENTS, f"the events {events!r:.300} {wrong}")
         self.published = cached
+
+    def _keys(self, view: PoolView) -> None:
+        """Every page cached under a key holds, in the slots it held when the key was first seen
+        cached, the KV it held then (a key seen for the first time records its page's KV); not
+        with "location_keys"."""
+        if "location_keys" in self.capabilities:
+            return
+        for page, key in view.cached.items():
+            held = self.kv.get(page, {})
+            named = self.key_kv.setdefault(key, dict(held))
+            off = next((slot for slot, context in named.items() if held.get(slot, context) != context), None)
+            if off is not None:
+                self._fail(
+                    FailureKind.GHOST,
+                    f"page {page} is cached under key {key!r:.60}, first seen over the KV of context {named[off]}"
+                    f" in slot {off}, but holds {held.get(off)} there",
+                )
 
     def _require_valid(self, view: PoolView) -> None:
         """The view's invariants, before the harness reads or writes through it."""
@@ -734,6 +768,7 @@ class SafetyMachine:
         if copy_id in view.in_flight and view.in_flight[copy_id] == (flight.page, flight.host_page, flight.to_host):
             self._fail(FailureKind.INVARIANT, f"{flight.describe(copy_id)} is still in flight after it completed")
         self.copies.finish(copy_id, flight, bool(ok), result, view)
+        self._keys(view)
 
     def loaded(self, request_id: int) -> None:
         """The request's last load ended: it reads what its pages hold up to the tokens the manager

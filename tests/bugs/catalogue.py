@@ -386,10 +386,18 @@ CATALOGUE: tuple[Bug, ...] = (
     ),
     Bug(
         "evicted-key-stays",
-        "An evicted page is freed but its key still maps to it, so a stale page is served (nano-vllm #163).",
+        "An evicted page is freed but its key still maps to it, so a stale page is served (nano-vllm #163;"
+        " vLLM's BlockPool handing a cached block out with its hash, #49449's class).",
         engine="evict_keeps_key",
         cache="evict_keeps_key",
         reserve_encoding="allocate_keeps_keys",
+        manager="key_outlives",
+    ),
+    Bug(
+        "key-names-another-page",
+        "The prefix cache names a key's content on a page that holds other KV (two pages under one key),"
+        " so a later hit on that key serves it.",
+        manager="key_on_two_pages",
     ),
     Bug(
         "cache-holds-no-reference",

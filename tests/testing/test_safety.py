@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from devtools.broken_managers import MANAGERS
-from kvsched.testing import CheckFailed, SafetyMachine, search_safety
+from devtools.broken_managers import MANAGERS, key_on_two_pages, key_outlives
+from kvsched.testing import CheckFailed, SafetyMachine, safety, search_safety
 from kvsched.testing.adapters import kvsched_parts
+from kvsched.testing.outcome import FailureKind
+from tests.helpers import weakened
 
 
 @pytest.mark.parametrize("name", sorted(MANAGERS))
@@ -115,3 +117,29 @@ def test_a_lease_reads_only_what_its_request_had_written() -> None:
     machine.decode(2)
     machine.end_lease(lease)
     machine.teardown()
+
+
+def ghost_found(machine: SafetyMachine, name: str) -> str | None:
+    """What the ghost check says of the broken manager `name`'s calls (None: nothing)."""
+    try:
+        MANAGERS[name].drive(machine)
+    except CheckFailed as error:
+        return error.failure.detail if error.failure.kind is FailureKind.GHOST else None
+    return None
+
+
+def test_a_key_that_outlives_its_content_is_caught_where_it_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's stale pool in kvsched's parts: the write into a page still cached under its old
+    key is caught, and by nothing else on these calls (the page is cached anew in the same step)."""
+    assert "a key that outlives its content" in (ghost_found(SafetyMachine(key_outlives), "key_outlives") or "")
+    weak = weakened(safety, "if named is not None and named != context:", "if False:", monkeypatch)
+    assert ghost_found(weak.SafetyMachine(key_outlives), "key_outlives") is None
+
+
+def test_a_page_cached_under_another_pages_key_is_caught_after_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A map that names the last cached page under the first's key: no read comes, the after-step
+    check sees it; weakened at the last cached page, it does not (the events' count sees it then)."""
+    assert "is cached under key" in (ghost_found(SafetyMachine(key_on_two_pages), "key_on_two_pages") or "")
+    last = "        for page, key in list(view.cached.items())[:-1]:"
+    weak = weakened(safety, "        for page, key in view.cached.items():", last, monkeypatch)
+    assert ghost_found(weak.SafetyMachine(key_on_two_pages), "key_on_two_pages") is None

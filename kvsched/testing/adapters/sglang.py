@@ -172,6 +172,8 @@ class SglangRadixCache:
         self.tree = (cache_class or (m.RadixCache if tree_core is None else m.UnifiedRadixCache))(params)
         if tree_core is not None and self.tree._tree_core_backend != tree_core:
             raise ValueError(f"SGLang's {tree_core} tree core does not load here ({self.tree._tree_core_backend} did)")
+        if tree_core == "rust":  # its walk shows slot chains, not the tokens: keys name where a page sits
+            self.capabilities = type(self).capabilities | {"location_keys"}
         self.requests: dict[int, Request] = {}
         self.event_keys: dict[int, object] = {}  # an event's block hash -> the view's key of its page
         if events:
