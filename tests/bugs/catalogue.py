@@ -34,7 +34,9 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
   which its proof refutes;
 - `router_index`: a broken router index (`kvsched.testing.index_variants.VARIANTS`, one per upstream
   bug), which the check against the scripted engines catches on a pinned program and the index's
-  explorer in lockstep tells apart (`tests/impl/test_router_index.py`).
+  explorer in lockstep tells apart (`tests/impl/test_router_index.py`);
+- `index_encoding`: a broken z3 encoding of the index's fold (`kvsched.proofs.index_fold.broken`),
+  which its proof refutes.
 
 This module and its golden files live with the tests: none of it is in the wheel.
 """
@@ -76,6 +78,7 @@ class Bug:
     tiers: str | None = None  # a broken tiered cache (host tier, copies, leases, two phases)
     tiers_encoding: str | None = None
     router_index: str | None = None  # a broken router index (KV events folded wrongly)
+    index_encoding: str | None = None  # a broken z3 encoding of the index's fold
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -657,22 +660,26 @@ CATALOGUE: tuple[Bug, ...] = (
         "An engine restarts and its event sequence begins again with no replay; the router's index"
         " keeps the blocks the old process cached (llm-d-router #2853, llm-d-kv-cache #593).",
         router_index="llmd_2853_restart_keeps_blocks",
+        index_encoding="llmd_2853_restart_keeps_blocks",
     ),
     Bug(
         "index-ignores-all-cleared",
         "The router's index ignores AllBlocksCleared: a reset engine's dropped blocks stay routable (aibrix PR #2385).",
         router_index="aibrix_2385_ignores_all_cleared",
+        index_encoding="aibrix_2385_ignores_cleared",
     ),
     Bug(
         "index-folds-foreign-batches",
         "Replay drops the topic frame, so a batch is folded into whichever engine's stream it arrived on"
         " (vLLM #45174).",
         router_index="vllm_45174_folds_foreign_batches",
+        index_encoding="vllm_45174_folds_foreign",
     ),
     Bug(
         "index-folds-across-a-gap",
         "The router's index ignores sequence numbers: a batch after a dropped one is folded as if none were"
         " missing (llm-d-kv-cache #593's class).",
         router_index="llmd_kv_cache_593_folds_across_a_gap",
+        index_encoding="llmd_593_folds_across_a_gap",
     ),
 )

@@ -9,9 +9,9 @@ from types import ModuleType
 import pytest
 import z3
 
-from kvsched.proofs import cache_conservation, engine_slots, reserve_safety, tier_safety
+from kvsched.proofs import cache_conservation, engine_slots, index_fold, reserve_safety, tier_safety
 
-MODELS: tuple[ModuleType, ...] = (engine_slots, cache_conservation, reserve_safety, tier_safety)
+MODELS: tuple[ModuleType, ...] = (engine_slots, cache_conservation, reserve_safety, tier_safety, index_fold)
 TRANSITIONS = [(model, name) for model in MODELS for name in sorted(model.transitions())]
 BROKEN = [(model, name) for model in MODELS for name in sorted(model.broken())]
 

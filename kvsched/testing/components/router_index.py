@@ -239,8 +239,8 @@ ROUTER_INDEX = Component(
     summary="the router's index: each engine's cached set folded from its KV events, gaps and restarts named",
     state=IndexState,
     events=(
-        EventSpec(iev.Deliver, draw=draw_deliver, explore=explore_deliver),
-        EventSpec(iev.Resync, draw=draw_resync, explore=explore_resync),
+        EventSpec(iev.Deliver, z3=("index_fold:deliver",), draw=draw_deliver, explore=explore_deliver),
+        EventSpec(iev.Resync, z3=("index_fold:resync",), draw=draw_resync, explore=explore_resync),
         EventSpec(iev.LongestPrefix, read_only=True, draw=draw_longest_prefix, explore=explore_longest_prefix),
         EventSpec(iev.Route, read_only=True, draw=draw_route, explore=explore_route),
     ),
@@ -253,9 +253,12 @@ ROUTER_INDEX = Component(
         "ci": (IndexConfig(epochs=2, steps=3),),
         "deep": (IndexConfig(),),
     },
-    corpora=(Corpus("router_index", "kvsched.testing.index_variants:VARIANTS"),),
+    corpora=(
+        Corpus("router_index", "kvsched.testing.index_variants:VARIANTS"),
+        Corpus("index_encoding", "kvsched.proofs.index_fold:broken"),
+    ),
     gaps={
-        Z: "no z3 encoding: the index's state is sets of keys per engine, searched exhaustively instead",
+        Z: "a read-only query: the z3 proof (kvsched.proofs.index_fold) covers the views it reads",
         C: "the index has no CrossHair contracts: its machine and explorer check it against the scripted engines",
         S: "safety mode drives a foreign page manager; a foreign index is checked through this component",
     },
