@@ -133,6 +133,9 @@ status=0; kvsched_check kvsched.testing.adapters.vllm:restored_pool --examples 3
 [ "$status" -eq 1 ] || { echo "the restored pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }
 step "safety with a host tier: vLLM's BlockPool with vLLM's CPUOffloadingManager; six broken managers caught by name"
 (cd / && "$py" "$here/offload_teeth.py" --examples 3000 --json "$results/offload.json")
+step "KV events of both tiers: vLLM's BlockPool and CPUOffloadingManager, a reset resetting both (reset_connector=True); with the default reset (device alone) its AllBlocksCleared drops the host tier's keys from the stream (must fail: KV events)"
+kvsched_check kvsched.testing.adapters.vllm_offload:offloaded_events
+must_fail_by kvsched.testing.adapters.vllm_offload:offloaded_events_device_reset "KV events"
 
 step "W1 and W2 through vLLM's KVCacheManager, both pools"
 (cd / && "$py" "$here/bench_pool.py" --repeats 8 --clock cpu --json "$results/bench.json")

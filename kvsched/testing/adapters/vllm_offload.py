@@ -23,7 +23,13 @@ within the call (the harness makes them):
   caches under their hashes (an evicted or reused block ends the run), asks the host again from
   there, no further than the lookup reached, and admits as above.
 - free: `on_request_finished`; reset_cache: the pool's `reset_prefix_cache` alone, as vLLM's
-  scheduler resets by default (`reset_connector=False`): the host tier keeps its chunks.
+  scheduler resets by default (`reset_connector=False`): the host tier keeps its chunks
+  (`offloaded_events` resets both, as `reset_connector=True` does).
+- events (`offloaded_events`, `offloaded_events_device_reset`): the pool's KV events and the host
+  tier's (`enable_events`, `take_events`), its keys on the host tier. A device reset publishes
+  vLLM's `AllBlocksCleared`, which names no medium: folded, it empties the host tier as well, so
+  with the default reset, whose host tier keeps its chunks, the events no longer fold to what
+  is cached (`offloaded_events_device_reset` fails by its events).
 - lease: a connector's save of a request's blocks, as vLLM's offloading connector stores a
   request's computed blocks and vLLM's scheduler holds a finished request's blocks until the
   store is done: the pool's `touch` takes one more reference on each, and the cached blocks
@@ -50,6 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kvsched.spec.kv_events import HOST, KvEvent, Removed, Stored
 from kvsched.testing.adapter import PoolView
 from kvsched.testing.adapters.vllm import VllmPool, pool_view
 
@@ -108,11 +115,25 @@ class VllmOffloaded(VllmPool):
 
     capabilities = frozenset({"atomic", "reset_cache", "demote", "promote", "lease", "end_lease", "lookup", "commit"})
 
-    def __init__(self, pages: int, page_size: int, host_pages: int | None = None, host_class: Any = None) -> None:
+    def __init__(
+        self,
+        pages: int,
+        page_size: int,
+        host_pages: int | None = None,
+        host_class: Any = None,
+        *,
+        events: bool = False,
+        reset_connector: bool = False,
+    ) -> None:
         super().__init__(pages, page_size)
+        if events:
+            self.capabilities = type(self).capabilities | {"events"}
+        self.reset_connector = reset_connector
         self.offload = _offload()
         self.host_pages = pages if host_pages is None else host_pages
-        self.host = (host_class or self.offload.cpu.CPUOffloadingManager)(self.host_pages, cache_policy="lru")
+        self.host = (host_class or self.offload.cpu.CPUOffloadingManager)(
+            self.host_pages, cache_policy="lru", enable_events=True
+        )
         self.contexts: dict[int, Any] = {}  # each live request's offloading context
         self._promoted: dict[int, list[tuple[int, int]]] = {}  # the last admission's (host page, page) copies
         self._stores = 0  # demotions so far: each store has its own context
@@ -254,6 +275,25 @@ class VllmOffloaded(VllmPool):
         self._promoted.pop(request_id, None)
         self.host.on_request_finished(self.contexts.pop(request_id))
 
+    def reset_cache(self) -> bool:
+        """The pool's `reset_prefix_cache`; with `reset_connector`, once it succeeds, the host
+        tier's `reset_cache` too (the scheduler's `reset_prefix_cache(reset_connector=True)`)."""
+        reset = super().reset_cache()
+        if reset and self.reset_connector:
+            self.host.reset_cache()
+        return reset
+
+    def events(self) -> list[KvEvent]:
+        """The pool's KV events, then the host tier's (`take_events`: one `OffloadingEvent` a
+        batch of keys stored or removed, each key as the view's host names it)."""
+        host: list[KvEvent] = []
+        for event in self.host.take_events():
+            for key in event.keys:
+                host.append(
+                    Removed(bytes(key), HOST) if event.removed else Stored(bytes(key), None, self.page_size, HOST)
+                )
+        return [*super().events(), *host]
+
     def view(self) -> PoolView:
         tables = {rid: tuple(block.block_id for block in blocks) for rid, (_, blocks) in self.requests.items()}
         host = self.host
@@ -277,3 +317,15 @@ def offloaded(pages: int, page_size: int) -> VllmOffloaded:
     """vLLM's `BlockPool` with vLLM's `CPUOffloadingManager` as its host tier (as many chunks as
     blocks), as installed."""
     return VllmOffloaded(pages, page_size)
+
+
+def offloaded_events(pages: int, page_size: int) -> VllmOffloaded:
+    """`offloaded` publishing both tiers' KV events, a reset resetting both tiers."""
+    return VllmOffloaded(pages, page_size, events=True, reset_connector=True)
+
+
+def offloaded_events_device_reset(pages: int, page_size: int) -> VllmOffloaded:
+    """`offloaded` publishing both tiers' KV events, a reset resetting the device alone (vLLM's
+    default): its `AllBlocksCleared` drops the host tier's keys from the stream, not from the
+    tier (fails by its events)."""
+    return VllmOffloaded(pages, page_size, events=True)
