@@ -88,11 +88,16 @@ def fold(x: Index, held: z3.ArrayRef, batch: Int, *, cleared: bool = True) -> z3
     """`held` after batch `batch`'s events (`cleared` False: the broken form that skips `Cleared`,
     folding a reset's stores onto what it held)."""
     k = z3.Int("k")
-    before, after = published(x, batch - 1), x.history[batch]
-    removed, stored = z3.And(before[k], z3.Not(after[k])), z3.And(z3.Not(before[k]), after[k])
-    incremental = z3.If(removed, False, z3.If(stored, True, held[k]))
+    after = x.history[batch]
     reset = after[k] if cleared else z3.Or(held[k], after[k])
-    return z3.Lambda([k], z3.If(x.resets[batch], reset, incremental))
+    return z3.Lambda([k], z3.If(x.resets[batch], reset, _changed(held, published(x, batch - 1), after, k)))
+
+
+def _changed(held: z3.ArrayRef, before: z3.ArrayRef, after: z3.ArrayRef, k: Int) -> Bool:
+    """Entry `k` of `held` after the events that take `before` to `after` without a reset: each
+    entry gone removed, each new one stored."""
+    removed, stored = z3.And(before[k], z3.Not(after[k])), z3.And(z3.Not(before[k]), after[k])
+    return z3.If(removed, False, z3.If(stored, True, held[k]))
 
 
 def invariant(x: Index, bounded: bool = False) -> Bool:
@@ -158,10 +163,7 @@ def deliver(
 def deliver_foreign(x: Index, y: Index, before: z3.ArrayRef, after: z3.ArrayRef) -> Bool:
     """The broken form that folds another engine's batch (any sets) as this engine's next."""
     k = z3.Int("k")
-    held = z3.Lambda(
-        [k],
-        z3.If(z3.And(before[k], z3.Not(after[k])), False, z3.If(z3.And(z3.Not(before[k]), after[k]), True, x.v_set[k])),
-    )
+    held = z3.Lambda([k], _changed(x.v_set, before, after, k))
     return z3.And(
         z3.Not(x.v_stale),
         x.v_epoch == x.epoch,

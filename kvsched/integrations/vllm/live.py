@@ -267,14 +267,7 @@ class LiveChecker:
         events = list(events)
         folded = fold_counted(self.published, events)
         self.published = cached
-        if folded == cached:
-            return []
-        if folded is None:
-            detail = f"the events {events!r:.300} remove a block no event stored"
-        else:
-            off = sorted(((folded - cached) + (cached - folded)).items(), key=repr)[:4]
-            detail = f"the events fold to other blocks than the hash map names: {off}"
-        return [Finding("kv_events", None, None, detail)]
+        return events_findings(folded, cached, events)
 
     def _remember_stores(self, view: PoolView, counts: list[int]) -> None:
         """The blocks a store read out of every table, while they keep that key and stay out of
@@ -348,6 +341,20 @@ class LiveChecker:
             for held in view.held
             if held.request_id in self.finished and held.blocks
         ]
+
+
+def events_findings(folded: Counter[Entry] | None, cached: Counter[Entry], events: object = "") -> list[Finding]:
+    """The `kv_events` finding, if any: the events folded (None: one removed a block no event
+    stored) against `cached`, the blocks the hash map names under each key."""
+    folded = None if folded is None else +folded
+    if folded == cached:
+        return []
+    if folded is None:
+        detail = f"the events {events!r:.300} remove a block no event stored"
+    else:
+        off = sorted(((folded - cached) + (cached - folded)).items(), key=repr)[:4]
+        detail = f"the events fold to other blocks than the hash map names: {off}"
+    return [Finding("kv_events", None, None, detail)]
 
 
 def table_counts(view: PoolView) -> list[int]:

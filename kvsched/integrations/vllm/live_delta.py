@@ -35,7 +35,16 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, S
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kvsched.integrations.vllm.live import Blocks, Finding, HashMap, Held, LiveChecker, PoolView, table_counts
+from kvsched.integrations.vllm.live import (
+    Blocks,
+    Finding,
+    HashMap,
+    Held,
+    LiveChecker,
+    PoolView,
+    events_findings,
+    table_counts,
+)
 from kvsched.spec.kv_events import DEVICE, Cleared, Entry, KvEvent, Stored
 
 WHOLE_EVERY = 64  # steps between whole checks, by default
@@ -89,7 +98,8 @@ class LivePool(Blocks, Protocol):
 
 @dataclass(slots=True)
 class _Table:
-    """A request's table as last read: the pool's object, its length, cached count and blocks."""
+    """A request's table as last read: the pool's object, its cached count, its blocks (their
+    number is the table's length then), and the step that read it."""
 
     source: Sequence[object]
     cached: int
@@ -153,14 +163,7 @@ class DeltaChecker:
                     name = pool.published(key)
                 self.published_as[key] = name
                 cached[name, DEVICE] += len(blocks)
-            published = +self.checker.published
-            if contradicted:
-                detail = "the events remove a block no event stored"
-                findings.append(Finding("kv_events", None, None, detail))
-            elif published != cached:
-                off = sorted(((published - cached) + (cached - published)).items(), key=repr)[:4]
-                detail = f"the events fold to other blocks than the hash map names: {off}"
-                findings.append(Finding("kv_events", None, None, detail))
+            findings += events_findings(None if contradicted else self.checker.published, cached)
             self.checker.published = cached
         self._resync(pool, view)
         self.whole_checks += 1
