@@ -366,3 +366,57 @@ def not_written(page: int) -> NotWritten:
 def malformed_events(why: str) -> InvalidArgument:
     """A batch, snapshot or event is not well formed."""
     return InvalidArgument(f"malformed KV events: {why}")
+
+
+# -- KV groups (sliding windows, recurrent state, drafts) ---------------------------------------
+
+
+def bad_layout(why: str) -> InvalidConfig:
+    """A layout of KV groups that cannot be built; nothing is."""
+    return InvalidConfig(f"KV groups: {why}")
+
+
+def drafts_pending(request_id: int) -> InvalidState:
+    return InvalidState(
+        f"request {request_id} has draft tokens awaiting accept: nothing else runs for it first",
+        request_id=request_id,
+    )
+
+
+def not_sampling(request_id: int, left: int) -> InvalidState:
+    return InvalidState(
+        f"request {request_id} has {left} known tokens left to compute and no drafts: nothing was sampled",
+        request_id=request_id,
+    )
+
+
+def bad_count(request_id: int, count: int, left: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"request {request_id} cannot compute {count} tokens: {left} of its known tokens are left",
+        request_id=request_id,
+    )
+
+
+def bad_drafts(request_id: int, drafts: int, limit: int, rest: bool) -> InvalidArgument:
+    where = "" if rest else ", and drafts follow a pass over every known token left"
+    return InvalidArgument(
+        f"request {request_id} cannot write {drafts} draft tokens: at most {limit}{where}", request_id=request_id
+    )
+
+
+def pass_too_long(request_id: int, tokens: int, limit: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"request {request_id}'s pass computes {tokens} tokens; a pass computes at most {limit}", request_id=request_id
+    )
+
+
+def bad_accept(request_id: int, accepted: int, drafts: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"request {request_id} cannot keep {accepted} drafts: it wrote {drafts}", request_id=request_id
+    )
+
+
+def too_many_tokens(request_id: int, tokens: int, limit: int) -> InvalidArgument:
+    return InvalidArgument(
+        f"request {request_id} would hold {tokens} tokens; the layout allows {limit}", request_id=request_id
+    )

@@ -15,6 +15,8 @@ harness really drives and fails on a gap not explained.
     MANAGER  a foreign page manager in safety mode, through its adapter's view
     TIERS    the tiered cache: device and host pages, copies in flight, leases, two-phase admission
     ROUTER_INDEX  the router's index: each engine's cached set folded from its KV events
+    GROUPS   KV of more than one kind: full, sliding-window and chunked attention groups over one
+             pool, recurrent states and their snapshots, speculative drafts
 
 A new event touches its spec module (the event, whose `perform` makes its call) and its component's
 module (its entry); a new component, its spec modules, its module here and `COMPONENTS`.
@@ -26,6 +28,7 @@ from typing import Any
 
 from kvsched.testing.component import Component
 from kvsched.testing.components.engine import ENGINE
+from kvsched.testing.components.groups import GROUPS
 from kvsched.testing.components.manager import MANAGER
 from kvsched.testing.components.reserve import RESERVE
 from kvsched.testing.components.router_index import ROUTER_INDEX
@@ -35,6 +38,7 @@ from kvsched.testing.components.tiers import TIERS
 __all__ = [
     "COMPONENTS",
     "ENGINE",
+    "GROUPS",
     "MANAGER",
     "RESERVE",
     "ROUTER_INDEX",
@@ -43,7 +47,7 @@ __all__ = [
     "component_of",
 ]
 
-COMPONENTS: tuple[Component, ...] = (SYSTEM, ENGINE, RESERVE, MANAGER, TIERS, ROUTER_INDEX)
+COMPONENTS: tuple[Component, ...] = (SYSTEM, ENGINE, RESERVE, MANAGER, TIERS, ROUTER_INDEX, GROUPS)
 
 _BY_EVENT: dict[type[Any], Component] = {entry.event: c for c in COMPONENTS for entry in c.events}
 

@@ -36,7 +36,11 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
   bug), which the check against the scripted engines catches on a pinned program and the index's
   explorer in lockstep tells apart (`tests/impl/test_router_index.py`);
 - `index_encoding`: a broken z3 encoding of the index's fold (`kvsched.proofs.index_fold.broken`),
-  which its proof refutes.
+  which its proof refutes;
+- `groups`: broken KV groups (`kvsched.testing.group_variants.VARIANTS`, one per upstream hybrid-KV
+  bug), which its named check catches on a pinned program (`tests/impl/test_kv_groups.py`: the
+  check is the test's `PROGRAMS` entry; the explorer or the machine in lockstep finds seven of them
+  unaided).
 
 This module and its golden files live with the tests: none of it is in the wheel.
 """
@@ -79,6 +83,7 @@ class Bug:
     tiers_encoding: str | None = None
     router_index: str | None = None  # a broken router index (KV events folded wrongly)
     index_encoding: str | None = None  # a broken z3 encoding of the index's fold
+    groups: str | None = None  # broken KV groups (windows, recurrent state, drafts)
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -681,5 +686,62 @@ CATALOGUE: tuple[Bug, ...] = (
         " missing (llm-d-kv-cache #593's class).",
         router_index="llmd_kv_cache_593_folds_across_a_gap",
         index_encoding="llmd_593_folds_across_a_gap",
+    ),
+    # -- KV of more than one kind: windows, recurrent state, drafts ------------------------------------
+    Bug(
+        "hybrid-free-loses-group-order",
+        "The deferred-free path of a hybrid cache lets the groups' pages go in another order: the eviction"
+        " order is not the one specified (vLLM #48489).",
+        groups="vllm_48489_free_loses_group_order",
+    ),
+    Bug(
+        "hybrid-hit-from-one-group",
+        "The hybrid coordinator takes a prefix hit from one full-attention group and hands its pages to a group"
+        " that cannot serve the prefix (vLLM PR #50457).",
+        groups="vllm_50457_hit_from_the_first_full_group",
+    ),
+    Bug(
+        "drafter-left-out-of-the-hit",
+        "A prefix hit ignores the drafter's group: the drafter reads KV never written for the restored tokens"
+        " (vLLM PR #47926).",
+        groups="vllm_47926_drafter_left_out_of_the_hit",
+    ),
+    Bug(
+        "recurrent-snapshot-off-its-boundary",
+        "With speculative decoding, a recurrent state is cached after it consumed drafts, under the accepted"
+        " tokens' key: a later hit resumes the wrong state (vLLM #53912 / PR #47861).",
+        groups="vllm_53912_snapshot_off_its_boundary",
+    ),
+    Bug(
+        "window-page-released-twice",
+        "A page leaving a sliding window is let go but stays in the table, and is let go again (SGLang #24153).",
+        groups="sglang_24153_window_page_released_twice",
+    ),
+    Bug(
+        "window-frees-a-cached-page",
+        "A page leaving a sliding window is freed though the cache still holds it (SGLang PR #27586).",
+        groups="sglang_27586_window_frees_a_cached_page",
+    ),
+    Bug(
+        "rejected-hit-keeps-its-holds",
+        "A longer prefix the first group matched and a later group rejected keeps its holds: nothing rolls"
+        " the first group back (SGLang PR #29349 / #29351).",
+        groups="sglang_29349_rejected_hit_keeps_its_holds",
+    ),
+    Bug(
+        "state-copy-drops-window-holds",
+        "Copying a recurrent snapshot for a hit lets go of the window pages the request attached (SGLang PR"
+        " #27038 / #28161).",
+        groups="sglang_27038_state_copy_drops_window_holds",
+    ),
+    Bug(
+        "null-page-freed",
+        "A freed window table lets go of its null entries: the reserved page 0 is freed (SGLang PR #38269).",
+        groups="sglang_38269_null_page_freed",
+    ),
+    Bug(
+        "truncation-touches-group-zero",
+        "Rejecting drafts truncates only the first group; the others keep the rejected pages (UCM PR #1059).",
+        groups="ucm_1059_truncation_touches_group_zero",
     ),
 )

@@ -14,6 +14,7 @@ import pytest
 
 from devtools import coverage_page
 from kvsched.spec import events as ev
+from kvsched.spec import group_events as gev
 from kvsched.spec import index_events as iev
 from kvsched.spec import reserve_events as rev
 from kvsched.spec import tier_events as tev
@@ -26,7 +27,7 @@ def test_every_event_is_registered_once() -> None:
     assert len(registered) == len(set(registered))
     assert set(registered) == set(ev.EVENTS) | set(rev.RESERVE_EVENTS) | set(tev.TIER_EVENTS) | set(
         iev.INDEX_EVENTS
-    ) | set(MANAGER.event_types())
+    ) | set(gev.GROUP_EVENTS) | set(MANAGER.event_types())
     assert all(component_of(object.__new__(event_type)) for event_type in registered)
 
 
