@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -320,3 +321,9 @@ def test_the_window_arithmetic_is_the_proofs() -> None:
                 assert first_read(Window(tokens), q) == max(0, q - tokens + 1)
                 assert first_read(Chunked(tokens), q) == q // tokens * tokens
                 assert first_kept(Window(tokens), q, size) == max(0, q - tokens + 1) // size
+
+
+def test_the_example_in_the_docs_runs() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "groups.md").read_text()
+    block = page.split("```python\n")[1]
+    exec(compile(block[: block.index("```")], "docs/groups.md", "exec"), {})
