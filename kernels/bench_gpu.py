@@ -45,6 +45,7 @@ def measure_gpu(requests: int, context: int, repeats: int, peak_gbps: float, see
         float(scale),
     )
     device = {name: cuda.to_device(array) for name, array in batch.items()}
+    starts = cuda.to_device(np.zeros(requests, dtype=np.int32))  # full attention: from position 0
     out = cuda.device_array(batch["q"].shape, dtype=np.float32)
     blocks = requests * shape.kv_heads
 
@@ -56,6 +57,7 @@ def measure_gpu(requests: int, context: int, repeats: int, peak_gbps: float, see
             device["block_table"],
             device["table_offsets"],
             device["context_lens"],
+            starts,
             scale,
             out,
         )

@@ -144,6 +144,7 @@ def paged_attention_kernel(
     block_table: Any,  # [entries] uint32, every reachable entry validated < pages
     table_offsets: Any,  # [queries] int32
     context_lens: Any,  # [queries] int32, >= 1
+    context_starts: Any,  # [queries] int32, below context_lens: the first position each reads
     scale: float,
     out: Any,  # [queries, q_heads, head_dim] float32, written
 ) -> None:
@@ -176,7 +177,7 @@ def paged_attention_kernel(
     for slot in range(OUTPUTS_PER_THREAD):
         acc[slot] = 0.0
 
-    for start in range(0, context_len, TILE):
+    for start in range(context_starts[query], context_len, TILE):
         valid = min(TILE, context_len - start)
         cuda.syncthreads()  # the previous tile's readers are done (and q_tile/stats are set)
         stage_tile(k_cache, block_table, table_offset, kv_head, start, context_len, k_tile)
@@ -206,13 +207,16 @@ def launch_paged_attention(
     context_lens: Any,  # [queries] integer >= 1, host
     scale: float,
     table_lengths: Any = None,  # [queries] integer, host, or None
+    context_starts: Any = None,  # [queries] integer, host, or None (all 0)
 ) -> np.ndarray[Any, np.dtype[np.float32]]:  # [queries, q_heads, head_dim] float32, host
     """Validate, move the small per-round inputs to the device, launch, and copy the output back.
 
     Caches already on the device stay there (that is where a serving loop keeps them); host caches
     are copied up for this call. Raises `ValueError` before any transfer or launch on a bad input.
     """
-    offsets, lens = check_attention(q, k_cache, v_cache, block_table, table_offsets, context_lens, scale, table_lengths)
+    offsets, lens, starts = check_attention(
+        q, k_cache, v_cache, block_table, table_offsets, context_lens, scale, table_lengths, context_starts
+    )
     queries, q_heads, head_dim = q.shape
     out = np.empty((queries, q_heads, head_dim), dtype=np.float32)
     if queries == 0:
@@ -227,6 +231,7 @@ def launch_paged_attention(
         cuda.to_device(block_table),
         cuda.to_device(offsets),
         cuda.to_device(lens),
+        cuda.to_device(starts),
         np.float32(scale),
         device_out,
     )

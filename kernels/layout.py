@@ -201,8 +201,11 @@ def check_attention(
     context_lens: Any,  # [queries] integer >= 1
     scale: float,
     table_lengths: Any = None,  # [queries] integer, or None
-) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
-    """Validate a paged-attention call; returns `(table_offsets, context_lens)` as int32."""
+    context_starts: Any = None,  # [queries] integer in [0, context_len), or None (all 0)
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Validate a paged-attention call; returns `(table_offsets, context_lens, context_starts)` as
+    int32. Only the entries of positions `[context_start, context_len)` must name pages: a
+    window's entries before its start (the null page, or anything) are never read."""
     check_array("q", q, (np.dtype(np.float32),), 3)
     pages, page_size, kv_heads, head_dim = check_cache_pair(k_cache, v_cache)
     queries, q_heads, q_dim = (int(n) for n in q.shape)
@@ -215,8 +218,20 @@ def check_attention(
     offsets = check_index_vector("table_offsets", table_offsets, queries, low=0)
     lens = check_index_vector("context_lens", context_lens, queries, low=1)
     lengths = None if table_lengths is None else check_index_vector("table_lengths", table_lengths, queries, low=0)
-    check_reachable_pages(block_table, offsets, np.zeros_like(lens), lens, page_size, pages, lengths)
-    return offsets, lens
+    starts = (
+        np.zeros(queries, dtype=np.int32)
+        if context_starts is None
+        else check_index_vector("context_starts", context_starts, queries, low=0)
+    )
+    empty = np.flatnonzero(starts.astype(np.int64) >= lens.astype(np.int64))
+    if empty.size:
+        i = int(empty[0])
+        raise ValueError(
+            f"context_starts[{i}] = {int(starts[i])} is not below context_lens[{i}] = {int(lens[i])}: "
+            "the query would read no position"
+        )
+    check_reachable_pages(block_table, offsets, starts, lens, page_size, pages, lengths)
+    return offsets, lens, starts
 
 
 def check_append(

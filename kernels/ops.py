@@ -46,12 +46,15 @@ def paged_attention(
     scale: float,
     device: str,
     table_lengths: Any = None,  # [queries] integer: entries each query owns (optional bound)
+    context_starts: Any = None,  # [queries] integer: the first position each query reads (a window's)
 ) -> npt.NDArray[np.float32]:  # [queries, q_heads, head_dim] float32
     """softmax(scale * q K^T) V for every query over its paged context, with grouped-query heads
     (q head h reads kv head h // (q_heads // kv_heads)).
 
     Decode is one query per request with `context_len = position + 1`; a chunk of prefill is
-    several queries sharing one table offset, each with its own `context_len` (causal).
+    several queries sharing one table offset, each with its own `context_len` (causal). A
+    sliding window or chunked local attention reads from `context_starts` on (default 0): the
+    entries before it are never read, so they may hold the null page.
     Raises `ValueError` naming the query and table entry if any reachable entry is unmapped or
     outside the cache, and on any dtype, shape or contiguity mismatch.
     """
@@ -60,18 +63,29 @@ def paged_attention(
         from kvsched.kernels.cuda_attention import launch_paged_attention
 
         return launch_paged_attention(
-            q, k_cache, v_cache, block_table, table_offsets, context_lens, scale, table_lengths
+            q, k_cache, v_cache, block_table, table_offsets, context_lens, scale, table_lengths, context_starts
         )
     _require_host(k_cache, v_cache)
-    offsets, lens = check_attention(q, k_cache, v_cache, block_table, table_offsets, context_lens, scale, table_lengths)
+    offsets, lens, starts = check_attention(
+        q, k_cache, v_cache, block_table, table_offsets, context_lens, scale, table_lengths, context_starts
+    )
     if kind == "numpy":
-        return oracle.paged_attention_oracle(q, k_cache, v_cache, block_table, offsets, lens, scale)
+        return oracle.paged_attention_oracle(q, k_cache, v_cache, block_table, offsets, lens, scale, starts)
     out = np.empty(q.shape, dtype=np.float32)
     if q.shape[0]:
-        order = np.argsort(-lens.astype(np.int64), kind="stable")  # longest first: the cores finish together
+        order = np.argsort(starts.astype(np.int64) - lens, kind="stable")  # longest first: the cores finish together
         with parallel_chunksize(1):
             twins.paged_attention_twin(
-                q, _numba_view(k_cache), _numba_view(v_cache), block_table, offsets, lens, float(scale), order, out
+                q,
+                _numba_view(k_cache),
+                _numba_view(v_cache),
+                block_table,
+                offsets,
+                lens,
+                starts,
+                float(scale),
+                order,
+                out,
             )
     return out
 

@@ -38,13 +38,16 @@ def paged_attention_oracle(
     table_offsets: I32,  # [queries] int32
     context_lens: I32,  # [queries] int32
     scale: float,
+    context_starts: I32 | None = None,  # [queries] int32 (None: all 0)
 ) -> F32:  # [queries, q_heads, head_dim] float32
-    """softmax(scale * q k^T) v over positions `< context_len`, q head h reading kv head h // group."""
+    """softmax(scale * q k^T) v over positions `[context_start, context_len)`, q head h reading kv
+    head h // group."""
     queries, q_heads, head_dim = q.shape
     group = q_heads // k_cache.shape[2]
     out = np.empty((queries, q_heads, head_dim), dtype=np.float32)
     for query in range(queries):
-        positions = np.arange(int(context_lens[query]), dtype=np.int64)
+        first = 0 if context_starts is None else int(context_starts[query])
+        positions = np.arange(first, int(context_lens[query]), dtype=np.int64)
         keys = gather_positions(k_cache, block_table, int(table_offsets[query]), positions)
         values = gather_positions(v_cache, block_table, int(table_offsets[query]), positions)
         keys = np.repeat(keys, group, axis=1)  # [n, q_heads, head_dim]

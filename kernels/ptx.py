@@ -104,7 +104,7 @@ def compile_reports(ptxas: Path | None = None) -> list[KernelReport]:
                 (
                     cuda_attention.paged_attention_kernel,
                     (array(f32, 3), array(cache, 4), array(cache, 4), array(u32, 1), array(i32, 1))
-                    + (array(i32, 1), f32, array(f32, 3)),
+                    + (array(i32, 1), array(i32, 1), f32, array(f32, 3)),
                     cuda_attention.LAUNCH_BOUNDS,
                 ),
                 (

@@ -371,6 +371,7 @@ def paged_attention_twin(
     block_table: Any,  # [entries] uint32
     table_offsets: Any,  # [queries] int32
     context_lens: Any,  # [queries] int32
+    context_starts: Any,  # [queries] int32, below context_lens: the first position each reads
     scale: float,
     order: Any,  # [queries] int: the queries in the order to start them (longest first)
     out: Any,  # [queries, q_heads, head_dim] float32, written
@@ -384,6 +385,8 @@ def paged_attention_twin(
     `eight_rows_per_pass`): four dot products in one pass over the query head (one load of the
     query for four rows; LLVM keeps four vector accumulators), four weighted rows added to the
     accumulator in one pass (one load and store of it for four rows).
+    A query reads from its `context_starts` on: its first page's rows before it are skipped
+    (staged, never scored or weighed), its earlier pages never touched.
     Queries start in `order`; run under `parallel_chunksize(1)` the cores take the next query when
     they finish one, so the longest-first order balances them.
     """
@@ -405,16 +408,18 @@ def paged_attention_twin(
             for d in range(head_dim):
                 scaled_q[head, d] = q[query, head, d] * np.float32(scale)
         pages = (context_len + page_size - 1) // page_size
-        for logical in range(pages):
+        first = context_starts[query]
+        for logical in range(first // page_size, pages):
             page = block_table[offset + logical]
             following = block_table[offset + logical + 1] if logical + 1 < pages else page
             rows = min(page_size, context_len - logical * page_size)
+            low = max(0, first - logical * page_size)  # the rows before the window's start: skipped
             for kv_head in range(kv_heads):
                 if kv_head + 1 < kv_heads:
                     prefetch_block(k_cache, page, kv_head + 1)
                 prefetch_block(v_cache, page, kv_head)
                 stage_block(k_cache, page, kv_head, rows, block)
-                row = 0
+                row = low
                 while eight and row + 8 <= rows:
                     k0 = staged_row(k_cache, page, row, kv_head, block)
                     k1 = staged_row(k_cache, page, row + 1, kv_head, block)
@@ -483,7 +488,7 @@ def paged_attention_twin(
                     row += 1
             for head in range(q_heads):
                 page_max = running_max[head]
-                for row in range(rows):
+                for row in range(low, rows):
                     page_max = max(page_max, scores[head, row])
                 total = running_sum[head]
                 if page_max != running_max[head]:
@@ -492,7 +497,7 @@ def paged_attention_twin(
                     total *= rescale
                     for d in range(head_dim):
                         acc[head, d] *= rescale
-                for row in range(rows):
+                for row in range(low, rows):
                     weight = exp_nonpositive(scores[head, row] - page_max)
                     scores[head, row] = weight
                     total += weight
@@ -503,7 +508,7 @@ def paged_attention_twin(
                 if following != page:
                     prefetch_block(k_cache, following, kv_head)
                 stage_block(v_cache, page, kv_head, rows, block)
-                row = 0
+                row = low
                 while eight and row + 8 <= rows:
                     v0 = staged_row(v_cache, page, row, kv_head, block)
                     v1 = staged_row(v_cache, page, row + 1, kv_head, block)
