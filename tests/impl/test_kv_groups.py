@@ -37,7 +37,15 @@ from kvsched.spec.step import apply
 from kvsched.testing.bounded import bounded
 from kvsched.testing.checks import check_step
 from kvsched.testing.component_machine import machine_for
-from kvsched.testing.components.groups import SMALL, SMALL_RECURRENT, GroupConfig, impl_groups, spec_groups
+from kvsched.testing.components.groups import (
+    CHUNKED,
+    SMALL,
+    SMALL_CHUNKED,
+    SMALL_RECURRENT,
+    GroupConfig,
+    impl_groups,
+    spec_groups,
+)
 from kvsched.testing.group_variants import VARIANTS
 from kvsched.testing.outcome import CheckFailed, CheckFailure, FailureKind, capture
 from kvsched.testing.registry import GROUPS
@@ -143,9 +151,10 @@ READ_WRONG = {  # with the invariants off, the reads themselves go wrong: the gh
 }
 
 
-def test_impl_refines_the_spec() -> None:
+@pytest.mark.parametrize("config", [GroupConfig(), CHUNKED], ids=["window", "chunked"])
+def test_impl_refines_the_spec(config: GroupConfig) -> None:
     CALLS.clear()
-    machine = machine_for(GROUPS, impl_groups, spec_groups, GroupConfig(), tally=CALLS)
+    machine = machine_for(GROUPS, impl_groups, spec_groups, config, tally=CALLS)
     machine.TestCase.settings = bounded(150, 40)  # make test's time: the explorer below is exhaustive
     machine.TestCase().runTest()
     assert CALLS["made"] > 1000 and CALLS["refused"] > 0  # good input and bad reached both
@@ -153,7 +162,9 @@ def test_impl_refines_the_spec() -> None:
 
 @pytest.mark.proof
 @pytest.mark.parametrize(
-    ("config", "states", "transitions"), [(SMALL, 1520, 17_072), (SMALL_RECURRENT, 448, 3_996)], ids=str
+    ("config", "states", "transitions"),
+    [(SMALL, 1520, 17_072), (SMALL_RECURRENT, 448, 3_996), (SMALL_CHUNKED, 724, 6_444)],
+    ids=["window", "recurrent", "chunked"],
 )
 def test_every_state_of_small_groups_refines_the_spec(config: GroupConfig, states: int, transitions: int) -> None:
     result = ComponentExplorer(GROUPS, config, impl_groups, spec_groups).run()

@@ -22,6 +22,7 @@ from kvsched.spec import group_events as gev
 from kvsched.spec.kv_groups import (
     GROUP_INVARIANTS,
     NULL,
+    Chunked,
     Full,
     GroupState,
     KvGroups,
@@ -219,8 +220,31 @@ SMALL_RECURRENT = GroupConfig(  # a full group and a recurrent one: its state an
     requests=1,
     tokens=(2,),
 )
+SMALL_CHUNKED = GroupConfig(  # chunks of two and a recurrent group
+    Layout((Chunked(2), Recurrent()), page_size=1, pages=4, state_slots=2, draft_tokens=1, step_tokens=2, max_tokens=3),
+    prompts=((1, 2), (1, 3)),
+    requests=1,
+    tokens=(2,),
+)
+CHUNKED = GroupConfig(  # the machine's other layout: full, chunked and recurrent groups
+    Layout(
+        (Full(), Chunked(4), Recurrent()),
+        page_size=2,
+        pages=9,
+        state_slots=3,
+        draft_tokens=2,
+        step_tokens=4,
+        max_tokens=10,
+    )
+)
 DEEP = (
     GroupConfig(  # SMALL with two token values to draft and sample
+        Layout((Full(), Window(2)), page_size=1, pages=5, draft_tokens=1, step_tokens=2, max_tokens=3),
+        prompts=((1, 2), (1, 3)),
+        requests=2,
+        tokens=(2, 3),
+    ),
+    GroupConfig(  # a window of one position: every page behind it released at once
         Layout((Full(), Window(1)), page_size=1, pages=5, draft_tokens=1, step_tokens=2, max_tokens=3),
         prompts=((1, 2), (1, 3)),
         requests=2,
@@ -252,7 +276,7 @@ GROUPS = Component(
     spec=spec_groups,
     impl=impl_groups,
     checks=(reads_own_tokens,),
-    explored={"ci": (SMALL, SMALL_RECURRENT), "deep": DEEP},
+    explored={"ci": (SMALL, SMALL_RECURRENT, SMALL_CHUNKED), "deep": DEEP},
     drain=drain,
     drained=drained,
     corpora=(Corpus("groups", "kvsched.testing.group_variants:VARIANTS"),),
