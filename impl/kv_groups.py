@@ -28,7 +28,9 @@ from kvsched.spec.kv_groups import (
     first_read,
     holds_at,
     pages_for,
+    require_accept,
     require_layout,
+    require_pass,
     require_tokens,
 )
 
@@ -201,18 +203,8 @@ class KvGroups:
         held = self.requests.get(rid)
         if held is None:
             raise refusals.unknown_request(rid)
-        if held.drafts:
-            raise refusals.drafts_pending(rid)
         layout = self.layout
-        left = len(held.tokens) - held.computed
-        if not 1 <= n <= left:
-            raise refusals.bad_count(rid, n, left)
-        if proposed and (n != left or len(proposed) > layout.draft_tokens):
-            raise refusals.bad_drafts(rid, len(proposed), layout.draft_tokens, n == left)
-        if n + len(proposed) > layout.step_tokens:
-            raise refusals.pass_too_long(rid, n + len(proposed), layout.step_tokens)
-        if len(held.tokens) + len(proposed) > layout.max_tokens:
-            raise refusals.too_many_tokens(rid, len(held.tokens) + len(proposed), layout.max_tokens)
+        require_pass(layout, rid, held.tokens, held.computed, held.drafts, n, proposed)
         start, written = held.computed, held.tokens + proposed
         end = start + n + len(proposed)
         reads = self._reads(held)
@@ -263,13 +255,8 @@ class KvGroups:
         held = self.requests.get(rid)
         if held is None:
             raise refusals.unknown_request(rid)
-        if not held.drafts and held.computed < len(held.tokens):
-            raise refusals.not_sampling(rid, len(held.tokens) - held.computed)
-        if not 0 <= kept <= len(held.drafts):
-            raise refusals.bad_accept(rid, kept, len(held.drafts))
+        require_accept(self.layout, rid, held.tokens, held.computed, held.drafts, kept)
         tokens = held.tokens + held.drafts[:kept] + (sampled,)
-        if len(tokens) > self.layout.max_tokens:
-            raise refusals.too_many_tokens(rid, len(tokens), self.layout.max_tokens)
         computed = held.computed + kept
         keep = pages_for(computed, self.layout.page_size)
         for g, table in enumerate(held.tables):

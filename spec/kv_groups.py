@@ -97,7 +97,9 @@ __all__ = [
     "first_kept",
     "first_read",
     "pages_for",
+    "require_accept",
     "require_layout",
+    "require_pass",
 ]
 
 R = TypeVar("R")
@@ -387,6 +389,35 @@ def _used_snapshot(snapshots: tuple[Snapshot, ...], hit: tuple[int, ...]) -> tup
     return tuple(snap for snap in snapshots if snap.slot not in hit) + used
 
 
+def require_pass(
+    layout: Layout, rid: int, tokens: Tokens, computed: int, pending: Tokens, n: int, drafts: Tokens
+) -> None:
+    """Refuse a pass of `n` known tokens and `drafts` over a request of `tokens`, `computed` of
+    them, with `pending` drafts awaiting accept, unless the layout allows it."""
+    if pending:
+        raise refusals.drafts_pending(rid)
+    left = len(tokens) - computed
+    if not 1 <= n <= left:
+        raise refusals.bad_count(rid, n, left)
+    if drafts and (n != left or len(drafts) > layout.draft_tokens):
+        raise refusals.bad_drafts(rid, len(drafts), layout.draft_tokens, n == left)
+    if n + len(drafts) > layout.step_tokens:
+        raise refusals.pass_too_long(rid, n + len(drafts), layout.step_tokens)
+    if len(tokens) + len(drafts) > layout.max_tokens:
+        raise refusals.too_many_tokens(rid, len(tokens) + len(drafts), layout.max_tokens)
+
+
+def require_accept(layout: Layout, rid: int, tokens: Tokens, computed: int, pending: Tokens, kept: int) -> None:
+    """Refuse keeping `kept` of the `pending` drafts of a request of `tokens`, `computed` of them
+    (and a sample after them), unless it can."""
+    if not pending and computed < len(tokens):
+        raise refusals.not_sampling(rid, len(tokens) - computed)
+    if not 0 <= kept <= len(pending):
+        raise refusals.bad_accept(rid, kept, len(pending))
+    if len(tokens) + kept + 1 > layout.max_tokens:
+        raise refusals.too_many_tokens(rid, len(tokens) + kept + 1, layout.max_tokens)
+
+
 def compute(
     state: GroupState, request_id: object, count: object, drafts: object = ()
 ) -> tuple[GroupState, tuple[Read, ...]]:
@@ -397,18 +428,8 @@ def compute(
     held = holding(state, rid)
     if held is None:
         raise refusals.unknown_request(rid)
-    if held.drafts:
-        raise refusals.drafts_pending(rid)
     layout = state.layout
-    left = len(held.tokens) - held.computed
-    if not 1 <= n <= left:
-        raise refusals.bad_count(rid, n, left)
-    if proposed and (n != left or len(proposed) > layout.draft_tokens):
-        raise refusals.bad_drafts(rid, len(proposed), layout.draft_tokens, n == left)
-    if n + len(proposed) > layout.step_tokens:
-        raise refusals.pass_too_long(rid, n + len(proposed), layout.step_tokens)
-    if len(held.tokens) + len(proposed) > layout.max_tokens:
-        raise refusals.too_many_tokens(rid, len(held.tokens) + len(proposed), layout.max_tokens)
+    require_pass(layout, rid, held.tokens, held.computed, held.drafts, n, proposed)
     start, written = held.computed, held.tokens + proposed
     end = start + n + len(proposed)
     reads = _reads(state, held)
@@ -475,13 +496,8 @@ def accept(state: GroupState, request_id: object, accepted: object, token: objec
     held = holding(state, rid)
     if held is None:
         raise refusals.unknown_request(rid)
-    if not held.drafts and held.computed < len(held.tokens):
-        raise refusals.not_sampling(rid, len(held.tokens) - held.computed)
-    if not 0 <= kept <= len(held.drafts):
-        raise refusals.bad_accept(rid, kept, len(held.drafts))
+    require_accept(state.layout, rid, held.tokens, held.computed, held.drafts, kept)
     tokens = held.tokens + held.drafts[:kept] + (sampled,)
-    if len(tokens) > state.layout.max_tokens:
-        raise refusals.too_many_tokens(rid, len(tokens), state.layout.max_tokens)
     computed = held.computed + kept
     keep = pages_for(computed, state.layout.page_size)
     tables = list(held.tables)
