@@ -85,6 +85,7 @@ proofs: setup
 	$(BIN)/python -m kvsched.proofs.tier_safety
 	$(BIN)/python -m kvsched.proofs.index_fold
 	$(BIN)/python -m kvsched.proofs.window_rules
+	$(BIN)/python -m kvsched.proofs.group_safety
 	$(BIN)/python -m kvsched.proofs.component_explorer
 	$(PYTEST) -q -n auto --dist worksteal -m proof
 

@@ -40,7 +40,9 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
 - `groups`: broken KV groups (`kvsched.testing.group_variants.VARIANTS`, one per upstream hybrid-KV
   bug), which its named check catches on a pinned program (`tests/impl/test_kv_groups.py`: the
   check is the test's `PROGRAMS` entry; the explorer or the machine in lockstep finds seven of them
-  unaided).
+  unaided);
+- `groups_encoding`: a broken z3 encoding of the groups' ownership (`kvsched.proofs.group_safety.broken`),
+  which its proof refutes.
 
 This module and its golden files live with the tests: none of it is in the wheel.
 """
@@ -84,6 +86,7 @@ class Bug:
     router_index: str | None = None  # a broken router index (KV events folded wrongly)
     index_encoding: str | None = None  # a broken z3 encoding of the index's fold
     groups: str | None = None  # broken KV groups (windows, recurrent state, drafts)
+    groups_encoding: str | None = None  # a broken z3 encoding of the groups' ownership
 
 
 CATALOGUE: tuple[Bug, ...] = (
@@ -699,6 +702,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "The hybrid coordinator takes a prefix hit from one full-attention group and hands its pages to a group"
         " that cannot serve the prefix (vLLM PR #50457).",
         groups="vllm_50457_hit_from_the_first_full_group",
+        groups_encoding="vllm_50457_another_groups_page_attached",
     ),
     Bug(
         "drafter-left-out-of-the-hit",
@@ -716,11 +720,13 @@ CATALOGUE: tuple[Bug, ...] = (
         "window-page-released-twice",
         "A page leaving a sliding window is let go but stays in the table, and is let go again (SGLang #24153).",
         groups="sglang_24153_window_page_released_twice",
+        groups_encoding="sglang_24153_window_page_released_twice",
     ),
     Bug(
         "window-frees-a-cached-page",
         "A page leaving a sliding window is freed though the cache still holds it (SGLang PR #27586).",
         groups="sglang_27586_window_frees_a_cached_page",
+        groups_encoding="sglang_27586_window_frees_a_cached_page",
     ),
     Bug(
         "rejected-hit-keeps-its-holds",
@@ -738,6 +744,7 @@ CATALOGUE: tuple[Bug, ...] = (
         "null-page-freed",
         "A freed window table lets go of its null entries: the reserved page 0 is freed (SGLang PR #38269).",
         groups="sglang_38269_null_page_freed",
+        groups_encoding="sglang_38269_null_page_freed",
     ),
     Bug(
         "truncation-touches-group-zero",

@@ -266,10 +266,28 @@ GROUPS = Component(
     state=GroupState,
     events=(
         EventSpec(gev.LookupTokens, read_only=True, gaps={Z: QUERY}, draw=draw_lookup, explore=explore_lookup),
-        EventSpec(gev.AdmitTokens, ids=("request_id",), draw=draw_admit, explore=explore_admit),
-        EventSpec(gev.ForwardPass, ids=("request_id",), draw=draw_compute, explore=explore_compute),
-        EventSpec(gev.AcceptDrafts, ids=("request_id",), draw=draw_accept, explore=explore_accept),
-        EventSpec(gev.Leave, ids=("request_id",), draw=draw_free, explore=explore_free),
+        EventSpec(
+            gev.AdmitTokens,
+            z3=("group_safety:attach",),
+            ids=("request_id",),
+            draw=draw_admit,
+            explore=explore_admit,
+        ),
+        EventSpec(
+            gev.ForwardPass,
+            z3=("group_safety:take", "group_safety:evict", "group_safety:cache", "group_safety:release"),
+            ids=("request_id",),
+            draw=draw_compute,
+            explore=explore_compute,
+        ),
+        EventSpec(
+            gev.AcceptDrafts,
+            z3=("group_safety:release", "group_safety:cache"),
+            ids=("request_id",),
+            draw=draw_accept,
+            explore=explore_accept,
+        ),
+        EventSpec(gev.Leave, z3=("group_safety:release",), ids=("request_id",), draw=draw_free, explore=explore_free),
     ),
     invariants=GROUP_INVARIANTS,
     abstraction=lambda groups: groups.to_spec(),
@@ -279,11 +297,12 @@ GROUPS = Component(
     explored={"ci": (SMALL, SMALL_RECURRENT, SMALL_CHUNKED), "deep": DEEP},
     drain=drain,
     drained=drained,
-    corpora=(Corpus("groups", "kvsched.testing.group_variants:VARIANTS"),),
+    corpora=(
+        Corpus("groups", "kvsched.testing.group_variants:VARIANTS"),
+        Corpus("groups_encoding", "kvsched.proofs.group_safety:broken"),
+    ),
     gaps={
-        Z: "the window and hit arithmetic is proved by kvsched.proofs.window_rules; the transitions are "
-        "checked by the machine and the explorer",
-        C: "the KV groups have no CrossHair contracts: their machine, explorer and z3 rules check them",
+        C: "the KV groups have no CrossHair contracts: their machine, explorer and z3 models check them",
         S: "safety mode does not yet read a foreign manager's groups",
     },
 )
