@@ -26,10 +26,9 @@ from collections.abc import Callable
 
 import z3
 
-from kvsched.proofs.inductive import decide
 from kvsched.proofs.model import Int
 
-RESOURCE_LIMIT = 2_000_000  # z3's counted resource units per check (never a wall-clock timeout)
+RESOURCE_LIMIT = 10_000_000  # z3's counted resource units per check (never a wall-clock timeout)
 Reads = Callable[[Int], Int]  # the first position a query at a position reads
 
 
@@ -42,9 +41,19 @@ def chunked(tokens: Int) -> Reads:
     return lambda q: q / tokens * tokens
 
 
-def _sizes() -> tuple[Int, Int, Int, z3.BoolRef]:
-    p, k = z3.Ints("page_size pages")
+def _sizes(ctx: z3.Context) -> tuple[Int, Int, Int, z3.BoolRef]:
+    p, k = z3.Ints("page_size pages", ctx)
     return p, k, p * k, z3.And(p >= 1, k >= 1)
+
+
+def decide(claim: z3.BoolRef) -> z3.CheckSatResult:
+    """`check` of `claim` within `RESOURCE_LIMIT` units, in the claim's own context: each lemma
+    builds its terms in a fresh `z3.Context`, so no earlier proof in the process changes its
+    search (a nonlinear one may otherwise end `unknown`)."""
+    solver = z3.Solver(ctx=claim.ctx)
+    solver.set("rlimit", RESOURCE_LIMIT)
+    solver.add(claim)
+    return solver.check()
 
 
 def released_never_read(
@@ -52,39 +61,43 @@ def released_never_read(
 ) -> z3.CheckSatResult:
     """No position a query reads lies in a page released before it (`released`: the rule the
     release follows, the reads' own by default)."""
-    p, _k, size, ok = _sizes()
-    q, later, x, page = z3.Ints("q later x page")
+    ctx = z3.Context()
+    p, _k, size, ok = _sizes(ctx)
+    q, later, x, page = z3.Ints("q later x page", ctx)
     reads = first_read(size, p)
     kept = (released or first_read)(size, p)(q) / p
     read_later = z3.And(later >= q, x >= reads(later), x <= later)
     in_released = z3.And(page >= 0, page < kept, x >= page * p, x < (page + 1) * p)
-    return decide(z3.And(ok, q >= 0, read_later, in_released), RESOURCE_LIMIT)
+    return decide(z3.And(ok, q >= 0, read_later, in_released))
 
 
 def released_as_early(first_read: Callable[[Int, Int], Reads]) -> z3.CheckSatResult:
-    p, _k, size, ok = _sizes()
-    q = z3.Int("q")
+    ctx = z3.Context()
+    p, _k, size, ok = _sizes(ctx)
+    q = z3.Int("q", ctx)
     reads = first_read(size, p)
     kept = reads(q) / p
-    return decide(z3.And(ok, q >= 0, z3.Not(z3.And(kept * p <= reads(q), reads(q) < (kept + 1) * p))), RESOURCE_LIMIT)
+    return decide(z3.And(ok, q >= 0, z3.Not(z3.And(kept * p <= reads(q), reads(q) < (kept + 1) * p))))
 
 
 def hit_covers_its_reads(first_read: Callable[[Int, Int], Reads], skip: int = 0) -> z3.CheckSatResult:
-    p, _k, size, ok = _sizes()
-    m, x = z3.Ints("m x")
+    ctx = z3.Context()
+    p, _k, size, ok = _sizes(ctx)
+    m, x = z3.Ints("m x", ctx)
     length = m * p
     first = first_read(size, p)(length) / p + skip
     read = z3.And(x >= first_read(size, p)(length), x < length)
     outside = z3.Or(x / p < first, x / p >= m)
-    return decide(z3.And(ok, m >= 1, read, outside), RESOURCE_LIMIT)
+    return decide(z3.And(ok, m >= 1, read, outside))
 
 
 def pages_bounded(first_read: Callable[[Int, Int], Reads], extra: int) -> z3.CheckSatResult:
     """At most k + `extra` pages from the first kept to the last written."""
-    p, k, size, ok = _sizes()
-    q = z3.Int("q")
+    ctx = z3.Context()
+    p, k, size, ok = _sizes(ctx)
+    q = z3.Int("q", ctx)
     written = (q + p - 1) / p
-    return decide(z3.And(ok, q >= 0, written - first_read(size, p)(q) / p > k + extra), RESOURCE_LIMIT)
+    return decide(z3.And(ok, q >= 0, written - first_read(size, p)(q) / p > k + extra))
 
 
 def _window(size: Int, p: Int) -> Reads:
