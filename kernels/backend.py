@@ -173,8 +173,19 @@ class PagedBackend:
             q, k, v = self.model.project(layer, x, positions)
             k_layer, v_layer = self.k_cache[layer], self.v_cache[layer]
             ops.append_kv(k, v, k_layer, v_layer, tables, offsets, where, device=self.device)
+            window = c.window(layer)  # a sliding-window layer reads its window only
+            starts = np.maximum(contexts - window, 0).astype(np.int32) if window else None
             attended = ops.paged_attention(
-                q, k_layer, v_layer, tables, offsets, contexts, scale=c.scale, device=self.device, table_lengths=lengths
+                q,
+                k_layer,
+                v_layer,
+                tables,
+                offsets,
+                contexts,
+                scale=c.scale,
+                device=self.device,
+                table_lengths=lengths,
+                context_starts=starts,
             )
             x = self.model.finish_layer(layer, x, attended)
         return self.model.logits(x)

@@ -19,7 +19,10 @@ class ModelConfig:
     paged KV cache, a SwiGLU MLP, untied embedding and output matrices, greedy decoding.
 
     The defaults are a toy size that runs in the CUDA simulator; `hidden` need not equal
-    `q_heads * head_dim` (the projections map between them).
+    `q_heads * head_dim` (the projections map between them). `sliding_window` gives each layer the
+    positions its queries read back (a query at position i reads i - window + 1 .. i; 0: every
+    earlier one), as gpt-oss and Gemma 3 alternate sliding-window and full layers; empty: every
+    layer full.
     """
 
     layers: int = 2
@@ -33,6 +36,7 @@ class ModelConfig:
     cache_dtype: str = "float32"  # "float16" or "float32": K and V are rounded to it when stored
     rope_theta: float = 10000.0
     rms_eps: float = 1e-5
+    sliding_window: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "mlp_hidden", "vocab", "page_size"):
@@ -49,10 +53,20 @@ class ModelConfig:
             raise ValueError(f"vocab must fit token ids in uint32, got {self.vocab}")
         if self.cache_dtype not in {str(dtype) for dtype in CACHE_DTYPES}:
             raise ValueError(f"cache_dtype must be 'float16' or 'float32', got {self.cache_dtype!r}")
+        windows = self.sliding_window
+        if not isinstance(windows, tuple) or (windows and len(windows) != self.layers):
+            raise ValueError(f"sliding_window must be a tuple of one window a layer ({self.layers}), got {windows!r}")
+        for window in windows:
+            if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+                raise ValueError(f"a layer's sliding window must be an int >= 0 (0: full), got {window!r}")
         for name in ("rope_theta", "rms_eps"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < float("inf"):
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+    def window(self, layer: int) -> int:
+        """The positions layer `layer`'s queries read back (0: every earlier one)."""
+        return self.sliding_window[layer] if self.sliding_window else 0
 
     @property
     def group(self) -> int:

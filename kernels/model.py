@@ -94,7 +94,8 @@ class Transformer:
 
 
 def reference_logits(weights: Weights, tokens: Sequence[int]) -> F32:  # -> [len(tokens), vocab]
-    """Causal forward of one whole sequence over a dense cache: the logits after every position."""
+    """Causal forward of one whole sequence over a dense cache: the logits after every position (a
+    sliding-window layer's query reading only its window)."""
     model = Transformer(weights)
     c = model.config
     ids = np.asarray(tokens, dtype=np.int64)
@@ -106,7 +107,9 @@ def reference_logits(weights: Weights, tokens: Sequence[int]) -> F32:  # -> [len
         keys = np.repeat(k.astype(c.cache_numpy_dtype).astype(np.float64), c.group, axis=1)  # [n, q_heads, d]
         values = np.repeat(v.astype(c.cache_numpy_dtype).astype(np.float64), c.group, axis=1)
         scores = np.einsum("qhd,khd->hqk", q.astype(np.float64), keys) * c.scale
-        scores = np.where(causal[None], scores, -np.inf)
+        window = c.window(layer)
+        seen = causal & (positions[None, :] > positions[:, None] - window) if window else causal
+        scores = np.where(seen[None], scores, -np.inf)
         weights_ = np.exp(scores - scores.max(axis=-1, keepdims=True))
         weights_ /= weights_.sum(axis=-1, keepdims=True)
         attended = np.einsum("hqk,khd->qhd", weights_, values).astype(np.float32)

@@ -50,7 +50,26 @@ def items_for(
     indirect=["device"],
 )
 def test_prefill_then_decode_matches_the_dense_reference(device: str, cache_dtype: str) -> None:
-    config = ModelConfig(cache_dtype=cache_dtype)
+    check_prefill_then_decode(ModelConfig(cache_dtype=cache_dtype), device)
+
+
+@pytest.mark.parametrize("device", [name for name in DEVICES if not SIMULATED or name != "cuda"], indirect=True)
+def test_sliding_window_layers_read_only_their_window(device: str) -> None:
+    """gpt-oss's pattern: a sliding-window layer (3 positions) and a full one; every logit of the
+    paged backend is the dense reference's with that layer masked to its window, and differs from
+    an all-full model's once the context outgrows the window."""
+    config = ModelConfig(sliding_window=(3, 0))
+    check_prefill_then_decode(config, device)
+    prompt = [3, 14, 15, 9, 2, 6]
+    weights, full = init_weights(config, seed=11), init_weights(ModelConfig(), seed=11)
+    windowed, dense = reference_logits(weights, prompt), reference_logits(full, prompt)
+    np.testing.assert_allclose(windowed[:3], dense[:3], rtol=RTOL, atol=ATOL)  # within the window: the same
+    assert not np.allclose(windowed[3:], dense[3:], rtol=RTOL, atol=ATOL)
+
+
+def check_prefill_then_decode(config: ModelConfig, device: str) -> None:
+    """Two requests prefilled and decoded three rounds over out-of-order pages: every logit is the
+    dense reference's, every token its argmax."""
     weights = init_weights(config, seed=11)
     backend = PagedBackend(weights, pages=12, device=device)
     prompts = {0: [3, 14, 15, 9, 2, 6], 1: [5, 35]}
@@ -157,3 +176,9 @@ def test_backend_arguments_are_checked() -> None:
         PagedBackend(weights, pages=0)
     with pytest.raises(ValueError, match="device must be one of"):
         PagedBackend(weights, pages=2, device="gpu")
+
+
+@pytest.mark.parametrize("windows", [(3,), (3, 0, 0), (-1, 0), (True, 0), [3, 0]])
+def test_a_bad_sliding_window_is_refused(windows: Any) -> None:
+    with pytest.raises(ValueError, match="sliding"):
+        ModelConfig(sliding_window=windows)
