@@ -39,8 +39,7 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
   which its proof refutes;
 - `groups`: broken KV groups (`kvsched.testing.group_variants.VARIANTS`, one per upstream hybrid-KV
   bug), which its named check catches on a pinned program (`tests/impl/test_kv_groups.py`: the
-  check is the test's `PROGRAMS` entry; the explorer or the machine in lockstep finds seven of them
-  unaided);
+  check is the test's `PROGRAMS` entry; the machine beside the spec finds every one unaided);
 - `groups_encoding`: a broken z3 encoding of the groups' ownership (`kvsched.proofs.group_safety.broken`),
   which its proof refutes.
 

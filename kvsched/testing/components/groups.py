@@ -39,7 +39,7 @@ M, E, Z, C, S = Harness.MACHINE, Harness.EXPLORER, Harness.Z3, Harness.CONTRACTS
 HYBRID = Layout(
     (Full(), Window(4), Recurrent()),
     page_size=2,
-    pages=9,
+    pages=10,
     state_slots=3,
     draft_tokens=2,
     step_tokens=4,
@@ -98,19 +98,28 @@ def draw_admit(machine: Any) -> st.SearchStrategy[gev.AdmitTokens]:
 
 
 def draw_compute(machine: Any) -> st.SearchStrategy[gev.ForwardPass]:
-    """Any count and drafts, and often a request's whole rest (with drafts after it, or not)."""
+    """Any count and drafts; often a request's whole rest (with drafts after it, or not), or all
+    of it but the tokens a draft pass then fits in (so drafts come after a pass that fits)."""
     config = machine.config
+    layout = config.layout
+    fitting = st.lists(st.sampled_from(config.tokens), min_size=1, max_size=max(layout.draft_tokens, 1)).map(tuple)
     drafts = st.one_of(
         st.just(()),
-        st.lists(st.sampled_from(config.tokens), min_size=1, max_size=config.layout.draft_tokens + 1).map(tuple),
+        fitting,
+        st.lists(st.sampled_from(config.tokens), min_size=1, max_size=layout.draft_tokens + 1).map(tuple),
         st.sampled_from([(-1,), [1]]),
     )
-    anything = st.builds(gev.ForwardPass, _held(machine), st.integers(0, config.layout.step_tokens + 1), drafts)
+    anything = st.builds(gev.ForwardPass, _held(machine), st.integers(0, layout.step_tokens + 1), drafts)
     rests = [(h.request_id, len(h.tokens) - h.computed) for h in machine.state().requests if not h.drafts]
     if not rests:
         return anything
     rest = st.sampled_from(rests).flatmap(lambda r: st.builds(gev.ForwardPass, st.just(r[0]), st.just(r[1]), drafts))
-    return st.one_of(rest, rest, anything)
+    room = layout.step_tokens - layout.draft_tokens  # what a pass before its drafts may compute
+    setup = [(rid, left - room) for rid, left in rests if left > room]
+    if not setup:
+        return st.one_of(rest, rest, anything)
+    near = st.sampled_from(setup).flatmap(lambda r: st.builds(gev.ForwardPass, st.just(r[0]), st.just(r[1])))
+    return st.one_of(rest, rest, near, anything)
 
 
 def draw_accept(machine: Any) -> st.SearchStrategy[gev.AcceptDrafts]:
