@@ -14,7 +14,6 @@ from kvsched.spec import refusals
 from kvsched.spec.domain import require_int
 from kvsched.spec.kv_groups import (
     NULL,
-    UNWRITTEN,
     Cached,
     Content,
     GroupState,
@@ -32,6 +31,9 @@ from kvsched.spec.kv_groups import (
     require_layout,
     require_pass,
     require_tokens,
+    state_holds,
+    state_slot,
+    written_content,
 )
 
 
@@ -44,13 +46,6 @@ class Request:
     tables: list[list[int]]
     states: list[int | None]
     drafts: Tokens = ()
-
-
-def _slot(held: Request, group: int) -> int:
-    """The request's state slot in recurrent `group`."""
-    slot = held.states[group]
-    assert slot is not None
-    return slot
 
 
 class KvGroups:
@@ -216,7 +211,7 @@ class KvGroups:
             del fresh[:extra]
         for g, table in enumerate(held.tables):
             if self.recurrent[g]:
-                self.slots[_slot(held, g)] = (g, written[:end])
+                self.slots[state_slot(held.states, g)] = (g, written[:end])
                 continue
             for page in range(start // size, pages_for(end, size)):
                 self._write(
@@ -231,8 +226,8 @@ class KvGroups:
         size, computed = self.layout.page_size, held.computed
         for g, group in enumerate(self.layout.groups):
             if self.recurrent[g]:
-                content = self.slots[_slot(held, g)]
-                reads.append(Read(g, computed - 1, content[1] if content is not None and content[0] == g else None))
+                content = self.slots[state_slot(held.states, g)]
+                reads.append(Read(g, computed - 1, state_holds(content, g)))
                 continue
             table = held.tables[g]
             for position in range(first_read(group, computed), computed):
@@ -240,13 +235,7 @@ class KvGroups:
         return tuple(reads)
 
     def _write(self, group: int, page: int, first: int, start: int, through: Tokens) -> None:
-        before = self.content[page]
-        held = before[1] if before is not None and before[0] == group else ()
-        if first == start or held[:first] == through[:first]:
-            self.content[page] = (group, through)
-            return
-        stale = held[:first] + (UNWRITTEN,) * (first - len(held[:first]))
-        self.content[page] = (group, stale + through[first:])
+        self.content[page] = written_content(self.content[page], group, first, start, through)
 
     def accept(self, request_id: object, accepted: object, token: object) -> None:
         rid = require_int("request id", request_id)
@@ -261,7 +250,7 @@ class KvGroups:
         keep = pages_for(computed, self.layout.page_size)
         for g, table in enumerate(held.tables):
             if self.recurrent[g]:
-                self.slots[_slot(held, g)] = (g, tokens[:computed])
+                self.slots[state_slot(held.states, g)] = (g, tokens[:computed])
                 continue
             self._truncate(g, table, keep)
         held.tokens, held.computed, held.drafts = tokens, computed, ()

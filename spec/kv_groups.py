@@ -59,7 +59,7 @@ what it found (`Read`), so a check can say whether it is what the request's toke
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -100,6 +100,9 @@ __all__ = [
     "require_accept",
     "require_layout",
     "require_pass",
+    "state_holds",
+    "state_slot",
+    "written_content",
 ]
 
 R = TypeVar("R")
@@ -217,6 +220,18 @@ def evictable(state: GroupState) -> list[Cached]:
 def page_key(group: int, tokens: Tokens, page: int, page_size: int) -> Content:
     """The key of a table's `page`: its group and the tokens through its last position."""
     return group, tokens[: (page + 1) * page_size]
+
+
+def state_slot(states: Sequence[int | None], group: int) -> int:
+    """A request's state slot in recurrent `group`."""
+    slot = states[group]
+    assert slot is not None
+    return slot
+
+
+def state_holds(content: Content | None, group: int) -> Tokens | None:
+    """The tokens a state slot of `content` has consumed, if it holds `group`'s state."""
+    return content[1] if content is not None and content[0] == group else None
 
 
 def holds_at(content: Content | None, group: int, position: int) -> Tokens | None:
@@ -445,9 +460,7 @@ def compute(
         fresh = fresh[extra:]
     for g, group in enumerate(layout.groups):
         if isinstance(group, Recurrent):
-            slot = held.states[g]
-            assert slot is not None
-            state = _set_slot(state, slot, (g, written[:end]))
+            state = _set_slot(state, state_slot(held.states, g), (g, written[:end]))
             continue
         for page in range(start // size, pages_for(end, size)):
             through = written[: min(end, (page + 1) * size)]
@@ -462,10 +475,7 @@ def _reads(state: GroupState, held: Held) -> tuple[Read, ...]:
     reads: list[Read] = []
     for g, group in enumerate(state.layout.groups):
         if isinstance(group, Recurrent):
-            slot = held.states[g]
-            assert slot is not None
-            content = state.slots[slot]
-            holds = content[1] if content is not None and content[0] == g else None
+            holds = state_holds(state.slots[state_slot(held.states, g)], g)
             reads.append(Read(g, held.computed - 1, holds))
             continue
         for position in range(first_read(group, held.computed), held.computed):
@@ -475,16 +485,20 @@ def _reads(state: GroupState, held: Held) -> tuple[Read, ...]:
 
 
 def _write_positions(state: GroupState, group: int, page: int, first: int, start: int, through: Tokens) -> GroupState:
-    """The pass writes `page` (whose first position is `start`) from position `first` to the end
-    of `through`, the tokens whose KV it computes; anything the page held past them is gone. The
-    positions before `first` keep what they held: when that was not the KV of `through` too, the
-    page holds stale KV there (`UNWRITTEN` where it held nothing), and says so."""
-    before = state.content[page]
+    return _write(state, page, written_content(state.content[page], group, first, start, through))
+
+
+def written_content(before: Content | None, group: int, first: int, start: int, through: Tokens) -> Content:
+    """What a page (whose first position is `start`, holding `before`) holds once a pass wrote it
+    from position `first` to the end of `through`, the tokens whose KV it computes; anything it
+    held past them is gone. The positions before `first` keep what they held: when that was not
+    the KV of `through` too, the page holds stale KV there (`UNWRITTEN` where it held nothing),
+    and says so."""
     held = before[1] if before is not None and before[0] == group else ()
     if first == start or held[:first] == through[:first]:
-        return _write(state, page, (group, through))
+        return group, through
     stale = held[:first] + (UNWRITTEN,) * (first - len(held[:first]))
-    return _write(state, page, (group, stale + through[first:]))
+    return group, stale + through[first:]
 
 
 def accept(state: GroupState, request_id: object, accepted: object, token: object) -> GroupState:
@@ -502,10 +516,8 @@ def accept(state: GroupState, request_id: object, accepted: object, token: objec
     keep = pages_for(computed, state.layout.page_size)
     tables = list(held.tables)
     for g, group in enumerate(state.layout.groups):
-        if isinstance(group, Recurrent):
-            slot = held.states[g]
-            assert slot is not None
-            state = _set_slot(state, slot, (g, tokens[:computed]))  # the state after the accepted tokens
+        if isinstance(group, Recurrent):  # the state after the accepted tokens
+            state = _set_slot(state, state_slot(held.states, g), (g, tokens[:computed]))
             continue
         for page in reversed(tables[g][keep:]):
             state = _release(state, page)

@@ -9,6 +9,7 @@ after the upstream bug), and the explorer tells each apart from the spec.
 from __future__ import annotations
 
 from kvsched.impl.kv_groups import KvGroups, Request
+from kvsched.spec.domain import require_int
 from kvsched.spec.kv_groups import ATTENTION, NULL, Full, Tokens
 
 
@@ -84,7 +85,7 @@ class RejectedHitKeepsItsHolds(KvGroups):
 
     def admit(self, request_id: object, tokens: object) -> int:
         length = super().admit(request_id, tokens)
-        known = self.requests[request_id].tokens  # type: ignore[index]
+        known = self.requests[require_int("request id", request_id)].tokens
         size = self.layout.page_size
         for longer in range(length + size, (len(known) - 1) // size * size + 1, size):
             for page in self._group_hit(0, known, longer) or []:
@@ -100,7 +101,7 @@ class StateCopyDropsWindowHolds(KvGroups):
     def admit(self, request_id: object, tokens: object) -> int:
         length = super().admit(request_id, tokens)
         if length and any(self.recurrent):
-            held = self.requests[request_id]  # type: ignore[index]
+            held = self.requests[require_int("request id", request_id)]
             for g, group in enumerate(self.layout.groups):
                 if isinstance(group, ATTENTION) and not isinstance(group, Full):
                     for page in held.tables[g]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,13 @@ import pytest
 from kvsched.impl.kv_groups import KvGroups as ImplKvGroups
 from kvsched.proofs.component_explorer import ComponentExplorer
 from kvsched.spec import group_events as gev
+from kvsched.spec import kv_groups
 from kvsched.spec.errors import DuplicateRequest, Exhausted, Full, InvalidArgument, InvalidConfig, InvalidState
 from kvsched.spec.kv_groups import (
+    GROUP_INVARIANTS,
     NULL,
     Chunked,
+    GroupState,
     KvGroups,
     Layout,
     Read,
@@ -36,9 +40,12 @@ from kvsched.spec.kv_groups import Full as FullAttention
 from kvsched.spec.step import apply
 from kvsched.testing.bounded import bounded
 from kvsched.testing.checks import check_step
+from kvsched.testing.component import StepContext
 from kvsched.testing.component_machine import machine_for
+from kvsched.testing.components import groups as groups_component
 from kvsched.testing.components.groups import (
     CHUNKED,
+    HYBRID,
     SMALL,
     SMALL_CHUNKED,
     SMALL_RECURRENT,
@@ -49,17 +56,10 @@ from kvsched.testing.components.groups import (
 from kvsched.testing.group_variants import VARIANTS
 from kvsched.testing.outcome import CheckFailed, CheckFailure, FailureKind, capture
 from kvsched.testing.registry import GROUPS
+from tests.helpers import weakened
 
 CALLS: Counter[str] = Counter()
-PINNED = Layout(
-    (FullAttention(), Window(4), Recurrent()),
-    page_size=2,
-    pages=12,
-    state_slots=6,
-    draft_tokens=2,
-    step_tokens=4,
-    max_tokens=10,
-)
+PINNED = replace(HYBRID, pages=12, state_slots=6)  # room for the pinned programs' evictions and snapshots
 
 
 def run(groups: Any, program: list[Any], reference: Any = None, invariants: bool = True) -> CheckFailure | None:
@@ -352,3 +352,109 @@ def test_the_example_in_the_docs_runs() -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "groups.md").read_text()
     block = page.split("```python\n")[1]
     exec(compile(block[: block.index("```")], "docs/groups.md", "exec"), {})
+
+
+# -- every check fails a state wrong only at its edge, and weakened there misses it -------------------
+
+
+def edge_state() -> GroupState:
+    """Two requests on PINNED (the last one's last page part-written), pages cached, snapshots
+    taken, window pages released, the pool's last page free."""
+    groups = KvGroups(PINNED)
+    for event in [*WINDOW_BEHIND, gev.AdmitTokens(1, (9, 8, 7)), gev.ForwardPass(1, 3)]:
+        apply(groups, event)
+    state = groups.state
+    assert all(invariant(state) for invariant in GROUP_INVARIANTS)
+    assert state.free[0] == len(state.refs) - 1 and state.snapshots
+    return state
+
+
+def _last_page_written_over(state: GroupState) -> GroupState:
+    last = state.requests[-1]
+    page = last.tables[1][-1]  # the last request's window group, its last (part-written) page
+    content = list(state.content)
+    content[page] = (1, (9, 8, 6))
+    return replace(state, content=tuple(content))
+
+
+def _last_window_entry_released(state: GroupState) -> GroupState:
+    last = state.requests[-1]
+    tables = (last.tables[0], (*last.tables[1][:-1], NULL), last.tables[2])
+    return replace(state, requests=(*state.requests[:-1], replace(last, tables=tables)))
+
+
+def _last_cache_key_wrong(state: GroupState) -> GroupState:
+    entry = state.cache[-1]
+    return replace(state, cache=(*state.cache[:-1], replace(entry, key=(entry.key[0], (5,) * len(entry.key[1])))))
+
+
+def _last_snapshot_wrong(state: GroupState) -> GroupState:
+    slots = list(state.slots)
+    slots[state.snapshots[-1].slot] = (2, (5,))
+    return replace(state, slots=tuple(slots))
+
+
+def _last_page_counted_once_more(state: GroupState) -> GroupState:
+    return replace(state, refs=(*state.refs[:-1], state.refs[-1] + 1))
+
+
+def _last_page_off_the_free_stack(state: GroupState) -> GroupState:
+    return replace(state, free=state.free[1:])
+
+
+EDGES = {  # the invariant, what breaks it only at its edge, and the invariant weakened there
+    "tables_hold_their_tokens": (
+        _last_page_written_over,
+        ("for index, page in enumerate(table):", "for index, page in enumerate(table[:-1]):"),
+    ),
+    "windows_keep_what_they_read": (
+        _last_window_entry_released,
+        ("or NULL in table[behind:]", "or NULL in table[behind:-1]"),
+    ),
+    "cached_pages_hold_their_keys": (
+        _last_cache_key_wrong,
+        (
+            "all(state.content[entry.page] == entry.key for entry in state.cache)",
+            "all(state.content[entry.page] == entry.key for entry in state.cache[:-1])",
+        ),
+    ),
+    "states_are_owned_once": (
+        _last_snapshot_wrong,
+        (
+            "all(state.slots[snap.slot] == snap.key for snap in state.snapshots)",
+            "all(state.slots[snap.slot] == snap.key for snap in state.snapshots[:-1])",
+        ),
+    ),
+    "counts_are_holders": (
+        _last_page_counted_once_more,
+        ("return list(state.refs) == holders", "return list(state.refs)[:-1] == holders[:-1]"),
+    ),
+    "free_is_unheld": (
+        _last_page_off_the_free_stack,
+        (
+            "unheld = {page for page, n in enumerate(state.refs) if n == 0 and page != NULL}",
+            "unheld = {page for page, n in enumerate(state.refs[:-1]) if n == 0 and page != NULL}",
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGES))
+def test_an_invariant_catches_a_state_wrong_at_its_edge_and_weakened_there_misses_it(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corrupt, change = EDGES[name]
+    bad = corrupt(edge_state())
+    assert not getattr(kv_groups, name)(bad)
+    assert getattr(weakened(kv_groups, *change, monkeypatch), name)(bad)
+
+
+def test_the_read_check_catches_the_last_read_wrong_and_weakened_there_misses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = edge_state()
+    reads = (Read(0, 0, (9,)), Read(0, 1, (9, 8)), Read(2, 2, (9, 8, 6)))  # the last: another state's
+    step = StepContext(state, gev.ForwardPass(1, 1), capture(lambda: reads), state)
+    assert groups_component.reads_own_tokens(step) is not None
+    change = ("for read in step.outcome.value:", "for read in step.outcome.value[:-1]:")
+    assert weakened(groups_component, *change, monkeypatch).reads_own_tokens(step) is None

@@ -12,7 +12,7 @@ holds the KV of the request's own tokens through that position (`FailureKind.GHO
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -235,17 +235,8 @@ SMALL_CHUNKED = GroupConfig(  # chunks of two and a recurrent group
     requests=1,
     tokens=(2,),
 )
-CHUNKED = GroupConfig(  # the machine's other layout: full, chunked and recurrent groups
-    Layout(
-        (Full(), Chunked(4), Recurrent()),
-        page_size=2,
-        pages=9,
-        state_slots=3,
-        draft_tokens=2,
-        step_tokens=4,
-        max_tokens=10,
-    )
-)
+# The machine's other layout: HYBRID's with chunks of four in place of the window.
+CHUNKED = GroupConfig(replace(HYBRID, groups=(Full(), Chunked(4), Recurrent()), pages=9))
 DEEP = (
     GroupConfig(  # SMALL with two token values to draft and sample
         Layout((Full(), Window(2)), page_size=1, pages=5, draft_tokens=1, step_tokens=2, max_tokens=3),
