@@ -98,11 +98,18 @@ class KvGroups:
         refs = self.refs
         return [page for page in self.key_of if refs[page] == 1]
 
-    def _take(self, count: int) -> list[int]:
-        victims = self._evictable()
-        available = len(self.free_pages) + len(victims)
+    def _require_pages(self, count: int, released: list[int]) -> None:
+        """`Exhausted` unless `count` pages can be taken once `released` are let go (each then
+        free, or evictable when only the cache still holds it)."""
+        refs, key_of = self.refs, self.key_of
+        gained = sum(refs[page] == 1 + (page in key_of) for page in released if page != NULL)
+        available = len(self.free_pages) + len(self._evictable()) + gained
         if available < count:
             raise refusals.not_enough_free(count, available)
+
+    def _take(self, count: int) -> list[int]:
+        self._require_pages(count, [])
+        victims = self._evictable()
         taken = []
         for _ in range(count):
             if not self.free_pages:
@@ -201,10 +208,13 @@ class KvGroups:
         layout = self.layout
         require_pass(layout, rid, held.tokens, held.computed, held.drafts, n, proposed)
         start, written = held.computed, held.tokens + proposed
-        end = start + n + len(proposed)
-        reads = self._reads(held)
-        size = layout.page_size
+        end, size = start + n + len(proposed), layout.page_size
+        behind = [0 if self.recurrent[g] else first_kept(group, start, size) for g, group in enumerate(layout.groups)]
         grow = [0 if self.recurrent[g] else pages_for(end, size) - len(table) for g, table in enumerate(held.tables)]
+        self._require_pages(sum(grow), [page for g, t in enumerate(held.tables) for page in t[: behind[g]]])
+        for table, first in zip(held.tables, behind, strict=True):
+            self._release_behind(table, first)
+        reads = self._reads(held)
         fresh = self._take(sum(grow))
         for table, extra in zip(held.tables, grow, strict=True):
             table.extend(fresh[:extra])
@@ -257,11 +267,10 @@ class KvGroups:
         self._settle(held)
 
     def _settle(self, held: Request) -> None:
-        """Cache the full accepted pages, snapshot the states at a page boundary, release what
-        each window left behind (the spec's `_settle`)."""
+        """Cache the full accepted pages and snapshot the states at a page boundary (the spec's
+        `_settle`)."""
         layout, size, computed = self.layout, self.layout.page_size, held.computed
-        for g, group in enumerate(layout.groups):
-            table = held.tables[g]
+        for g, table in enumerate(held.tables):
             if self.recurrent[g]:
                 if self._snapshots_now(held):
                     self._snapshot(g, held)
@@ -273,7 +282,6 @@ class KvGroups:
                     if physical != NULL and key not in page_of and physical not in key_of:
                         page_of[key], key_of[physical] = physical, key
                         self.refs[physical] += 1
-            self._release_behind(table, first_kept(group, computed, size))
 
     # -- the seams a broken variant replaces (`kvsched.testing.group_variants`) ----------------------
 
@@ -284,7 +292,8 @@ class KvGroups:
         return layout.prefix_caching and held.computed % layout.page_size == 0 and not held.drafts
 
     def _release_behind(self, table: list[int], behind: int) -> None:
-        """A window's pages before `behind` are let go, the null page in their place."""
+        """As a pass begins, a window's pages before `behind` (wholly behind its first query) are
+        let go, the null page in their place (the spec's `_release_behind`)."""
         for page in reversed(table[:behind]):
             if page != NULL:
                 self._release(page)

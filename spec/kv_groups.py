@@ -31,19 +31,22 @@ The operations (each a pure function of the state; a refusal raises and changes 
                      for each recurrent group, a state slot holding a copy of its snapshot
     compute(id, count, drafts)  the forward pass over the next `count` known tokens and, when
                      they reach the last known token, up to `draft_tokens` draft tokens after it:
-                     pages for every position written (the free stack, then evicting cached
-                     pages only the cache holds, least recently used first), every position read
-                     returned (what it holds), every position written, the state advanced over
-                     all of them. Then, over the accepted tokens only: each full page cached
-                     under its group and tokens (one page per key), a snapshot of each state at a
-                     page boundary, and the pages wholly outside each window released
+                     first each window's pages wholly behind the pass's first query released
+                     (vLLM's `remove_skipped_blocks`: a request keeps what its last pass read
+                     until its next pass begins, so the tables a call leaves are those the
+                     engine's pass reads through); pages for every position written (the free
+                     stack, then evicting cached pages only the cache holds, least recently
+                     used first), every position read returned (what it holds), every position
+                     written, the state advanced over all of them. Then, over the accepted
+                     tokens only: each full page cached under its group and tokens (one page per
+                     key) and a snapshot of each state at a page boundary
     accept(id, accepted, token)  the model kept the first `accepted` drafts and sampled `token`
                      after them (with no drafts, after a pass that computed the last known
                      token: the token it sampled, `accepted` 0): those become known tokens,
                      the rejected drafts' KV is never read (pages wholly past the accepted
                      tokens are released; a page part-accepted keeps them unread until it is
                      written over), the state is the one after the accepted tokens; then
-                     caching, snapshots and release as in compute
+                     caching and snapshots as in compute
     free(id)         a finish, cancel or preemption: every page and state slot it holds is let
                      go (its cached pages stay cached, the table's first page the most recently used)
 
@@ -447,6 +450,7 @@ def compute(
     require_pass(layout, rid, held.tokens, held.computed, held.drafts, n, proposed)
     start, written = held.computed, held.tokens + proposed
     end = start + n + len(proposed)
+    state, held = _release_behind(state, held)
     reads = _reads(state, held)
     size = layout.page_size
     grow = [
@@ -525,11 +529,29 @@ def accept(state: GroupState, request_id: object, accepted: object, token: objec
     return _settle(state, Held(rid, tokens, computed, tuple(tables), held.states))
 
 
-def _settle(state: GroupState, held: Held) -> GroupState:
-    """After a pass or an accept, over the accepted tokens: cache each full page, snapshot each
-    state at a page boundary, release each window's pages wholly behind its next query."""
-    layout, size = state.layout, state.layout.page_size
+def _release_behind(state: GroupState, held: Held) -> tuple[GroupState, Held]:
+    """As a pass begins: each window's (chunk's) pages wholly behind the pass's first query are
+    let go, the null page in their place. Until then a request keeps the pages its last pass read,
+    so the tables a call leaves are the ones the engine's pass reads through (vLLM's
+    `remove_skipped_blocks`, at the next allocation)."""
+    size = state.layout.page_size
     tables = list(held.tables)
+    for g, group in enumerate(state.layout.groups):
+        if isinstance(group, Recurrent):
+            continue
+        behind = first_kept(group, held.computed, size)
+        for page in reversed(tables[g][:behind]):
+            if page != NULL:
+                state = _release(state, page)
+        tables[g] = (NULL,) * min(behind, len(tables[g])) + tables[g][behind:]
+    held = replace(held, tables=tuple(tables))
+    return _put(state, held), held
+
+
+def _settle(state: GroupState, held: Held) -> GroupState:
+    """After a pass or an accept, over the accepted tokens: cache each full page and snapshot
+    each state at a page boundary."""
+    layout, size = state.layout, state.layout.page_size
     for g, group in enumerate(layout.groups):
         if isinstance(group, Recurrent):
             if layout.prefix_caching and held.computed % size == 0 and not held.drafts:
@@ -537,15 +559,10 @@ def _settle(state: GroupState, held: Held) -> GroupState:
             continue
         if layout.prefix_caching:
             for page in range(held.computed // size):
-                key, physical = page_key(g, held.tokens, page, size), tables[g][page]
+                key, physical = page_key(g, held.tokens, page, size), held.tables[g][page]
                 if physical != NULL and cached_page(state, key) is None and not is_cached(state, physical):
                     state = _retain(replace(state, cache=(*state.cache, Cached(physical, key))), physical)
-        behind = first_kept(group, held.computed, size)
-        for page in reversed(tables[g][:behind]):
-            if page != NULL:
-                state = _release(state, page)
-        tables[g] = (NULL,) * min(behind, len(tables[g])) + tables[g][behind:]
-    return _put(state, replace(held, tables=tuple(tables)))
+    return _put(state, held)
 
 
 def _snapshot(state: GroupState, group: int, held: Held) -> GroupState:
@@ -638,16 +655,19 @@ def tables_hold_their_tokens(state: GroupState) -> bool:
 
 
 def windows_keep_what_they_read(state: GroupState) -> bool:
-    """A request's window (or chunk) table holds a page exactly where its next query may read:
-    the null page wholly behind it, a real page from there on."""
-    size = state.layout.page_size
+    """A request's window (or chunk) table holds a real page wherever its next query may read and
+    the null page only wholly behind it; and the pages wholly behind the first query of its last
+    pass are null (released as that pass began; a pass and its accept advance a request by at
+    most `step_tokens`)."""
+    size, step = state.layout.page_size, state.layout.step_tokens
     for held in state.requests:
         for g, group in enumerate(state.layout.groups):
             if isinstance(group, Recurrent):
                 continue
             behind = first_kept(group, held.computed, size)
+            released = first_kept(group, max(0, held.computed - step), size)
             table = held.tables[g]
-            if any(page != NULL for page in table[:behind]) or NULL in table[behind:]:
+            if any(page != NULL for page in table[:released]) or NULL in table[behind:]:
                 return False
     return True
 

@@ -123,14 +123,17 @@ def draw_compute(machine: Any) -> st.SearchStrategy[gev.ForwardPass]:
 
 
 def draw_accept(machine: Any) -> st.SearchStrategy[gev.AcceptDrafts]:
-    """Any count and token, and often a count of a request's own drafts."""
+    """Any count and token; often a count of a request's own drafts, or a sample after a request's
+    last known token (so its next pass runs past it)."""
     config = machine.config
     token = st.one_of(st.sampled_from(config.tokens), st.sampled_from([-1, "t"]))
     anything = st.builds(gev.AcceptDrafts, _held(machine), st.integers(-1, config.layout.draft_tokens + 1), token)
-    drafting = [(h.request_id, len(h.drafts)) for h in machine.state().requests if h.drafts]
-    if not drafting:
+    requests = machine.state().requests
+    drafting = [(h.request_id, len(h.drafts)) for h in requests if h.drafts]
+    sampling = [(h.request_id, 0) for h in requests if not h.drafts and h.computed == len(h.tokens)]
+    if not drafting + sampling:
         return anything
-    kept = st.sampled_from(drafting).flatmap(
+    kept = st.sampled_from(drafting + sampling).flatmap(
         lambda d: st.builds(gev.AcceptDrafts, st.just(d[0]), st.integers(0, d[1]), st.sampled_from(config.tokens))
     )
     return st.one_of(kept, kept, anything)
