@@ -71,6 +71,21 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
     view() -> PoolView
         The pool as plain ints, read after every call.
 
+With "groups" (a hybrid manager: vLLM's `KVCacheCoordinator`, SGLang's SWA caches), the adapter
+names its attention groups in `groups`, a tuple of `kvsched.spec.kv_layout` groups (`Full()`,
+`Window(W)` of W tokens, `Chunked(C)`), and its view's `group_tables` maps each live request to one
+table per group, in that order (its `tables` is then unread). The engine computes every position
+in every group: after `admit` or `append` returns, the pass runs over the tables the view shows
+(each position's page in each group must be a real page, the request's alone), and the query at
+position q of a group reads only what that group's query reads: every earlier position in a full
+group, q - W + 1 .. q - 1 in a window, its chunk in a chunked group. Each of those must hold, in
+that group's page, that group's KV of the request's own tokens (GHOST): a table may hold a
+reserved page (vLLM's null block, SGLang's page-0 sentinel) only where no query reads any more.
+So a manager lets a window's pages go once the pass that last read them has run: at `written`,
+or as its next `append` begins (vLLM's `remove_skipped_blocks`). A page's KV is its group's: a page
+one group wrote served to another is a GHOST failure even where the tokens match. "groups" does
+not go with "fork", "copy_on_write", "lease" or "demote" (their verbs name one table a request).
+
 A capability the manager lacks is left out of `capabilities`, never faked: the harness does
 not call it. With "atomic", a refused `admit` or `append` must leave the view unchanged.
 
@@ -116,6 +131,7 @@ CAPABILITIES = frozenset(
         "async_copies",
         "events",
         "location_keys",
+        "groups",
     }
 )
 TENANTS = 2  # with "tenants": how many tenants the harness's requests belong to
@@ -149,7 +165,9 @@ class PoolView:
     write: every host page is exactly one of the three. With "async_copies", `in_flight` maps each
     copy in flight to (device page, host page, to the host): a store's host page is pending until
     it completes; neither page of a copy in flight is free; a load's device page is not cached
-    until its load completes, and a failed one never is.
+    until its load completes, and a failed one never is. With "groups", `group_tables` maps every
+    live request to its table in each attention group (the module docstring); `holders` count a
+    page once for each group's table that holds it.
     """
 
     holders: tuple[int, ...]
@@ -164,6 +182,7 @@ class PoolView:
     host_pages: int = 0
     host_pending: frozenset[int] = frozenset()
     in_flight: Mapping[int, tuple[int, int, bool]] = field(default_factory=dict)
+    group_tables: Mapping[int, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -112,15 +112,15 @@ class StateCopyDropsWindowHolds(KvGroups):
 
 class NullPageFreed(KvGroups):
     """SGLang PR #38269: `free_swa_segment` double-frees the SWA page-0 sentinel. A freed window
-    table lets go of its null entries too."""
+    table lets go of its null entries too, as of any page: the null page's count goes down and
+    the null page goes on the free stack, once for each entry."""
 
     def _free_table(self, table: list[int]) -> None:
         super()._free_table([page for page in table if page != NULL])
         for page in table:
             if page == NULL:
                 self.refs[NULL] -= 1
-                if self.refs[NULL] == 0:
-                    self.free_pages.append(NULL)
+                self.free_pages.append(NULL)
 
 
 class TruncationTouchesGroupZero(KvGroups):

@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kvsched.spec.kv_events import DEVICE, HOST, Cleared, Entry, Removed, Stored, fold_counted
+from kvsched.spec.kv_layout import Chunked, Full, Group, Window, first_read
 from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, PoolView, tenant_of
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, check_step
 from kvsched.testing.components.manager import (
@@ -127,6 +128,7 @@ OPTIONAL_VERBS = {
     "events": "events",
 }
 PAIRS = ({"lookup", "commit"}, {"lease", "end_lease"}, {"demote", "promote"})  # declared together or not at all
+ONE_TABLE = frozenset({"fork", "copy_on_write", "lease", "demote"})  # verbs that name one table a request
 
 
 def declared_capabilities(manager: object) -> frozenset[str]:
@@ -152,7 +154,24 @@ def declared_capabilities(manager: object) -> frozenset[str]:
             )
     if "async_copies" in capabilities and not {"demote", "promote"} <= capabilities:
         raise BadCapabilities(f"{name} declares 'async_copies' without 'demote' and 'promote': copies need a host tier")
+    one_table = capabilities & ONE_TABLE
+    if "groups" in capabilities and one_table:
+        raise BadCapabilities(
+            f"{name} declares 'groups' with {sorted(one_table)}: their verbs name one table a request"
+        )
     return capabilities
+
+
+def declared_groups(manager: object) -> tuple[Group, ...]:
+    """The attention groups a manager declaring "groups" names: a non-empty tuple of `Full`,
+    `Window` and `Chunked` (`kvsched.spec.kv_layout`); a one-line `NotAnAdapter` otherwise."""
+    groups = getattr(manager, "groups", None)
+    if not isinstance(groups, tuple) or not groups or not all(isinstance(g, Full | Window | Chunked) for g in groups):
+        raise NotAnAdapter(
+            f"{type(manager).__name__} declares 'groups', so its groups must be a non-empty tuple of"
+            f" kvsched.spec.kv_layout's Full, Window and Chunked, not {groups!r:.80}"
+        )
+    return groups
 
 
 def require_adapter(manager: object) -> frozenset[str]:
@@ -174,6 +193,8 @@ def require_adapter(manager: object) -> frozenset[str]:
     ]
     if missing:
         raise NotAnAdapter(f"{type(manager).__name__} is not a page-manager adapter: it lacks {', '.join(missing)}")
+    if "groups" in declared:
+        declared_groups(manager)
     return declared
 
 
@@ -207,6 +228,13 @@ def view_shape_problem(view: object) -> str | None:
     for request_id, table in view.tables.items():
         if not isinstance(table, tuple | list) or not all(_is_int(page) for page in table):
             return f"returned a PoolView whose table of request {request_id} is {table!r:.60}, not a tuple of pages"
+    if not isinstance(view.group_tables, Mapping) or not all(_is_int(k) for k in view.group_tables):
+        return f"returned a PoolView whose group_tables is {view.group_tables!r:.60}, not a mapping by request"
+    for request_id, tables in view.group_tables.items():
+        if not isinstance(tables, tuple | list) or not all(
+            isinstance(table, tuple | list) and all(_is_int(page) for page in table) for table in tables
+        ):
+            return f"returned a PoolView whose group tables of request {request_id} are {tables!r:.60}, not page tuples"
     if not all(_is_int(count) for count in view.leased.values()) or not _is_int(view.host_pages):
         return "returned a PoolView whose leased counts or host_pages are not ints"
     for copy_id, copy in view.in_flight.items():
@@ -263,6 +291,7 @@ class SafetyMachine:
     def __init__(self, factory: ManagerFactory, pages: int = 8, page_size: int = 2, *, check: bool = True) -> None:
         manager = factory(pages, page_size)
         self.capabilities = require_adapter(manager)
+        self.groups = declared_groups(manager) if "groups" in self.capabilities else ()
         self.failed = False
         self.manager: Any = _Guarded(manager, self)
         self.pages, self.page_size = pages, page_size
@@ -604,18 +633,30 @@ class SafetyMachine:
         self.coverage["promoted"] += len(pairs)
 
     def _compute(self, request_id: int, view: PoolView, position: int, read: bool = True) -> None:
-        """The engine computes `position`: it reads every earlier one, then writes its KV."""
+        """The engine computes `position`: it reads every earlier one its query reads, then writes
+        its KV (in every group, with "groups")."""
         if read:
             self._read(request_id, view, position)
-        table = view.tables[request_id]
-        page = table[position // self.page_size]
-        others = [other for other, held in view.tables.items() if other != request_id and page in held]
+        for group, table in self._tables(request_id, view):
+            self._write(request_id, view, position, group, table[position // self.page_size])
+        self.manager.written(request_id, position + 1)
+
+    def _write(self, request_id: int, view: PoolView, position: int, group: int | None, page: int) -> None:
+        """The KV of `position` (of `group`, with "groups") lands in `page`, which must be the
+        request's alone and, under a key, keep the KV the key named."""
+        where = "" if group is None else f" of group {group}"
+        if page in view.reserved:
+            self._fail(
+                FailureKind.GHOST,
+                f"request {request_id} writes position {position}{where} into reserved page {page}, which holds no KV",
+            )
+        others = [other for other, held in self._holding(view) if other != request_id and page in held]
         if others:
             self._fail(
                 FailureKind.EXCLUSIVE,
-                f"request {request_id} writes position {position} into page {page}, which requests {others} hold",
+                f"request {request_id} writes position {position}{where} into page {page}, held by requests {others}",
             )
-        slot, context = position % self.page_size, self._context(request_id, position)
+        slot, context = position % self.page_size, self._context(request_id, position, group)
         key = view.cached.get(page) if "location_keys" not in self.capabilities else None
         named = self.key_kv.get(key, {}).get(slot) if key is not None else None
         if named is not None and named != context:
@@ -625,30 +666,49 @@ class SafetyMachine:
                 f" under key {key!r:.60}, first seen over the KV of context {named}: a key that outlives its content",
             )
         self.kv.setdefault(page, {})[slot] = context
-        self.manager.written(request_id, position + 1)
+
+    def _tables(self, request_id: int, view: PoolView) -> list[tuple[int | None, tuple[int, ...]]]:
+        """The request's tables: its one table (group None), or one for each group."""
+        if not self.groups:
+            return [(None, tuple(view.tables[request_id]))]
+        return [(g, tuple(table)) for g, table in enumerate(view.group_tables[request_id])]
+
+    def _holding(self, view: PoolView) -> list[tuple[int, set[int]]]:
+        """Each live request and every page it holds (in any group)."""
+        if not self.groups:
+            return [(request_id, set(table)) for request_id, table in view.tables.items()]
+        return [
+            (request_id, {page for table in tables for page in table} - view.reserved)
+            for request_id, tables in view.group_tables.items()
+        ]
 
     def _read(self, request_id: int, view: PoolView, stop: int) -> None:
-        """Every position before `stop` holds, in the request's page, its own context's KV."""
-        table = view.tables[request_id]
-        for position in range(stop):
-            page = table[position // self.page_size]
-            found = self.kv.get(page, {}).get(position % self.page_size)
-            context = self._context(request_id, position)
-            if found != context:
-                what = "nothing" if found is None else f"the KV of context {found}"
-                self._fail(
-                    FailureKind.GHOST,
-                    f"request {request_id} reads position {position} (context {context})"
-                    f" from page {page}, which holds {what}",
-                )
+        """The query at `stop` reads every position it reads before it (in every group, with
+        "groups": only those its group's query reads), each holding in the request's page that
+        position's own context's KV."""
+        for group, table in self._tables(request_id, view):
+            first = 0 if group is None else first_read(self.groups[group], stop)
+            where = "" if group is None else f" of group {group}"
+            for position in range(first, stop):
+                page = table[position // self.page_size]
+                found = self.kv.get(page, {}).get(position % self.page_size)
+                context = self._context(request_id, position, group)
+                if found != context or page in view.reserved:
+                    what = "nothing" if found is None or page in view.reserved else f"the KV of context {found}"
+                    self._fail(
+                        FailureKind.GHOST,
+                        f"request {request_id} reads position {position}{where} (context {context})"
+                        f" from page {page}, which holds {what}",
+                    )
 
-    def _context(self, request_id: int, position: int) -> Context:
+    def _context(self, request_id: int, position: int, group: int | None = None) -> Context:
         """What the KV at `position` is computed from: the request's tokens up to it, after its
-        tenant (a forked child's, its parent's) under "tenants"."""
+        tenant (a forked child's, its parent's) under "tenants", and first its group (with
+        "groups": each group's layers compute KV of their own)."""
         tokens = tuple(self.sequences[request_id][: position + 1])
-        if "tenants" not in self.capabilities:
-            return tokens
-        return (self.tenants[request_id], *tokens)
+        if "tenants" in self.capabilities:
+            tokens = (self.tenants[request_id], *tokens)
+        return tokens if group is None else (group, *tokens)
 
     # -- checks -------------------------------------------------------------------------------------
 
@@ -658,7 +718,7 @@ class SafetyMachine:
         live = tuple(sorted((request_id, len(tokens)) for request_id, tokens in self.sequences.items()))
         single_owner = "single_owner" in self.capabilities
         return ManagerState(
-            self.manager.view() if view is None else view, live, self.pages, self.page_size, single_owner
+            self.manager.view() if view is None else view, live, self.pages, self.page_size, single_owner, self.groups
         )
 
     def _step(self, event: Any, body: Callable[[], T]) -> T:

@@ -39,7 +39,9 @@ A bug is one sentence about what goes wrong. Its realisations live beside the co
   which its proof refutes;
 - `groups`: broken KV groups (`kvsched.testing.group_variants.VARIANTS`, one per upstream hybrid-KV
   bug), which its named check catches on a pinned program (`tests/impl/test_kv_groups.py`: the
-  check is the test's `PROGRAMS` entry; the machine beside the spec finds every one unaided);
+  check is the test's `PROGRAMS` entry; the machine beside the spec finds every one unaided; the
+  six the adapter protocol sees, `kvsched check` finds at its defaults through
+  `kvsched.testing.adapters.kvsched_groups`: `tests/testing/test_check_groups.py`);
 - `groups_encoding`: a broken z3 encoding of the groups' ownership (`kvsched.proofs.group_safety.broken`),
   which its proof refutes.
 

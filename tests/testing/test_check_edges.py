@@ -272,8 +272,8 @@ WEAKENINGS = (
         "enumerate(history[: (len(history) - 1) // self.page_size * self.page_size]):",
     ),
     Weakening("ghost_reads", GhostMemory, "mismatches", "enumerate(history):", "enumerate(history[:-1]):"),
-    Weakening("safety_reads", SafetyMachine, "_read", "range(stop)", "range(stop - 1)"),
-    Weakening("safety_exclusive", SafetyMachine, "_compute", "view.tables.items()", "list(view.tables.items())[:-1]"),
+    Weakening("safety_reads", SafetyMachine, "_read", "range(first, stop)", "range(first, stop - 1)"),
+    Weakening("safety_exclusive", SafetyMachine, "_holding", "view.tables.items()", "list(view.tables.items())[:-1]"),
     Weakening(
         "round_exclusive",
         system,

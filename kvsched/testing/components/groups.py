@@ -220,10 +220,11 @@ def drained(state: GroupState) -> bool:
 
 # -- the registration ----------------------------------------------------------------------------
 
-SMALL = GroupConfig(  # a full group and a window of two, two requests sharing a token, one draft
-    Layout((Full(), Window(2)), page_size=1, pages=5, draft_tokens=1, step_tokens=2, max_tokens=3),
+SMALL = GroupConfig(  # a full group and a window of two over five pages (room for a window's release), one
+    # request at a time (its cached pages serve the next), prompts sharing a token, one draft
+    Layout((Full(), Window(2)), page_size=1, pages=6, draft_tokens=1, step_tokens=2, max_tokens=3),
     prompts=((1, 2), (1, 3)),
-    requests=2,
+    requests=1,
     tokens=(2,),
 )
 SMALL_RECURRENT = GroupConfig(  # a full group and a recurrent one: its state and snapshots in two slots

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvsched.spec.kv_layout import Full, Group
 from kvsched.testing.adapter import PoolView
 from kvsched.testing.component import Component, Corpus, EventSpec, Harness, StepContext
 from kvsched.testing.outcome import CheckFailure, FailureKind
@@ -30,6 +31,7 @@ class ManagerState:
     pages: int
     page_size: int
     single_owner: bool = False  # the manager declared "single_owner": one owner a page
+    groups: tuple[Group, ...] = ()  # with "groups": the manager's attention groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,11 +193,14 @@ def view_problems(state: ManagerState) -> list[str]:
     view, pages, live = state.view, state.pages, dict(state.live)
     if len(view.holders) != pages:
         return [f"the view has {len(view.holders)} holder counts for {pages} pages"]
-    if set(view.tables) != set(live):
-        return [f"tables for requests {sorted(view.tables)}, but the live requests are {sorted(live)}"]
+    tables = view.group_tables if state.groups else view.tables
+    if set(tables) != set(live):
+        return [f"tables for requests {sorted(tables)}, but the live requests are {sorted(live)}"]
     problems: list[str] = []
     counts = [0] * pages
-    for request_id, table in view.tables.items():
+    if state.groups:
+        problems += group_problems(state, counts)
+    for request_id, table in () if state.groups else view.tables.items():
         needed = -(-live[request_id] // state.page_size)
         if len(table) < needed:
             problems.append(f"request {request_id} holds {len(table)} pages for {needed} pages of tokens")
@@ -224,6 +229,34 @@ def view_problems(state: ManagerState) -> list[str]:
     problems += host_problems(view)
     if state.single_owner:
         problems += owner_problems(view, counts, pages)
+    return problems
+
+
+def group_problems(state: ManagerState, counts: list[int]) -> list[str]:
+    """With "groups": each live request has a table in every group, long enough for its tokens;
+    a full group's table holds real pages only; no page is in two of a request's tables. Counts
+    each real entry into `counts`."""
+    view, problems = state.view, []
+    for request_id, tables in view.group_tables.items():
+        if len(tables) != len(state.groups):
+            problems.append(f"request {request_id} has {len(tables)} tables for {len(state.groups)} groups")
+            continue
+        needed = -(-dict(state.live)[request_id] // state.page_size)
+        real: list[int] = []
+        for g, (group, table) in enumerate(zip(state.groups, tables, strict=True)):
+            if len(table) < needed:
+                problems.append(f"request {request_id} holds {len(table)} pages in group {g} for {needed} of tokens")
+            for page in table:
+                if page in view.reserved and not isinstance(group, Full):
+                    continue  # a released page: no query reads it any more (the ghost reads check it)
+                if not 0 <= page < state.pages or page in view.reserved:
+                    problems.append(f"request {request_id} holds page {page} in group {g}, outside the pool")
+                    continue
+                real.append(page)
+        if len(set(real)) != len(real):
+            problems.append(f"request {request_id} holds a page twice across its groups: {tables}")
+        for page in real:
+            counts[page] += 1
     return problems
 
 
@@ -299,6 +332,10 @@ def view_changes(before: PoolView, after: PoolView) -> str:
         old, new = before.tables.get(request_id), after.tables.get(request_id)
         if old != new:
             changes.append(f"request {request_id} table {old} -> {new}")
+    for request_id in sorted(set(before.group_tables) | set(after.group_tables)):
+        old_groups, new_groups = before.group_tables.get(request_id), after.group_tables.get(request_id)
+        if old_groups != new_groups:
+            changes.append(f"request {request_id} group tables {old_groups} -> {new_groups}")
     dropped = {page for page, key in before.cached.items() if after.cached.get(page) != key}
     added = {page for page, key in after.cached.items() if before.cached.get(page) != key}
     if dropped:
