@@ -68,6 +68,16 @@ successful call. The adapter only forwards. Request ids and page ids are plain i
         the view's `cached`, "CPU" for its `host`), each key as the view names it. Read after
         every call: folded, they must give exactly the view's cached keys on both tiers, one
         `Stored` a page (a manager may cache one key on several pages), one `Removed` a page.
+    speculate(request_id, token, drafts) -> bool  (capability "drafts")
+        Speculative decoding: the request decoded `token` and the drafter proposes the tokens
+        `drafts` after it; make room for the KV of the token and of every draft (one pass
+        computes them all). False when refused.
+    accept(request_id, accepted)                 (capability "drafts")
+        The model kept the first `accepted` drafts of the request's last `speculate`: they are
+        its tokens now. The rest are rejected: their KV is never read as the request's, and no
+        page holding it may be cached under the accepted tokens (`written` names accepted
+        positions only). The manager may let go of pages wholly past the accepted tokens, now
+        or as its next call begins.
     view() -> PoolView
         The pool as plain ints, read after every call.
 
@@ -132,6 +142,7 @@ CAPABILITIES = frozenset(
         "events",
         "location_keys",
         "groups",
+        "drafts",
     }
 )
 TENANTS = 2  # with "tenants": how many tenants the harness's requests belong to

@@ -62,6 +62,7 @@ from kvsched.testing.components.manager import (
     ManagerPreempt,
     ManagerReset,
     ManagerResume,
+    ManagerSpeculate,
     ManagerState,
     ManagerSubmit,
     view_problems,
@@ -91,6 +92,8 @@ COVERAGE = (
     "demoted",  # pages the manager copied to its host tier
     "promoted",  # pages an admission found in the host tier and copied back
     "saved",  # pages an ended lease's save copied into the host tier
+    "drafted",  # draft tokens proposed in passes the manager accepted
+    "rejected",  # draft tokens the model rejected
 )
 
 
@@ -126,6 +129,7 @@ OPTIONAL_VERBS = {
     "promote": "promote",
     "async_copies": "complete",
     "events": "events",
+    "drafts": "speculate",
 }
 PAIRS = ({"lookup", "commit"}, {"lease", "end_lease"}, {"demote", "promote"})  # declared together or not at all
 ONE_TABLE = frozenset({"fork", "copy_on_write", "lease", "demote"})  # verbs that name one table a request
@@ -193,6 +197,10 @@ def require_adapter(manager: object) -> frozenset[str]:
     ]
     if missing:
         raise NotAnAdapter(f"{type(manager).__name__} is not a page-manager adapter: it lacks {', '.join(missing)}")
+    if "drafts" in declared and not callable(getattr(manager, "accept", None)):
+        raise NotAnAdapter(
+            f"{type(manager).__name__} is not a page-manager adapter: it lacks accept (declared by capability 'drafts')"
+        )
     if "groups" in declared:
         declared_groups(manager)
     return declared
@@ -351,6 +359,43 @@ class SafetyMachine:
         self._require_valid(view)
         self._compute(request_id, view, len(tokens) - 1)
         self.coverage["appended"] += 1
+        return True
+
+    def speculate(self, request_id: int, drafts: int, accepted: int) -> bool:
+        """Speculative decoding (capability "drafts"): sample the request's next token and propose
+        `drafts` tokens after it, the first `accepted` the model's own next tokens and the next
+        one not (a rejection); one pass computes them all, then the model keeps the first
+        `accepted`. False when the manager refuses room for them."""
+        self._record(f"machine.speculate({request_id}, {drafts}, {accepted})")
+        tokens = self._ready(request_id)
+        if "drafts" not in self.capabilities or not 0 <= accepted <= drafts or drafts < 1:
+            raise ValueError(f"no drafts capability, or {accepted} of {drafts} drafts cannot be kept")
+        event = ManagerSpeculate(request_id, drafts, accepted)
+        return self._step(event, lambda: self._speculate(request_id, tokens, drafts, accepted))
+
+    def _speculate(self, request_id: int, tokens: list[int], drafts: int, accepted: int) -> bool:
+        proposed = [*tokens, next_token(tokens)]
+        for index in range(drafts):
+            right = next_token(proposed)
+            proposed.append(right if index < accepted else (right + 1) % VOCABULARY)
+        first = len(tokens)
+        if not getattr(self.manager, "speculate")(request_id, proposed[first], tuple(proposed[first + 1 :])):  # noqa: B009
+            self.coverage["refused"] += 1
+            return False
+        self.sequences[request_id] = proposed  # while the pass runs: its tables must hold every draft
+        view = self.manager.view()
+        self._require_valid(view)
+        for position in range(first, len(proposed)):
+            self._compute(request_id, view, position, publish=position == first)
+        kept = proposed[: first + 1 + accepted]
+        self.sequences[request_id] = kept
+        getattr(self.manager, "accept")(request_id, accepted)  # noqa: B009
+        self._require_valid(self.manager.view())
+        if accepted:
+            self.manager.written(request_id, len(kept))
+        self.coverage["appended"] += 1 + accepted
+        self.coverage["drafted"] += drafts
+        self.coverage["rejected"] += drafts - accepted
         return True
 
     def finish(self, request_id: int) -> None:
@@ -632,14 +677,16 @@ class SafetyMachine:
             self.kv[page] = dict(self.host_kv.get(host_page, {}))
         self.coverage["promoted"] += len(pairs)
 
-    def _compute(self, request_id: int, view: PoolView, position: int, read: bool = True) -> None:
+    def _compute(self, request_id: int, view: PoolView, position: int, read: bool = True, publish: bool = True) -> None:
         """The engine computes `position`: it reads every earlier one its query reads, then writes
-        its KV (in every group, with "groups")."""
+        its KV (in every group, with "groups"); `publish`: tells the manager it is written (a
+        draft's is not, until it is accepted)."""
         if read:
             self._read(request_id, view, position)
         for group, table in self._tables(request_id, view):
             self._write(request_id, view, position, group, table[position // self.page_size])
-        self.manager.written(request_id, position + 1)
+        if publish:
+            self.manager.written(request_id, position + 1)
 
     def _write(self, request_id: int, view: PoolView, position: int, group: int | None, page: int) -> None:
         """The KV of `position` (of `group`, with "groups") lands in `page`, which must be the
@@ -654,7 +701,8 @@ class SafetyMachine:
         if others:
             self._fail(
                 FailureKind.EXCLUSIVE,
-                f"request {request_id} writes position {position}{where} into page {page}, held by requests {others}",
+                f"request {request_id} writes position {position}{where} into page {page},"
+                f" which requests {others} hold",
             )
         slot, context = position % self.page_size, self._context(request_id, position, group)
         key = view.cached.get(page) if "location_keys" not in self.capabilities else None

@@ -307,6 +307,22 @@ def machine_class(
                         self.machine.finish(request_id)
                     self.machine.demote()
 
+    class DraftRules:
+        machine: SafetyMachine
+
+        @rule(request_id=IDS, drafts=st.integers(1, 3), accepted=st.integers(0, 3))
+        def speculate(self, request_id: int, drafts: int, accepted: int) -> None:
+            """A decode with drafts after its token, some of them kept (speculative decoding)."""
+            if self.machine.ready(request_id) and len(self.machine.sequences[request_id]) + 1 + drafts <= MAX_TOKENS:
+                self.machine.speculate(request_id, drafts, min(accepted, drafts))
+
+        @rule(rounds=st.integers(1, 3), drafts=st.integers(1, 3), accepted=st.integers(0, 3))
+        def speculate_all(self, rounds: int, drafts: int, accepted: int) -> None:
+            """An engine's speculative rounds: every live request decodes with drafts, `rounds` times."""
+            for _ in range(rounds):
+                for request_id in sorted(self.machine.sequences):
+                    self.speculate(request_id, drafts, accepted)
+
     class CopyRules:
         machine: SafetyMachine
 
@@ -331,6 +347,7 @@ def machine_class(
             (TwoPhaseRules, {"lookup", "commit"}),
             (LeaseRules, {"lease", "end_lease"}),
             (TierRules, {"demote", "promote"}),
+            (DraftRules, {"drafts"}),
         )
         if needs <= declared
     ]
@@ -432,6 +449,7 @@ def coverage_warnings(manager: object, coverage: dict[str, int], examples: int =
         "end_lease": "leases_read",
         "demote": "demoted",
         "promote": "promoted",
+        "drafts": "rejected",
     }
     warnings = [
         f"capability {capability!r} is declared but the campaign never exercised it ({counter} = 0)"

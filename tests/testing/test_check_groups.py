@@ -25,11 +25,37 @@ from tests.testing.test_check_command import replay
 MODULE = "kvsched.testing.adapters.kvsched_groups"
 
 
-def test_kvscheds_groups_pass_with_hits_window_releases_and_evictions() -> None:
+def test_kvscheds_groups_pass_with_hits_drafts_and_evictions() -> None:
     result = search_safety(kvsched_groups.manager, examples=200, seed_value=0)
     assert result.passed, result.program
     assert result.coverage["hit_pages"] > 0 and result.coverage["evicted"] > 0 and result.coverage["refused"] > 0
+    assert result.coverage["drafted"] > result.coverage["rejected"] > 0
     assert result.warnings == ()
+
+
+class CachesItsDrafts(KvGroups):
+    """The full pages a pass's drafts complete are cached as the pass ends, before the model
+    says which it keeps: a rejected draft's KV cached under its tokens."""
+
+    def _settle(self, held: Any) -> None:
+        super()._settle(held)
+        size, written = self.layout.page_size, held.tokens + held.drafts
+        for g, table in enumerate(held.tables):
+            for page in range(held.computed // size, (held.computed + len(held.drafts)) // size):
+                key, physical = (g, written[: (page + 1) * size]), table[page]
+                if key not in self.page_of and physical not in self.key_of:
+                    self.page_of[key], self.key_of[physical] = physical, key
+                    self.refs[physical] += 1
+
+
+def caches_its_drafts(pages: int, page_size: int) -> KvschedGroups:
+    return KvschedGroups(pages, page_size, CachesItsDrafts)
+
+
+def test_a_rejected_drafts_kv_cached_is_found_at_the_defaults() -> None:
+    result = search_safety(caches_its_drafts, seed_value=0, source=(__name__, "caches_its_drafts"))
+    assert result.failure is not None and result.failure.kind is FailureKind.GHOST, result.failure
+    assert "a key that outlives its content" in result.failure.detail
 
 
 def test_every_variant_is_found_or_said_to_be_out_of_sight() -> None:
@@ -108,6 +134,8 @@ class Misdeclared(KvschedGroups):
         super().__init__(pages, page_size)
         self.capabilities = capabilities
         self.groups = groups
+        if "drafts" in capabilities:
+            self.accept = None  # type: ignore[method-assign,assignment]
 
 
 @pytest.mark.parametrize(
@@ -117,6 +145,7 @@ class Misdeclared(KvschedGroups):
         ({"groups"}, (), NotAnAdapter, "non-empty tuple"),
         ({"groups"}, [Full()], NotAnAdapter, "non-empty tuple"),
         ({"groups"}, (Full(), "window"), NotAnAdapter, "Full, Window and Chunked"),
+        ({"groups", "drafts"}, (Full(),), NotAnAdapter, "lacks accept"),
     ],
 )
 def test_groups_misdeclared_are_refused_before_anything_runs(

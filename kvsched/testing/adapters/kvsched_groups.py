@@ -1,14 +1,17 @@
-"""kvsched's KV groups behind the adapter protocol, with "groups": impl's `KvGroups`
+"""kvsched's KV groups behind the adapter protocol, with "groups" and "drafts": impl's `KvGroups`
 (`kvsched.impl.kv_groups`) over a full-attention group and a sliding window of two pages, one
-pool, page 0 the null page, prefix caching on.
+pool, page 0 the null page, prefix caching on, up to three drafts a pass.
 
 An admission is the groups' `admit` (the longest prefix both groups can serve) and one pass over
-the rest of the prompt (`compute`); a decode is the sample (`accept` with no drafts) and one pass
-over it. A pass begins by letting go of the window's pages wholly behind its first query, so the
-tables the view shows after a call are the ones the harness's pass reads through. A call the
-groups refuse with a typed error (`Exhausted`: no page for it) is a refusal, and the adapter puts
-back the state it held before the call (the admit of a refused admission included). `written`
-changes nothing: the groups cache each full page as the pass over it ends. The cache's own hold
+the rest of the prompt (`compute`); a decode is the sample (the groups' `accept`) and one pass over
+it; `speculate` is the sample and one pass over it and the drafts after it. The protocol's
+`accept` is kept until the request's next sample, which the groups' `accept` takes with it (the
+drafts kept, then the token sampled after them): the rejected drafts' pages are let go then. A
+pass begins by letting go of the window's pages wholly behind its first query, so the tables the
+view shows after a call are the ones the harness's pass reads through. A call the groups refuse
+with a typed error (`Exhausted`: no page for it) is a refusal, and the adapter puts back the state
+it held before the call (the admit of a refused admission included). `written` changes nothing:
+the groups cache each full page of accepted tokens as the pass over it ends. The cache's own hold
 is not a holder in the protocol's counts, so the view subtracts it; a page only the cache holds is
 evictable, so it is free.
 
@@ -29,20 +32,24 @@ from kvsched.testing.adapter import ManagerFactory, PoolView
 from kvsched.testing.group_variants import VARIANTS
 
 NULL = 0  # the null page: a released window entry
+DRAFTS = 3  # the most drafts a pass computes after its token
 
 
 class KvschedGroups:
     """impl's KV groups for `pages` pages (page 0 the null page) of `page_size` tokens: a full
     group and a window of `2 * page_size` tokens."""
 
-    capabilities = frozenset({"groups", "atomic"})
+    capabilities = frozenset({"groups", "drafts", "atomic"})
 
     def __init__(self, pages: int, page_size: int, flavour: type[KvGroups] = KvGroups) -> None:
         self.groups = (Full(), Window(2 * page_size))
-        tokens = pages * page_size  # the full group holds no more: longer sequences are refused
-        layout = Layout(self.groups, page_size=page_size, pages=pages, step_tokens=tokens, max_tokens=tokens)
+        tokens = pages * page_size + DRAFTS  # the full group holds no more: longer sequences are refused
+        layout = Layout(
+            self.groups, page_size=page_size, pages=pages, draft_tokens=DRAFTS, step_tokens=tokens, max_tokens=tokens
+        )
         self.kv = flavour(layout)
         self.pages = pages
+        self.kept: dict[int, int] = {}  # request -> the drafts the model kept, until its next sample
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
         before = copy.deepcopy(self.kv)
@@ -55,20 +62,28 @@ class KvschedGroups:
         return found
 
     def append(self, request_id: int, token: int) -> bool:
+        return self.speculate(request_id, token, ())
+
+    def speculate(self, request_id: int, token: int, drafts: Sequence[int]) -> bool:
         before = copy.deepcopy(self.kv)
         try:
-            self.kv.accept(request_id, 0, token)
-            self.kv.compute(request_id, 1)
+            self.kv.accept(request_id, self.kept.get(request_id, 0), token)
+            self.kv.compute(request_id, 1, tuple(drafts))
         except KvschedError:
             self.kv = before
             return False
+        self.kept.pop(request_id, None)
         return True
+
+    def accept(self, request_id: int, accepted: int) -> None:
+        self.kept[request_id] = accepted
 
     def written(self, request_id: int, tokens: int) -> None:
         return None
 
     def free(self, request_id: int) -> None:
         self.kv.free(request_id)
+        self.kept.pop(request_id, None)
 
     def view(self) -> PoolView:
         kv = self.kv
@@ -120,5 +135,8 @@ UNSEEN = {  # out of the harness's sight through this adapter, and why
     "vllm_48489_free_loses_group_order": "eviction order is policy, which the harness leaves to the manager",
     "vllm_53912_snapshot_off_its_boundary": "recurrent states are not in the protocol's view",
     "sglang_27038_state_copy_drops_window_holds": "recurrent states are not in the protocol's view",
-    "ucm_1059_truncation_touches_group_zero": "the protocol has no draft and accept verbs",
+    "ucm_1059_truncation_touches_group_zero": (
+        "the rejected drafts' pages it keeps in later groups are pages the protocol lets a manager hold"
+        " ahead of its tokens (vLLM's lookahead slots), and the next pass writes over them"
+    ),
 }

@@ -66,6 +66,19 @@ class ManagerDecode:
 
 
 @dataclass(frozen=True, slots=True)
+class ManagerSpeculate:
+    """Sample a request's next token and propose `drafts` tokens after it; one pass computes them
+    all; the model keeps the first `accepted` drafts (capability "drafts")."""
+
+    request_id: int
+    drafts: int
+    accepted: int
+
+    def perform(self, machine: Any) -> Any:
+        return machine.speculate(self.request_id, self.drafts, self.accepted)
+
+
+@dataclass(frozen=True, slots=True)
 class ManagerFinish:
     """A request finished: its pages are freed."""
 
@@ -178,6 +191,7 @@ class ManagerReset:
 REFUSABLE: dict[type[Any], str] = {
     ManagerSubmit: "admit",
     ManagerDecode: "append",
+    ManagerSpeculate: "speculate",
     ManagerResume: "admit",
     ManagerFork: "fork",
     ManagerCommit: "commit",
@@ -382,6 +396,7 @@ MANAGER = Component(
             for event in (
                 ManagerSubmit,
                 ManagerDecode,
+                ManagerSpeculate,
                 ManagerFinish,
                 ManagerPreempt,
                 ManagerResume,
