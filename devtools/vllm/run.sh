@@ -19,7 +19,8 @@
 #      offload tier's pool vLLM's own (same_schedule.py); the traces of
 #      vLLM's own pool that CI replays, recorded again and identical (record_traces.py); a page
 #      published only once the tokens its key covers exist (publication.py)
-#   6. safety campaigns: vLLM's pool and manager, kvsched's pool and vLLM's manager over it, each
+#   6. safety campaigns: vLLM's pool and manager, its hybrid manager (a full-attention and a
+#      sliding-window group, speculative decoding; two broken ones caught), kvsched's pool and vLLM's manager over it, each
 #      with its KV events folded and checked against its cache after every call; a broken pool
 #      and a broken event publisher must fail; vLLM's pool with vLLM's CPU offloading manager as its host tier
 #      (demote, promote, leases that save, two-phase admission), six broken managers caught by
@@ -128,6 +129,11 @@ must_fail_by() {  # TARGET TEXT: at kvsched check's defaults, seeds 0 to 2, a co
 step "safety: BlockPools that hand out a cached block keeping its hash, with and without vLLM's assertion (must fail at the defaults by the key check, before vLLM's assertion)"
 must_fail_by kvsched.testing.adapters.vllm:stale_pool "a key that outlives its content"
 must_fail_by kvsched.testing.adapters.vllm:key_outlives "a key that outlives its content"
+step "safety: vLLM's hybrid KVCacheManager (a full-attention and a sliding-window group over one pool, speculative decoding)"
+kvsched_check kvsched.testing.adapters.vllm:hybrid_manager --examples 9000
+step "safety: a sliding window that lets go of its first block one token early, drafts cached as tokens (must fail at the defaults)"
+must_fail_by kvsched.testing.adapters.vllm:early_window "of group 1"
+must_fail_by kvsched.testing.adapters.vllm:drafts_as_tokens "a key that outlives its content"
 step "safety: a BlockPool that publishes an evicted block stored again (vLLM #49125's shape, must fail: KV events)"
 status=0; kvsched_check kvsched.testing.adapters.vllm:restored_pool --examples 300 || status=$?
 [ "$status" -eq 1 ] || { echo "the restored pool must fail with a counterexample (exit 1), got exit $status"; exit 1; }

@@ -710,7 +710,7 @@ class SafetyMachine:
         if named is not None and named != context:
             self._fail(
                 FailureKind.GHOST,
-                f"request {request_id} writes position {position} into page {page}, which its cache still serves"
+                f"request {request_id} writes position {position}{where} into page {page}, which its cache still serves"
                 f" under key {key!r:.60}, first seen over the KV of context {named}: a key that outlives its content",
             )
         self.kv.setdefault(page, {})[slot] = context

@@ -29,10 +29,12 @@ import importlib
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from kvsched.integrations.vllm.events import translate
 from kvsched.spec.kv_events import KvEvent
+from kvsched.spec.kv_layout import Full, Window
 from kvsched.testing.adapter import PoolView
 
 OFFLINE = {
@@ -72,12 +74,16 @@ class _Vllm:
         params = self.sampling.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
         return self.request.Request(str(request_id), list(tokens), params, None, block_hasher=hasher)
 
-    def kv_cache_config(self, pages: int, page_size: int) -> Any:
+    def kv_cache_config(self, pages: int, page_size: int, window: int | None = None) -> Any:
+        """One full-attention group; with `window`, a sliding-window group of `window` tokens too
+        (vLLM's hybrid coordinator over one pool)."""
         interface = self.interface
-        spec = interface.FullAttentionSpec(block_size=page_size, num_kv_heads=1, head_size=1, dtype=self.torch.float32)
-        return interface.KVCacheConfig(
-            num_blocks=pages, kv_cache_tensors=[], kv_cache_groups=[interface.KVCacheGroupSpec(["layer"], spec)]
-        )
+        sizes = {"block_size": page_size, "num_kv_heads": 1, "head_size": 1, "dtype": self.torch.float32}
+        groups = [interface.KVCacheGroupSpec(["layer"], interface.FullAttentionSpec(**sizes))]
+        if window is not None:
+            spec = interface.SlidingWindowSpec(**sizes, sliding_window=window)
+            groups.append(interface.KVCacheGroupSpec(["window_layer"], spec))
+        return interface.KVCacheConfig(num_blocks=pages, kv_cache_tensors=[], kv_cache_groups=groups)
 
 
 @functools.cache
@@ -182,7 +188,14 @@ class VllmManager:
 
     capabilities = frozenset({"atomic", "reset_cache", "events"})
 
-    def __init__(self, pages: int, page_size: int, max_model_len: int = 4096, over_kvsched: bool = False) -> None:
+    def __init__(
+        self,
+        pages: int,
+        page_size: int,
+        max_model_len: int = 4096,
+        over_kvsched: bool = False,
+        window: int | None = None,
+    ) -> None:
         self.vllm = _vllm()
         manager_class = self.vllm.manager.KVCacheManager
         if over_kvsched:
@@ -190,7 +203,7 @@ class VllmManager:
 
             manager_class = KvschedKVCacheManager
         self.manager = manager_class(
-            self.vllm.kv_cache_config(pages, page_size),
+            self.vllm.kv_cache_config(pages, page_size, window),
             max_model_len=max_model_len,
             scheduler_block_size=page_size,
             hash_block_size=page_size,
@@ -233,6 +246,91 @@ class VllmManager:
     def view(self) -> PoolView:
         tables = {rid: tuple(self.manager.get_block_ids(str(rid))[0]) for rid in self.requests}
         return pool_view(self.manager.block_pool, tables)
+
+
+class VllmHybridManager(VllmManager):
+    """vLLM's `KVCacheManager` over a full-attention group and a sliding window of two blocks: its
+    hybrid `KVCacheCoordinator` over one `BlockPool` ("groups"), driven as its scheduler drives it,
+    with speculative decoding ("drafts"): a decode with drafts allocates slots for its token and
+    every draft (vLLM caches only the request's real tokens: `request.num_tokens` caps it), and
+    the drafts the model kept are appended to the request, as its scheduler appends them after
+    rejection sampling. Not "atomic": `allocate_slots` lets go of the window's blocks behind the
+    next query before it checks for free blocks, so a refused one has still freed them (by design:
+    they are freed before the next pass either way)."""
+
+    capabilities = frozenset({"reset_cache", "events", "groups", "drafts"})
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        self.groups = (Full(), Window(2 * page_size))
+        super().__init__(pages, page_size, window=2 * page_size)
+        self.drafts: dict[int, tuple[int, ...]] = {}  # request -> the drafts its last speculate proposed
+
+    def append(self, request_id: int, token: int) -> bool:
+        return self.speculate(request_id, token, ())
+
+    def speculate(self, request_id: int, token: int, drafts: Sequence[int]) -> bool:
+        request = self.requests[request_id]
+        lengths = _append(request, token)
+        if self.manager.allocate_slots(request, 1 + len(drafts)) is None:
+            _undo_append(request, lengths)
+            return False
+        self.drafts[request_id] = tuple(drafts)
+        return True
+
+    def accept(self, request_id: int, accepted: int) -> None:
+        request = self.requests[request_id]
+        for token in self.drafts.pop(request_id, ())[:accepted]:
+            request.append_output_token_ids(token)
+
+    def free(self, request_id: int) -> None:
+        self.drafts.pop(request_id, None)
+        super().free(request_id)
+
+    def view(self) -> PoolView:
+        groups = {rid: tuple(map(tuple, self.manager.get_block_ids(str(rid)))) for rid in self.requests}
+        return replace(pool_view(self.manager.block_pool, {}), group_tables=groups)
+
+
+def hybrid_manager(pages: int, page_size: int) -> VllmHybridManager:
+    """vLLM's `KVCacheManager` with a full-attention and a sliding-window group, as installed."""
+    return VllmHybridManager(pages, page_size)
+
+
+def early_window(pages: int, page_size: int) -> VllmHybridManager:
+    """A deliberately broken `hybrid_manager` (must fail: GHOST): its sliding-window manager
+    skips one token more than its window leaves behind, so it lets go of the block holding the
+    window's first position before the pass that reads it."""
+    hybrid = VllmHybridManager(pages, page_size)
+    window = hybrid.manager.coordinator.single_type_managers[1]
+    skipped = window.get_num_skipped_tokens
+    window.get_num_skipped_tokens = lambda computed: skipped(computed + 1)
+    return hybrid
+
+
+class _DraftsAsTokens(VllmHybridManager):
+    def speculate(self, request_id: int, token: int, drafts: Sequence[int]) -> bool:
+        request = self.requests[request_id]
+        lengths = _append(request, token)
+        for draft in drafts:
+            request.append_output_token_ids(draft)
+        if self.manager.allocate_slots(request, 1 + len(drafts)) is None:
+            _undo_append(request, lengths)
+            return False
+        self.drafts[request_id] = lengths
+        return True
+
+    def accept(self, request_id: int, accepted: int) -> None:
+        request, lengths = self.requests[request_id], self.drafts.pop(request_id)
+        _undo_append(request, (lengths[0] + 1 + accepted, lengths[1] + 1 + accepted, len(request.block_hashes)))
+        del request.block_hashes[(lengths[1] + 1 + accepted) // self.page_size :]
+
+
+def drafts_as_tokens(pages: int, page_size: int) -> VllmHybridManager:
+    """A deliberately broken `hybrid_manager` (must fail: GHOST): a decode's drafts are appended to
+    the request as tokens before the model checks them, so vLLM caches the blocks they fill under
+    their hashes; the rejected ones are taken off the request afterwards, and the block keeps the
+    key while the request writes its real tokens there."""
+    return _DraftsAsTokens(pages, page_size)
 
 
 def pool(pages: int, page_size: int) -> VllmPool:
