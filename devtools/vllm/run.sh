@@ -129,8 +129,9 @@ must_fail_by() {  # TARGET TEXT: at kvsched check's defaults, seeds 0 to 2, a co
 step "safety: BlockPools that hand out a cached block keeping its hash, with and without vLLM's assertion (must fail at the defaults by the key check, before vLLM's assertion)"
 must_fail_by kvsched.testing.adapters.vllm:stale_pool "a key that outlives its content"
 must_fail_by kvsched.testing.adapters.vllm:key_outlives "a key that outlives its content"
-step "safety: vLLM's hybrid KVCacheManager (a full-attention and a sliding-window group over one pool, speculative decoding)"
+step "safety: vLLM's hybrid KVCacheManager (a full-attention group and a sliding-window or chunked local group over one pool, speculative decoding)"
 kvsched_check kvsched.testing.adapters.vllm:hybrid_manager --examples 9000
+kvsched_check kvsched.testing.adapters.vllm:chunked_manager --examples 9000
 step "safety: a sliding window that lets go of its first block one token early, drafts cached as tokens (must fail at the defaults)"
 must_fail_by kvsched.testing.adapters.vllm:early_window "of group 1"
 must_fail_by kvsched.testing.adapters.vllm:drafts_as_tokens "a key that outlives its content"

@@ -34,7 +34,7 @@ from typing import Any
 
 from kvsched.integrations.vllm.events import translate
 from kvsched.spec.kv_events import KvEvent
-from kvsched.spec.kv_layout import Full, Window
+from kvsched.spec.kv_layout import Chunked, Full, Window
 from kvsched.testing.adapter import PoolView
 
 OFFLINE = {
@@ -74,15 +74,18 @@ class _Vllm:
         params = self.sampling.SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
         return self.request.Request(str(request_id), list(tokens), params, None, block_hasher=hasher)
 
-    def kv_cache_config(self, pages: int, page_size: int, window: int | None = None) -> Any:
-        """One full-attention group; with `window`, a sliding-window group of `window` tokens too
-        (vLLM's hybrid coordinator over one pool)."""
+    def kv_cache_config(self, pages: int, page_size: int, local: Window | Chunked | None = None) -> Any:
+        """One full-attention group; with `local`, a sliding-window or chunked local attention
+        group too (vLLM's hybrid coordinator over one pool)."""
         interface = self.interface
         sizes = {"block_size": page_size, "num_kv_heads": 1, "head_size": 1, "dtype": self.torch.float32}
         groups = [interface.KVCacheGroupSpec(["layer"], interface.FullAttentionSpec(**sizes))]
-        if window is not None:
-            spec = interface.SlidingWindowSpec(**sizes, sliding_window=window)
+        if isinstance(local, Window):
+            spec = interface.SlidingWindowSpec(**sizes, sliding_window=local.tokens)
             groups.append(interface.KVCacheGroupSpec(["window_layer"], spec))
+        elif isinstance(local, Chunked):
+            spec = interface.ChunkedLocalAttentionSpec(**sizes, attention_chunk_size=local.tokens)
+            groups.append(interface.KVCacheGroupSpec(["chunked_layer"], spec))
         return interface.KVCacheConfig(num_blocks=pages, kv_cache_tensors=[], kv_cache_groups=groups)
 
 
@@ -194,7 +197,7 @@ class VllmManager:
         page_size: int,
         max_model_len: int = 4096,
         over_kvsched: bool = False,
-        window: int | None = None,
+        local: Window | Chunked | None = None,
     ) -> None:
         self.vllm = _vllm()
         manager_class = self.vllm.manager.KVCacheManager
@@ -203,7 +206,7 @@ class VllmManager:
 
             manager_class = KvschedKVCacheManager
         self.manager = manager_class(
-            self.vllm.kv_cache_config(pages, page_size, window),
+            self.vllm.kv_cache_config(pages, page_size, local),
             max_model_len=max_model_len,
             scheduler_block_size=page_size,
             hash_block_size=page_size,
@@ -249,8 +252,9 @@ class VllmManager:
 
 
 class VllmHybridManager(VllmManager):
-    """vLLM's `KVCacheManager` over a full-attention group and a sliding window of two blocks: its
-    hybrid `KVCacheCoordinator` over one `BlockPool` ("groups"), driven as its scheduler drives it,
+    """vLLM's `KVCacheManager` over a full-attention group and a sliding window of two blocks (or
+    chunked local attention in chunks of two blocks, `local`): its hybrid `KVCacheCoordinator`
+    over one `BlockPool` ("groups"), driven as its scheduler drives it,
     with speculative decoding ("drafts"): a decode with drafts allocates slots for its token and
     every draft (vLLM caches only the request's real tokens: `request.num_tokens` caps it), and
     the drafts the model kept are appended to the request, as its scheduler appends them after
@@ -260,9 +264,10 @@ class VllmHybridManager(VllmManager):
 
     capabilities = frozenset({"reset_cache", "events", "groups", "drafts"})
 
-    def __init__(self, pages: int, page_size: int) -> None:
-        self.groups = (Full(), Window(2 * page_size))
-        super().__init__(pages, page_size, window=2 * page_size)
+    def __init__(self, pages: int, page_size: int, local: type[Window | Chunked] = Window) -> None:
+        second = local(2 * page_size)
+        self.groups = (Full(), second)
+        super().__init__(pages, page_size, local=second)
         self.drafts: dict[int, tuple[int, ...]] = {}  # request -> the drafts its last speculate proposed
 
     def append(self, request_id: int, token: int) -> bool:
@@ -294,6 +299,11 @@ class VllmHybridManager(VllmManager):
 def hybrid_manager(pages: int, page_size: int) -> VllmHybridManager:
     """vLLM's `KVCacheManager` with a full-attention and a sliding-window group, as installed."""
     return VllmHybridManager(pages, page_size)
+
+
+def chunked_manager(pages: int, page_size: int) -> VllmHybridManager:
+    """vLLM's `KVCacheManager` with a full-attention and a chunked local attention group, as installed."""
+    return VllmHybridManager(pages, page_size, Chunked)
 
 
 def early_window(pages: int, page_size: int) -> VllmHybridManager:
