@@ -35,6 +35,7 @@ from kvsched.spec.kv_groups import (
     Window,
     first_kept,
     first_read,
+    windows_keep_what_they_read,
 )
 from kvsched.spec.kv_groups import Full as FullAttention
 from kvsched.spec.step import apply
@@ -472,3 +473,29 @@ def test_the_read_check_catches_the_last_read_wrong_and_weakened_there_misses_it
     assert groups_component.reads_own_tokens(step) is not None
     change = ("for read in step.outcome.value:", "for read in step.outcome.value[:-1]:")
     assert weakened(groups_component, *change, monkeypatch).reads_own_tokens(step) is None
+
+
+def test_a_window_keeps_nothing_behind_its_last_pass_and_weakened_there_misses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request decoded to nine tokens has let go of its window's pages behind its last pass's
+    first query: at least the first (a pass and its accept advance it by at most `step_tokens`).
+    That page held is a state the invariant rejects, and the invariant weakened there misses it."""
+    groups = KvGroups(PINNED)
+    program = [gev.AdmitTokens(0, (1, 2, 3, 4, 5)), gev.ForwardPass(0, 4), gev.ForwardPass(0, 1)]
+    for token in (6, 7, 8, 9):
+        program += [gev.AcceptDrafts(0, 0, token), gev.ForwardPass(0, 1)]
+    for event in program:
+        apply(groups, event)
+    state = groups.state
+    held = state.requests[0]
+    released = first_kept(PINNED.groups[1], held.computed - PINNED.step_tokens, PINNED.page_size)
+    assert released == 1 and held.tables[1][:2] == (NULL, NULL) and windows_keep_what_they_read(state)
+    tables = (held.tables[0], (state.free[-1], *held.tables[1][released:]), held.tables[2])
+    bad = replace(state, requests=(replace(held, tables=tables),))
+    assert not windows_keep_what_they_read(bad)
+    change = (
+        "any(page != NULL for page in table[:released])",
+        "any(page != NULL for page in table[: max(0, released - 1)])",
+    )
+    assert weakened(kv_groups, *change, monkeypatch).windows_keep_what_they_read(bad)
