@@ -17,7 +17,8 @@
 #      (offload_checker.py; 0.32.0 and 0.34.0); the W3 workload through vLLM's
 #      scheduler over both pools, every step's output identical, and with the CPU-offload connector the
 #      offload tier's pool vLLM's own (same_schedule.py); the traces of
-#      vLLM's own pool that CI replays, recorded again and identical (record_traces.py); a page
+#      vLLM's own pool that CI replays, recorded again and identical (record_traces.py), and its hybrid
+#      manager's (record_hybrid.py); a page
 #      published only once the tokens its key covers exist (publication.py)
 #   6. safety campaigns: vLLM's pool and manager, its hybrid manager (a full-attention and a
 #      sliding-window group, speculative decoding; two broken ones caught), kvsched's pool and vLLM's manager over it, each
@@ -109,6 +110,13 @@ step "lookahead publication: kvsched's pool refuses a page its key's lookahead t
 step "the traces CI replays without vLLM, recorded again from vLLM's own pool: identical"
 (cd / && "$py" "$here/record_traces.py" "$results/traces.json")
 cmp "$results/traces.json" "$root/tests/integrations/golden/vllm_${release}_block_pool.json"
+
+step "vLLM's hybrid KVCacheManager's answers to the harness, recorded again: identical to the traces CI replays"
+(cd / && "$py" "$here/record_hybrid.py" "$results/hybrid")
+for trace in "$root"/tests/integrations/golden/vllm_hybrid/*.json.gz; do
+  cmp -s <(gunzip -c "$trace") <(gunzip -c "$results/hybrid/$(basename "$trace")") \
+    || { echo "$(basename "$trace"): vLLM answered otherwise than recorded" >&2; exit 1; }
+done
 
 kvsched_check() { (cd / && "$venv/bin/kvsched" check "$@"); }
 step "safety: vLLM's BlockPool and KVCacheManager"

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from kvsched.testing.adapters.recorded import RecordedError, Replay, TraceDiverged
-from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
-from kvsched.testing.safety import SafetyMachine
+from kvsched.testing.adapters.recorded import RecordedError, TraceDiverged, replay
+from kvsched.testing.checks import CheckFailure, FailureKind
 
 GOLDEN = Path(__file__).parent / "golden" / "sglang"
 STOCK = ("radix_token", "radix_paged", "unified_token", "unified_paged", "unified_rust_token", "unified_rust_paged")
@@ -33,20 +32,6 @@ VARIANTS = {  # the check each broken variant must fail (devtools/sglang/variant
 def traces(name: str) -> list[dict[str, Any]]:
     loaded: list[dict[str, Any]] = json.loads(gzip.decompress((GOLDEN / f"{name}.json.gz").read_bytes()))
     return loaded
-
-
-def replay(trace: dict[str, Any]) -> CheckFailure | None:
-    """The trace's program over its recorded answers: the failed check, or None (every call used)."""
-    answers = Replay(trace["calls"], frozenset(trace["capabilities"]))
-    machine = SafetyMachine(lambda pages, page_size: answers, trace["pages"], trace["page_size"], check=False)
-    try:
-        machine.check_start()
-        for line in trace["program"]:
-            exec(line, {"machine": machine})  # a recorded program of the harness's calls
-    except CheckFailed as failed:
-        return failed.failure
-    assert answers.next == len(answers.calls), "the program ended before the trace"
-    return None
 
 
 @pytest.mark.parametrize("name", STOCK)

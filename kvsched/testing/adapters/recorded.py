@@ -6,19 +6,29 @@ same program over it makes the same calls, so its checks run on the manager's re
 without the manager installed (how CI keeps SGLang's recorded behaviour checked). A call the log
 does not hold next is a `TraceDiverged`, never a guess.
 
-A trace is JSON: the factory's name, the pool's size, the capabilities, the program (the
-harness's calls, as `SafetyMachine.program` writes them), the verdict it had (`"pass"` or the
-failed check's name) and the calls.
+A trace is JSON: the factory's name, the pool's size, the capabilities (a hybrid manager's
+groups too: `groups_to_json`), the program (the harness's calls, as `SafetyMachine.program`
+writes them), the verdict it had (`"pass"` or the failed check's name) and the calls. A key that
+is bytes (vLLM's block hashes) is written as its hex string: the harness only compares keys.
+`random_program`, `record` and `write` are how `make vllm` and `make sglang` record them.
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
-from collections.abc import Sequence
+import random
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvsched.spec.kv_layout import Chunked, Full, Group, Window
 from kvsched.testing.adapter import PageManager, PoolView
+from kvsched.testing.checks import CheckFailed, CheckFailure
+from kvsched.testing.safety import VOCABULARY, SafetyMachine
+from kvsched.testing.safety_search import MAX_TOKENS, prompt_starts
 
 
 class TraceDiverged(AssertionError):
@@ -26,14 +36,19 @@ class TraceDiverged(AssertionError):
 
 
 def view_to_json(view: PoolView) -> dict[str, Any]:
-    return {
+    data = {
         "holders": list(view.holders),
         "free": sorted(view.free),
         "tables": [[request_id, list(table)] for request_id, table in sorted(view.tables.items())],
-        "cached": [[page, key] for page, key in sorted(view.cached.items())],
+        "cached": [[page, key.hex() if isinstance(key, bytes) else key] for page, key in sorted(view.cached.items())],
         "reserved": sorted(view.reserved),
         "evictable": sorted(view.evictable),
     }
+    if view.group_tables:
+        data["group_tables"] = [
+            [request_id, [list(table) for table in tables]] for request_id, tables in sorted(view.group_tables.items())
+        ]
+    return data
 
 
 def _frozen(value: Any) -> Any:
@@ -49,7 +64,24 @@ def view_from_json(data: dict[str, Any]) -> PoolView:
         cached={page: _frozen(key) for page, key in data["cached"]},
         reserved=frozenset(data["reserved"]),
         evictable=frozenset(data["evictable"]),
+        group_tables={
+            request_id: tuple(tuple(table) for table in tables) for request_id, tables in data.get("group_tables", ())
+        },
     )
+
+
+GROUP_KINDS: dict[str, Callable[..., Group]] = {"Full": Full, "Window": Window, "Chunked": Chunked}
+
+
+def groups_to_json(groups: Sequence[Group]) -> list[list[Any]]:
+    """A hybrid manager's groups as the trace names them: [kind] or [kind, tokens]."""
+    return [
+        [type(group).__name__, *([group.tokens] if isinstance(group, Window | Chunked) else [])] for group in groups
+    ]
+
+
+def groups_from_json(data: Sequence[Sequence[Any]]) -> tuple[Group, ...]:
+    return tuple(GROUP_KINDS[kind](*sizes) for kind, *sizes in data)
 
 
 class RecordedError(RuntimeError):
@@ -63,6 +95,7 @@ class Recorder:
     def __init__(self, manager: PageManager) -> None:
         self.manager = manager
         self.capabilities = manager.capabilities - {"events"}  # its KV events are not recorded: a replay checks states
+        self.groups: tuple[Group, ...] = tuple(getattr(manager, "groups", ()))
         self.calls: list[list[Any]] = []
 
     def _call(self, verb: str, args: Sequence[Any], *call: Any) -> Any:
@@ -91,6 +124,12 @@ class Recorder:
     def reset_cache(self) -> bool:
         return bool(self._call("reset_cache", ()))
 
+    def speculate(self, request_id: int, token: int, drafts: Sequence[int]) -> bool:
+        return bool(self._call("speculate", (request_id, token, tuple(drafts)), request_id, token, drafts))
+
+    def accept(self, request_id: int, accepted: int) -> None:
+        self._call("accept", (request_id, accepted), request_id, accepted)
+
     def view(self) -> PoolView:
         answer: PoolView = self._call("view", ())
         return answer
@@ -99,9 +138,12 @@ class Recorder:
 class Replay:
     """An adapter answering from a recorded trace's calls, in order."""
 
-    def __init__(self, calls: Sequence[Sequence[Any]], capabilities: frozenset[str]) -> None:
+    def __init__(
+        self, calls: Sequence[Sequence[Any]], capabilities: frozenset[str], groups: tuple[Group, ...] = ()
+    ) -> None:
         self.calls = list(calls)
         self.capabilities = capabilities
+        self.groups = groups
         self.next = 0
 
     def _answer(self, verb: str, args: list[Any]) -> Any:
@@ -133,6 +175,12 @@ class Replay:
     def reset_cache(self) -> bool:
         return bool(self._answer("reset_cache", []))
 
+    def speculate(self, request_id: int, token: int, drafts: Sequence[int]) -> bool:
+        return bool(self._answer("speculate", [request_id, token, list(drafts)]))
+
+    def accept(self, request_id: int, accepted: int) -> None:
+        self._answer("accept", [request_id, accepted])
+
     def view(self) -> PoolView:
         return view_from_json(self._answer("view", []))
 
@@ -140,3 +188,117 @@ class Replay:
 def load_trace(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
+
+
+# -- recording a manager's answers (make vllm, make sglang) -------------------------------------------
+
+
+def random_program(machine: SafetyMachine, rng: random.Random, steps: int) -> None:
+    """The campaign's verbs, drawn from `rng`, on requests 1..5 (with "drafts", speculative decodes
+    of one to three drafts too)."""
+    starts = prompt_starts(machine.page_size)
+    verbs: tuple[str, ...] = ("submit", "submit", "decode", "decode_all", "finish", "preempt", "resume", "reset")
+    if "drafts" in machine.capabilities:
+        verbs += ("speculate", "speculate")
+    for _ in range(steps):
+        verb, request_id = rng.choice(verbs), rng.randint(1, 5)
+        known = request_id in machine.sequences or request_id in machine.preempted
+        if verb == "submit" and not known:
+            start = rng.choice(starts)[: rng.randint(0, 3 * machine.page_size)]
+            extra = tuple(rng.randint(0, VOCABULARY - 1) for _ in range(rng.randint(0, machine.page_size)))
+            machine.submit(request_id, (start + extra) or (0,))
+        elif verb == "decode" and 0 < len(machine.sequences.get(request_id, ())) < MAX_TOKENS:
+            machine.decode(request_id)
+        elif verb == "decode_all":
+            for live in sorted(machine.sequences):
+                if len(machine.sequences[live]) < MAX_TOKENS:
+                    machine.decode(live)
+        elif verb in ("finish", "preempt") and request_id in machine.sequences:
+            getattr(machine, verb)(request_id)
+        elif verb == "resume" and request_id in machine.preempted:
+            machine.resume(request_id)
+        elif verb == "reset":
+            machine.reset_cache()
+        elif verb == "speculate" and 0 < len(machine.sequences.get(request_id, ())) < MAX_TOKENS - 3:
+            drafts = rng.randint(1, 3)
+            machine.speculate(request_id, drafts, rng.randint(0, drafts))
+    machine.teardown()
+
+
+def record(
+    name: str,
+    factory: Callable[[int, int], PageManager],
+    pages: int,
+    page_size: int,
+    body: Callable[[SafetyMachine], None],
+) -> dict[str, Any]:
+    """A trace of `body` run by the harness over `factory`'s manager behind a `Recorder`, with the
+    verdict it had."""
+    recorders: list[Recorder] = []
+
+    def recorded(pages: int, page_size: int) -> Recorder:
+        recorders.append(Recorder(factory(pages, page_size)))
+        return recorders[-1]
+
+    machine = SafetyMachine(recorded, pages, page_size, check=False)
+    verdict = "pass"
+    try:
+        machine.check_start()
+        body(machine)
+    except CheckFailed as failure:
+        verdict = failure.failure.kind.name
+    groups = {"groups": groups_to_json(machine.groups)} if machine.groups else {}
+    return {
+        "factory": name,
+        "pages": pages,
+        "page_size": page_size,
+        "capabilities": sorted(machine.capabilities),
+        **groups,
+        "program": machine.program,
+        "verdict": verdict,
+        "calls": recorders[0].calls,
+    }
+
+
+def write(path: Path, traces: list[dict[str, Any]]) -> None:
+    """The traces as gzipped JSON (no timestamp: the same traces, the same file)."""
+    path.write_bytes(gzip.compress((json.dumps(traces) + "\n").encode(), mtime=0))
+
+
+def record_programs(
+    name: str, factory: Callable[[int, int], PageManager], page_size: int, programs: int, steps: int
+) -> list[dict[str, Any]]:
+    """`programs` seeded random programs (`random_program`, seed n for the n-th, on a pool of 4 to
+    16 pages) over `factory`'s manager, recorded; each failed one is reported on stderr."""
+    traces = []
+    for number in range(programs):
+        rng = random.Random(number)
+        pages = rng.choice((4, 6, 8, 16))
+        traces.append(record(name, factory, pages, page_size, functools.partial(random_program, rng=rng, steps=steps)))
+    failed = [trace for trace in traces if trace["verdict"] != "pass"]
+    calls = sum(len(trace["calls"]) for trace in traces)
+    print(f"{name}: {len(traces)} programs, {calls} calls recorded, {len(failed)} failed", file=sys.stderr)
+    for trace in failed:
+        print(f"  {trace['verdict']}: " + "; ".join(trace["program"]), file=sys.stderr)
+    return traces
+
+
+def run_pinned(machine: SafetyMachine, lines: Sequence[str]) -> None:
+    """A pinned program's lines, run on `machine`."""
+    for line in lines:
+        exec(line, {"machine": machine})  # a recorded program of the harness's calls
+
+
+def replay(trace: dict[str, Any]) -> CheckFailure | None:
+    """The trace's program over its recorded answers: the failed check, or None (every call used)."""
+    groups = groups_from_json(trace.get("groups", ()))
+    answers = Replay(trace["calls"], frozenset(trace["capabilities"]), groups)
+    machine = SafetyMachine(lambda pages, page_size: answers, trace["pages"], trace["page_size"], check=False)
+    try:
+        machine.check_start()
+        run_pinned(machine, trace["program"])
+    except CheckFailed as failed:
+        return failed.failure
+    if answers.next != len(answers.calls):
+        raise TraceDiverged(f"the program ended at call {answers.next} of the trace's {len(answers.calls)}")
+    return None
