@@ -108,7 +108,7 @@ class KvGroups:
             raise refusals.not_enough_free(count, available)
 
     def _take(self, count: int) -> list[int]:
-        self._require_pages(count, [])
+        """`count` fresh pages (the caller made sure of them: `_require_pages`)."""
         victims = self._evictable()
         taken = []
         for _ in range(count):

