@@ -9,16 +9,26 @@ the checker must have checked every step and found nothing. `--expect-different 
 a wrong reserve (`KVSCHED_VLLM_RESERVE`), which must differ. The model is `models/kvsched/tiny-llama` (a
 `config.json`, dummy weights), the prompts token ids (no tokenizer).
 
+The "sliding window" cases run the hybrid twin (`random_model.WINDOW`: sliding-window layers of 64
+tokens between full-attention ones, seeded random weights, so what a query reads changes what it
+samples) through vLLM's hybrid KV cache coordinator, which every one of the three runs must use
+(a connector that does not declare `SupportsHMA` turns it off). Then the first of them runs once
+more under the checker, with a sliding-window manager that lets go of each block one token early
+(vLLM's window arithmetic off by one: the block holding the window's first position is released
+before the pass that reads it); the checker must name it (`window_read`).
+
     python e2e.py [--json OUT]          (HF_HUB_OFFLINE=1; run from outside the checkout)
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -47,14 +57,28 @@ def eviction_waves() -> list[Wave]:
     return [first, filler, first[::-1]]
 
 
-PRESSURE = {"enable_prefix_caching": True, "num_gpu_blocks_override": 32}
+PRESSURE = {"enable_prefix_caching": True, "num_gpu_blocks_override": 30}
+SMALL_WINDOW_POOL = {"enable_prefix_caching": True, "num_gpu_blocks_override": 40}
 # name: (engine arguments, tokens generated per prompt, the waves of prompts)
 CASES: dict[str, tuple[dict[str, Any], int, list[Wave]]] = {
     "prefix caching": ({"enable_prefix_caching": True}, 24, families(12, 160, 40)),
     "prefix caching off": ({"enable_prefix_caching": False}, 24, families(12, 160, 40)),
     "memory pressure": (PRESSURE, 48, families(16, 128, 100)),
     "eviction order": (PRESSURE, 8, eviction_waves()),
+    "sliding window": ({"enable_prefix_caching": True}, 64, families(12, 160, 40)),
+    "sliding window, small pool": (SMALL_WINDOW_POOL, 48, families(16, 128, 100)),
 }
+WINDOW_CASES = ("sliding window", "sliding window, small pool")
+WINDOW_MODEL = "KVSCHED_WINDOW_MODEL"  # the folder main wrote the hybrid twin's weights to
+
+
+def release_window_early() -> None:
+    """vLLM's sliding-window manager, broken: it skips one token more than its window leaves
+    behind, so the block holding the window's first position goes before the pass reading it."""
+    from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
+
+    skipped = SlidingWindowManager.get_num_skipped_tokens
+    SlidingWindowManager.get_num_skipped_tokens = lambda self, computed: skipped(self, computed + 1)
 
 
 def run_case(name: str, pool: str) -> dict[str, Any]:
@@ -64,31 +88,34 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
 
     engine_args, generated, waves = CASES[name]
     extra: dict[str, Any] = {}
+    model: dict[str, Any] = {"model": str(MODEL), "load_format": "dummy"}
+    if name in WINDOW_CASES:
+        model = {"model": os.environ[WINDOW_MODEL]}
     if pool == "kvsched":
         extra["scheduler_cls"] = "kvsched.integrations.vllm.scheduler.KvschedScheduler"
-    if pool == "checked":
+    if pool == "early window":
+        release_window_early()
+    if pool in ("checked", "early window"):
         from vllm.config import KVTransferConfig
 
         extra["kv_transfer_config"] = KVTransferConfig(
             kv_connector="KvschedChecker",
             kv_connector_module_path="kvsched.integrations.vllm.checker",
             kv_role="kv_producer",
-            kv_connector_extra_config={"kvsched_on_finding": "raise"},
+            kv_connector_extra_config={"kvsched_on_finding": "raise" if pool == "checked" else "log"},
         )
     llm = LLM(
-        model=str(MODEL),
-        load_format="dummy",
+        **model,
         skip_tokenizer_init=True,
         dtype="float32",
         block_size=32,
-        max_model_len=512,
         max_num_seqs=8,
         gpu_memory_utilization=0.2,
         max_num_batched_tokens=1024,
         async_scheduling=False,
         seed=0,
         disable_log_stats=False,
-        **engine_args,
+        **{"max_model_len": 512, **engine_args},
         **extra,
     )
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
@@ -106,6 +133,8 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
     connector = scheduler.connector
     return {
         "pool": pool_class,
+        "coordinator": type(scheduler.kv_cache_manager.coordinator).__name__,
+        "found": None if connector is None else sorted({finding.check for finding in connector.findings}),
         "checked_steps": None if connector is None else connector.steps,
         "findings": None if connector is None else len(connector.findings),
         "outputs": [list(out.outputs[0].token_ids) for out in outputs],
@@ -117,6 +146,8 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
 
 def in_fresh_process(name: str, pool: str) -> dict[str, Any]:
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", HF_HUB_OFFLINE="1")
+    if name in WINDOW_CASES and WINDOW_MODEL not in env:
+        env[WINDOW_MODEL] = window_model().name
     if pool == "kvsched":
         env["KVSCHED_VLLM_DEBUG"] = "1"  # every pool call checks vLLM's views against the reserve
     done = subprocess.run(
@@ -131,10 +162,23 @@ def in_fresh_process(name: str, pool: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@functools.cache
+def window_model() -> tempfile.TemporaryDirectory[str]:
+    """The hybrid twin with seeded random weights, written once per run to a temporary folder
+    (removed when the process exits)."""
+    if __package__:
+        from devtools.vllm import random_model
+    else:  # run as a script from outside the checkout: its folder is on sys.path
+        import random_model  # type: ignore[import-not-found,no-redef]
+    folder = tempfile.TemporaryDirectory(prefix="kvsched-window-")
+    random_model.write(Path(folder.name), 0, random_model.WINDOW)
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=sorted(CASES))
-    parser.add_argument("--pool", choices=["stock", "kvsched", "checked"])
+    parser.add_argument("--pool", choices=["stock", "kvsched", "checked", "early window"])
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--expect-different",
@@ -159,6 +203,20 @@ def main(argv: list[str] | None = None) -> int:
             same_checked = all(stock[key] == checked[key] for key in ("outputs", "cached_tokens", "counters"))
             ok = ok and silent and same_checked
             same["checked"] = silent and same_checked
+        if name in WINDOW_CASES:
+            runs = [stock, ours] if checked is None else [stock, ours, checked]
+            same["hybrid"] = all(run["coordinator"] == "HybridKVCacheCoordinator" for run in runs)
+            ok = ok and same["hybrid"]
+        if name == WINDOW_CASES[0] and not args.expect_different:
+            broken = in_fresh_process(name, "early window")
+            caught = broken["found"] == ["window_read"]
+            print(
+                f"{'caught' if caught else 'MISSED'}  {name}, a window released one token early, under the checker:"
+                f" {broken['findings']} findings {broken['found']} in {broken['checked_steps']} steps;"
+                f" greedy output {'the same as' if broken['outputs'] == stock['outputs'] else 'unlike'} stock's"
+            )
+            report[f"{name}, early window"] = broken
+            failures += not caught
         failures += not ok
         counters = ours["counters"]
         print(

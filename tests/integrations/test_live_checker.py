@@ -16,6 +16,7 @@ from kvsched.integrations.vllm import live
 from kvsched.integrations.vllm.events import EventWatch
 from kvsched.integrations.vllm.live import Finding, Held, LiveChecker, PoolView
 from kvsched.spec.kv_events import DEVICE, Cleared, Entry, KvEvent, Removed, Stored
+from kvsched.spec.kv_layout import Chunked, Group, Window
 from tests.helpers import weakened
 
 A0, A1, A2, B1, X = b"a0", b"a1", b"a2", b"b1", b"x"
@@ -217,8 +218,75 @@ def test_a_finished_request_that_still_holds_blocks() -> None:
 
 
 def test_every_check_has_a_broken_view() -> None:
-    expected = {check for _, (check, _, _) in BROKEN.values()} | {"ghost_content", "finished_leftover", "kv_events"}
+    expected = {check for _, (check, _, _) in BROKEN.values()}
+    expected |= {"ghost_content", "finished_leftover", "kv_events", "window_read"}
     assert expected == set(live.CHECKS)
+
+
+def test_a_masked_groups_cached_block_may_carry_no_key_but_never_another() -> None:
+    """A sliding window's cached block that no later hit can use is left without a key (vLLM's
+    `reachable_block_mask`): no finding in a masked group, a finding in a full one; a key other
+    than its tokens' is a finding in either."""
+    unkeyed = view(keys=(None, A0, None, None, None, None, X), cache_map=Map({A0: {1}, X: {6}}))
+    masked = (replace(unkeyed.held[0], masked=True), unkeyed.held[1])
+    assert found(replace(unkeyed, held=masked)) == set()
+    assert ("ghost_content", "a", 2) in found(unkeyed)
+    assert ("ghost_content", "b", 2) in found(
+        replace(moved_cached_block(), held=tuple(replace(held, masked=True) for held in moved_cached_block().held))
+    )
+
+
+WINDOW = Window(4)
+
+
+def window_pass(table: tuple[int, ...], request_id: str = "a", group: Group = WINDOW) -> live.Pass:
+    """A pass over positions 9 and 10, blocks of 2 positions: in a window of 4, its first query
+    reads from position 6 (block 3); it writes through block 5. The table's null block is 0."""
+    first = live.Pass(request_id, 1, group, 2, 9, 2, (), len(table))
+    return replace(first, blocks=table[first.first : first.end])
+
+
+def window_reads(passes: list[live.Pass], checker: Any = live) -> Seen:
+    return {(f.check, f.request_id, f.block_id) for f in checker.window_findings(passes, 0)}
+
+
+def window_caught_all(checker: Any) -> bool:
+    """`checker` finds each broken pass below: the null block first read, last written, a short table."""
+    good = window_pass((0, 0, 0, 7, 8, 9), "a")
+    return (
+        window_reads([good, window_pass((0, 0, 0, 0, 8, 9), "b")], checker) == {("window_read", "b", 0)}
+        and window_reads([good, window_pass((0, 0, 0, 7, 8, 0), "b")], checker) == {("window_read", "b", 0)}
+        and window_reads([good, window_pass((0, 0, 0, 7, 8), "b")], checker) == {("window_read", "b", None)}
+    )
+
+
+def test_a_pass_reads_real_blocks_through_its_window() -> None:
+    assert window_reads([window_pass((0, 0, 0, 7, 8, 9))]) == set()
+    assert window_pass((0, 0, 0, 7, 8, 9)).blocks == (7, 8, 9)
+    assert window_reads([window_pass((0, 0, 0, 0, 8, 9))]) == {("window_read", "a", 0)}
+    assert window_caught_all(live)
+
+
+def test_a_chunk_reads_from_its_own_start() -> None:
+    """Chunks of 4 positions: the query at 9 reads from 8 (block 4), so block 3 may be null."""
+    assert window_pass((0, 0, 0, 0, 8, 9), group=Chunked(4)).first == 4
+    assert window_reads([window_pass((0, 0, 0, 0, 8, 9), group=Chunked(4))]) == set()
+    assert window_reads([window_pass((0, 0, 0, 0, 0, 9), group=Chunked(4))]) == {("window_read", "a", 0)}
+
+
+WINDOW_WEAKENED = [
+    ("    for step in passes:", "    for step in list(passes)[:-1]:"),
+    ("step.blocks[: step.end - step.first]", "step.blocks[: step.end - step.first - 1]"),
+    ("if step.length < step.end:", "if step.length < step.end - 1:"),
+]
+
+
+@pytest.mark.parametrize("change", WINDOW_WEAKENED, ids=[f"window-weakened-{n}" for n in range(len(WINDOW_WEAKENED))])
+def test_the_window_check_weakened_at_an_edge_misses_one(
+    change: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert window_caught_all(live)
+    assert not window_caught_all(weakened(live, *change, monkeypatch))
 
 
 def test_the_ghosts_of_evicted_keys_are_forgotten_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,6 +68,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: E402  (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    SupportsHMA,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.multi_connector import MultiConnector  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
@@ -76,12 +77,25 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     make_block_hash_with_group_id,
     maybe_convert_block_hash,
 )
-from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager  # noqa: E402
+from vllm.v1.core.single_type_kv_cache_manager import (  # noqa: E402
+    ChunkedLocalAttentionManager,
+    FullAttentionManager,
+    SlidingWindowManager,
+)
 
 from kvsched.integrations.vllm.events import EventWatch, translate  # noqa: E402
 from kvsched.integrations.vllm.hash_map import read_hash_map  # noqa: E402
-from kvsched.integrations.vllm.live import Finding, Held, LiveChecker, LiveFinding, PoolView  # noqa: E402
+from kvsched.integrations.vllm.live import (  # noqa: E402
+    Finding,
+    Held,
+    LiveChecker,
+    LiveFinding,
+    Pass,
+    PoolView,
+    window_findings,
+)
 from kvsched.integrations.vllm.live_delta import WHOLE_EVERY, DeltaChecker  # noqa: E402
+from kvsched.spec.kv_layout import Chunked, Group, Window  # noqa: E402
 
 logger = logging.getLogger(__name__)
 ON_FINDING = ("raise", "log")
@@ -195,7 +209,40 @@ def read_held(
         tokens=() if request is None else request.all_token_ids,
         block_size=single.block_size,
         salt=None if request is None else (request.cache_salt, getattr(request.lora_request, "lora_int_id", 0)),
+        masked=bounded_group(single) is not None,
     )
+
+
+def bounded_group(single: Any) -> Group | None:
+    """A single-type manager's group when its queries read a bounded range: a sliding window or
+    chunked local attention (None for the others: full attention reads everything before it)."""
+    if isinstance(single, SlidingWindowManager):
+        return Window(single.sliding_window)
+    if isinstance(single, ChunkedLocalAttentionManager):
+        return Chunked(single.attention_chunk_size)
+    return None
+
+
+def read_passes(manager: Any, requests: Mapping[str, Any], scheduled: Mapping[str, int]) -> list[Pass]:
+    """This step's passes in the manager's sliding-window and chunked groups: each request
+    `scheduled` names (id -> the tokens it computes, drafts included), from its computed tokens
+    (read before the scheduler counts this step's), over the blocks of its table they reach."""
+    passes = []
+    for single in manager.coordinator.single_type_managers:
+        group = bounded_group(single)
+        if group is None:
+            continue
+        size, tables = single.block_size, single.req_to_blocks
+        for request_id, tokens in scheduled.items():
+            request, table = requests.get(request_id), tables.get(request_id)
+            if request is None or table is None or not tokens:
+                continue
+            step = Pass(
+                request_id, single.kv_cache_group_id, group, size, request.num_computed_tokens, tokens, (), len(table)
+            )
+            blocks = tuple(map(BLOCK_ID, table[step.first : step.end]))
+            passes.append(Pass(request_id, step.group_id, group, size, step.position, tokens, blocks, len(table)))
+    return passes
 
 
 class InPlace:
@@ -315,9 +362,13 @@ class Checking:
         self.delta.request_finished(request.request_id)
         self.requests.pop(request.request_id, None)
 
-    def check(self, manager: Any, offloaders: Iterable[Any] = ()) -> list[Finding]:
+    def check(
+        self, manager: Any, offloaders: Iterable[Any] = (), scheduled: Mapping[str, int] | None = None
+    ) -> list[Finding]:
         """Check `manager`'s pool, and the host pool of each of `offloaders` (vLLM's
-        `SimpleCPUOffloadConnector`s beside it); what was found (raised, or logged and kept)."""
+        `SimpleCPUOffloadConnector`s beside it), and this step's passes in its sliding-window and
+        chunked groups (`scheduled`: the scheduler output's tokens by request); what was found
+        (raised, or logged and kept)."""
         self.steps += 1
         device, hosts = Copies(), []
         for offloader in offloaders:
@@ -332,6 +383,8 @@ class Checking:
         pool = manager.block_pool
         events = translate(self.watch.new(pool), published_hash) if pool.enable_kv_cache_events else None
         findings = self.delta.check(InPlace(manager, self.requests, device), events)
+        if scheduled:
+            findings += window_findings(read_passes(manager, self.requests, scheduled), pool.null_block.block_id)
         for key, pool, copies in hosts:
             host = self.hosts.setdefault(key, LiveChecker())
             found = host.check(read_pool(pool, (), copies))
@@ -345,8 +398,10 @@ class Checking:
         return findings
 
 
-class KvschedChecker(KVConnectorBase_V1):  # type: ignore[misc]
-    """A scheduler-side KV connector that checks vLLM's pool at every step; see the module."""
+class KvschedChecker(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
+    """A scheduler-side KV connector that checks vLLM's pool at every step; see the module. It
+    supports vLLM's hybrid KV cache manager (`SupportsHMA`): a connector that does not turns it
+    off, and a hybrid model then runs, unchecked, on one full-attention group."""
 
     def __init__(self, vllm_config: Any, role: KVConnectorRole, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
@@ -385,17 +440,24 @@ class KvschedChecker(KVConnectorBase_V1):  # type: ignore[misc]
         self.checking.requests.setdefault(request.request_id, request)
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
-        self.check()
+        self.check(scheduler_output.num_scheduled_tokens)
         return KVConnectorMetadata()
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         self.checking.finished(request)
         return False, None  # its blocks are freed now, as without a connector
 
-    def check(self) -> list[Finding]:
-        """Check the bound manager's pool now; what was found (raised, or logged and kept)."""
+    def request_finished_all_groups(
+        self, request: Any, block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        self.checking.finished(request)
+        return False, None  # (the hybrid manager's call: every group's blocks freed now)
+
+    def check(self, scheduled: Mapping[str, int] | None = None) -> list[Finding]:
+        """Check the bound manager's pool now, and the passes `scheduled` names (request -> its
+        tokens this step); what was found (raised, or logged and kept)."""
         manager = self._kv_cache_manager
-        return [] if manager is None else self.checking.check(manager)
+        return [] if manager is None else self.checking.check(manager, scheduled=scheduled)
 
     # -- the worker's side: nothing to load or save ----------------------------------------------
 
@@ -460,7 +522,7 @@ class KvschedMultiConnector(MultiConnector):  # type: ignore[misc]
     def build_connector_meta(self, scheduler_output: Any) -> Any:
         metadata = super().build_connector_meta(scheduler_output)  # the offloaders' copies issued first
         if self._kv_cache_manager is not None:
-            self.checking.check(self._kv_cache_manager, self.offloaders)
+            self.checking.check(self._kv_cache_manager, self.offloaders, scheduler_output.num_scheduled_tokens)
         return metadata
 
     def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:

@@ -16,14 +16,19 @@ many more of them than the map holds.
                       first) before cached ones (reused last)
     cache_map         the hash map names a block that does not carry the key, or a block carries a
                       key the map does not name for it
-    ghost_content     a request's cached block does not carry the key of the tokens it holds, or a
-                      key names other tokens (or another parent) than when it was first seen
+    ghost_content     a request's cached block does not carry the key of the tokens it holds (a
+                      masked group's may carry none), or a key names other tokens (or another
+                      parent) than when it was first seen
     salt              a key names the same tokens under another cache salt than when first seen
     finished_leftover a finished request still holds blocks
     stale_key         a block a request is still writing (past its cached blocks) carries a key
                       other than its own tokens': a key outlived the content it named
     copy_in_flight    a block a connector copies (a store to another tier, a load from it) is
                       in the free queue, or a block a copy writes already carries a key
+    window_read       a request's pass this step, in a sliding-window or chunked local attention
+                      group, finds the null block (or no block) where its queries read or write:
+                      a block released, or never attached, before the pass that reads it
+                      (`Pass`, `window_findings`; the groups whose queries read a bounded range)
     kv_events         with KV events on: the events the pool published so far, folded (one
                       `BlockStored` hash a block, one `BlockRemoved` a block, `AllBlocksCleared`
                       empties), do not count exactly the blocks its hash map names under each
@@ -50,6 +55,7 @@ from typing import Protocol
 
 from kvsched.spec.errors import KvschedError
 from kvsched.spec.kv_events import Entry, KvEvent, fold_counted
+from kvsched.spec.kv_layout import Group, first_read
 
 GHOSTS_KEPT = 65_536  # ghosts kept beyond twice the map's size before those of evicted keys go
 CHECKS = (
@@ -63,6 +69,7 @@ CHECKS = (
     "finished_leftover",
     "stale_key",
     "copy_in_flight",
+    "window_read",
     "kv_events",
 )
 
@@ -103,7 +110,9 @@ class LiveFinding(KvschedError):
 @dataclass(frozen=True, slots=True)
 class Held:
     """One request's blocks in one cache group: its table, how many of its first blocks are
-    cached, the key of each of its full blocks (as the pool keys them), its tokens and salt."""
+    cached, the key of each of its full blocks (as the pool keys them), its tokens and salt;
+    `masked` when its group may leave a cached block without a key (a sliding window's or a
+    local chunk's blocks that no later prefix hit can use: vLLM's `reachable_block_mask`)."""
 
     request_id: str
     group: int
@@ -113,6 +122,53 @@ class Held:
     tokens: Sequence[int]
     block_size: int
     salt: object = None
+    masked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """One request's pass this step in one group whose queries read a bounded range (`group`: a
+    `Window` or `Chunked` of `kvsched.spec.kv_layout`): its first query's position, the positions
+    it computes (drafts included) and its table's blocks from the first one that query reads,
+    through the last one it writes (fewer when the table is shorter), and the table's length."""
+
+    request_id: str
+    group_id: int
+    group: Group
+    block_size: int
+    position: int
+    tokens: int
+    blocks: Sequence[int]  # the table from block `first` on, through block `end - 1` at most
+    length: int
+
+    @property
+    def first(self) -> int:
+        """The first block the pass's first query reads (later queries read no earlier one)."""
+        return first_read(self.group, self.position) // self.block_size
+
+    @property
+    def end(self) -> int:
+        """The blocks the table needs: through the one holding the pass's last position."""
+        return -(-(self.position + self.tokens) // self.block_size)
+
+
+def window_findings(passes: Iterable[Pass], null_block: int) -> list[Finding]:
+    """`window_read`: each pass finds a real block at every place its queries read or write."""
+    findings = []
+    for step in passes:
+        if step.length < step.end:
+            detail = f"group {step.group_id}: its table has {step.length} blocks, its pass writes block {step.end - 1}"
+            findings.append(Finding("window_read", step.request_id, None, detail))
+            continue
+        for index, block in enumerate(step.blocks[: step.end - step.first], start=step.first):
+            if block == null_block:
+                detail = (
+                    f"group {step.group_id}: its block {index} is the null block, yet the query at position"
+                    f" {max(step.position, index * step.block_size)} reads it this step"
+                )
+                findings.append(Finding("window_read", step.request_id, block, detail))
+                break
+    return findings
 
 
 class HashMap(Protocol):
@@ -317,7 +373,10 @@ class LiveChecker:
         block, key = held.blocks[index], held.keys[index]
         if block == view.null_block:
             return None  # a skipped block (outside a sliding window): nothing to hold
-        if key not in view.carried(block):
+        carried = view.carried(block)
+        if key not in carried:
+            if held.masked and not carried:
+                return None  # counted as cached, left unkeyed: no later hit reads it
             return Finding(
                 "ghost_content", held.request_id, block, f"its cached block {index} does not carry its tokens' key"
             )

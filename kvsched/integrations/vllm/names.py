@@ -100,6 +100,7 @@ TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
     },
     "vllm.v1.request": {
         "Request.num_tokens": ((295, 295, 333), None),
+        "Request.num_computed_tokens": ((184, 184, 191), None),
     },
     "vllm.v1.core.kv_cache_coordinator": {
         "BlockPool": ((8, 8, 8), None),
@@ -127,6 +128,13 @@ TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
         "SingleTypeKVCacheManager.kv_cache_group_id": ((133, 134, 139), None),
         "SingleTypeKVCacheManager.block_size": ((108, 109, 110), None),
         "SingleTypeKVCacheManager._get_num_evictable_blocks": ((160, 161, 166), "blocks"),
+        "SlidingWindowManager": ((933, 946, 951), None),
+        "SlidingWindowManager.sliding_window": ((936, 949, 954), None),
+        "ChunkedLocalAttentionManager": ((1263, 1276, 1281), None),
+        "ChunkedLocalAttentionManager.attention_chunk_size": ((1266, 1279, 1284), None),
+    },
+    "vllm.v1.core.sched.output": {
+        "SchedulerOutput.num_scheduled_tokens": ((244, 244, 232), None),
     },
     "vllm.v1.core.kv_cache_manager": {
         "KVCacheManager": ((131, 131, 131), None),
@@ -151,6 +159,8 @@ TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
         "KVConnectorBase_V1.get_num_new_matched_tokens": ((501, 516, 534), "request num_computed_tokens"),
         "KVConnectorBase_V1.on_new_request": ((598, 613, 631), "request"),
         "KVConnectorBase_V1.requires_kv_delivery": ((197, 198, 216), None),
+        "SupportsHMA": ((100, 101, 102), None),
+        "SupportsHMA.request_finished_all_groups": ((107, 108, 109), "request block_ids"),
         "KVConnectorBase_V1.start_load_kv": ((318, 333, 351), "forward_context kwargs"),
         "KVConnectorBase_V1.wait_for_layer_load": ((335, 350, 368), "layer_name"),
         "KVConnectorBase_V1.save_kv_layer": ((349, 364, 382), "layer_name kv_layer attn_metadata kwargs"),
