@@ -12,7 +12,8 @@ a wrong reserve (`KVSCHED_VLLM_RESERVE`), which must differ. The model is `model
 The "sliding window" cases run the hybrid twin (`random_model.WINDOW`: sliding-window layers of 64
 tokens between full-attention ones, seeded random weights, so what a query reads changes what it
 samples) through vLLM's hybrid KV cache coordinator, which every one of the three runs must use
-(a connector that does not declare `SupportsHMA` turns it off). Then the first of them runs once
+(a connector that does not declare `SupportsHMA` turns it off); the speculative one proposes
+n-gram drafts, and its greedy outputs must be those of the case without drafts. Then the first runs once
 more under the checker, with a sliding-window manager that lets go of each block one token early
 (vLLM's window arithmetic off by one: the block holding the window's first position is released
 before the pass that reads it); the checker must name it (`window_read`).
@@ -59,6 +60,8 @@ def eviction_waves() -> list[Wave]:
 
 PRESSURE = {"enable_prefix_caching": True, "num_gpu_blocks_override": 30}
 SMALL_WINDOW_POOL = {"enable_prefix_caching": True, "num_gpu_blocks_override": 40}
+# n-gram drafts, three a step, proposed from any earlier token that matches the last one
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
 # name: (engine arguments, tokens generated per prompt, the waves of prompts)
 CASES: dict[str, tuple[dict[str, Any], int, list[Wave]]] = {
     "prefix caching": ({"enable_prefix_caching": True}, 24, families(12, 160, 40)),
@@ -67,8 +70,15 @@ CASES: dict[str, tuple[dict[str, Any], int, list[Wave]]] = {
     "eviction order": (PRESSURE, 8, eviction_waves()),
     "sliding window": ({"enable_prefix_caching": True}, 64, families(12, 160, 40)),
     "sliding window, small pool": (SMALL_WINDOW_POOL, 48, families(16, 128, 100)),
+    "sliding window, speculative": (
+        {"enable_prefix_caching": True, "speculative_config": NGRAM},
+        64,
+        families(12, 160, 40),
+    ),
 }
-WINDOW_CASES = ("sliding window", "sliding window, small pool")
+WINDOW_CASES = ("sliding window", "sliding window, small pool", "sliding window, speculative")
+# A case whose greedy outputs must be another's: drafts the model rejects change no token.
+SAME_OUTPUTS = {"sliding window, speculative": "sliding window"}
 WINDOW_MODEL = "KVSCHED_WINDOW_MODEL"  # the folder main wrote the hybrid twin's weights to
 
 
@@ -128,7 +138,14 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
         metric.name: metric.value
         for metric in llm.get_metrics()
         if metric.name
-        in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions", "vllm:generation_tokens")
+        in (
+            "vllm:prefix_cache_queries",
+            "vllm:prefix_cache_hits",
+            "vllm:num_preemptions",
+            "vllm:generation_tokens",
+            "vllm:spec_decode_num_draft_tokens",
+            "vllm:spec_decode_num_accepted_tokens",
+        )
     }
     connector = scheduler.connector
     return {
@@ -203,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
             same_checked = all(stock[key] == checked[key] for key in ("outputs", "cached_tokens", "counters"))
             ok = ok and silent and same_checked
             same["checked"] = silent and same_checked
+        like = SAME_OUTPUTS.get(name)
+        if like in report:
+            same[f"outputs of {like}"] = stock["outputs"] == report[like]["stock"]["outputs"]
+            ok = ok and same[f"outputs of {like}"]
         if name in WINDOW_CASES:
             runs = [stock, ours] if checked is None else [stock, ours, checked]
             same["hybrid"] = all(run["coordinator"] == "HybridKVCacheCoordinator" for run in runs)

@@ -7,8 +7,9 @@
 #      pass in both but the release's written exclusions (compare_runs.py)
 #   3. test_prefix_caching.py over each wrong reserve (variants.py): each must fail it
 #   4. 0.32.0 (the CPU build, the one release that runs a model here): greedy generation stock vs
-#      kvsched vs stock under the live checker, four cases, identical, the checker silent, and
-#      different over a wrong reserve where eviction order shows (e2e.py); `vllm serve` as the
+#      kvsched vs stock under the live checker, six cases (two on a sliding-window model through
+#      vLLM's hybrid coordinator), identical, the checker silent, a window released early caught
+#      by it, and different over a wrong reserve where eviction order shows (e2e.py); `vllm serve` as the
 #      README writes it, stock, over kvsched's pool (both schedulers) and under the live checker,
 #      on seeded random weights whose next token depends on the context, driven by the openai
 #      client: identical and stopped cleanly, and a broken pool's completions different (serve.py)
@@ -81,7 +82,7 @@ for variant in NewestFirst DropHashOnFree; do
 done
 
 if [ "$release" = 0.32.0 ]; then
-  step "greedy generation, stock vs kvsched (tiny config-only Llama, dummy weights)"
+  step "greedy generation, stock vs kvsched (tiny config-only Llama, dummy weights; its sliding-window twin, random weights)"
   (cd / && "$py" "$here/e2e.py" --json "$results/e2e.json")
   step "greedy generation over the wrong reserve NewestFirst: the eviction-order case must differ"
   (cd / && PYTHONPATH="$here" KVSCHED_VLLM_RESERVE="variants:NewestFirst" "$py" "$here/e2e.py" --expect-different "eviction order")
