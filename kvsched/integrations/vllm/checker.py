@@ -17,7 +17,8 @@ in place (`kvsched.integrations.vllm.live_delta`), and the whole pool, into a
 `kvsched.integrations.vllm.live.PoolView`, at the first step, every `kvsched_whole_every` steps
 (64 by default; 1: every step) and at once when the step's reading is off: `LiveChecker`'s checks
 (reference counts, free queue, its order, the hash map, ghost content by key, salts, finished
-requests, stale keys). A finding raises
+requests, stale keys), and at every step each scheduled request's pass in a sliding-window or
+chunked group against the blocks its queries read (`window_read`). A finding raises
 `LiveFinding` ("raise", the default) or is logged and counted in `findings` ("log"). With KV
 events on (`kv_events_config`), it also folds every event the pool published, read in place
 from its queue, and requires them to count exactly the blocks its hash map names (`kv_events`). It loads
