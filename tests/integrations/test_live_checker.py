@@ -267,6 +267,15 @@ def test_a_pass_reads_real_blocks_through_its_window() -> None:
     assert window_caught_all(live)
 
 
+def test_a_replayed_window_is_read_from_its_replay_start_only() -> None:
+    """vLLM's bounded replay: after a prefix hit the request holds the window's KV from
+    `replay_start` on only (the worker rebuilds it from there), so blocks below it may be null."""
+    replayed = replace(window_pass((0, 0, 0, 0, 8, 9)), start=8)
+    assert replayed.first == 4
+    assert window_reads([replace(replayed, blocks=(8, 9))]) == set()
+    assert window_reads([window_pass((0, 0, 0, 0, 8, 9))]) == {("window_read", "a", 0)}
+
+
 def test_a_chunk_reads_from_its_own_start() -> None:
     """Chunks of 4 positions: the query at 9 reads from 8 (block 4), so block 3 may be null."""
     assert window_pass((0, 0, 0, 0, 8, 9), group=Chunked(4)).first == 4

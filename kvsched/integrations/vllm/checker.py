@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, overload
 
@@ -227,7 +227,9 @@ def bounded_group(single: Any) -> Group | None:
 def read_passes(manager: Any, requests: Mapping[str, Any], scheduled: Mapping[str, int]) -> list[Pass]:
     """This step's passes in the manager's sliding-window and chunked groups: each request
     `scheduled` names (id -> the tokens it computes, drafts included), from its computed tokens
-    (read before the scheduler counts this step's), over the blocks of its table they reach."""
+    (read before the scheduler counts this step's), over the blocks of its table they reach, none
+    read below its `replay_start` (after a prefix hit, vLLM may replay a window's last tokens to
+    rebuild its KV, which the request holds from there on only)."""
     passes = []
     for single in manager.coordinator.single_type_managers:
         group = bounded_group(single)
@@ -238,11 +240,9 @@ def read_passes(manager: Any, requests: Mapping[str, Any], scheduled: Mapping[st
             request, table = requests.get(request_id), tables.get(request_id)
             if request is None or table is None or not tokens:
                 continue
-            step = Pass(
-                request_id, single.kv_cache_group_id, group, size, request.num_computed_tokens, tokens, (), len(table)
-            )
-            blocks = tuple(map(BLOCK_ID, table[step.first : step.end]))
-            passes.append(Pass(request_id, step.group_id, group, size, step.position, tokens, blocks, len(table)))
+            position, start = request.num_computed_tokens, request.replay_start
+            step = Pass(request_id, single.kv_cache_group_id, group, size, position, tokens, (), len(table), start)
+            passes.append(replace(step, blocks=tuple(map(BLOCK_ID, table[step.first : step.end]))))
     return passes
 
 

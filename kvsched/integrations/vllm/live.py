@@ -130,7 +130,10 @@ class Pass:
     """One request's pass this step in one group whose queries read a bounded range (`group`: a
     `Window` or `Chunked` of `kvsched.spec.kv_layout`): its first query's position, the positions
     it computes (drafts included) and its table's blocks from the first one that query reads,
-    through the last one it writes (fewer when the table is shorter), and the table's length."""
+    through the last one it writes (fewer when the table is shorter), and the table's length;
+    `start`, the position below which the request holds no KV of the group by design (vLLM's
+    bounded replay after a prefix hit: the worker rebuilds the window from there and masks what
+    lies below it)."""
 
     request_id: str
     group_id: int
@@ -140,11 +143,12 @@ class Pass:
     tokens: int
     blocks: Sequence[int]  # the table from block `first` on, through block `end - 1` at most
     length: int
+    start: int = 0  # no query reads below it: vLLM's `replay_start` (a replayed window's KV is rebuilt from it)
 
     @property
     def first(self) -> int:
         """The first block the pass's first query reads (later queries read no earlier one)."""
-        return first_read(self.group, self.position) // self.block_size
+        return max(first_read(self.group, self.position), self.start) // self.block_size
 
     @property
     def end(self) -> int:

@@ -101,6 +101,7 @@ TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
     "vllm.v1.request": {
         "Request.num_tokens": ((295, 295, 333), None),
         "Request.num_computed_tokens": ((184, 184, 191), None),
+        "Request.replay_start": ((209, 209, 219), None),
     },
     "vllm.v1.core.kv_cache_coordinator": {
         "BlockPool": ((8, 8, 8), None),
