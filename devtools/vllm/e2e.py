@@ -16,7 +16,10 @@ samples) through vLLM's hybrid KV cache coordinator, which every one of the thre
 n-gram drafts, and its greedy outputs must be those of the case without drafts. Then the first runs once
 more under the checker, with a sliding-window manager that lets go of each block one token early
 (vLLM's window arithmetic off by one: the block holding the window's first position is released
-before the pass that reads it); the checker must name it (`window_read`).
+before the pass that reads it); the checker must name it (`window_read`). The "recurrent state" case runs a tiny
+Qwen3-Next (`models/kvsched/tiny-qwen3-next`: three Gated DeltaNet layers and one full-attention
+layer, dummy weights) with its states prefix-cached at block boundaries (`mamba_cache_mode`
+"align"), also through the hybrid coordinator: a second wave hits the first's states.
 
     python e2e.py [--json OUT]          (HF_HUB_OFFLINE=1; run from outside the checkout)
 """
@@ -77,6 +80,18 @@ CASES: dict[str, tuple[dict[str, Any], int, list[Wave]]] = {
     ),
 }
 WINDOW_CASES = ("sliding window", "sliding window, small pool", "sliding window, speculative")
+# Three Gated DeltaNet layers (recurrent state: vLLM's MambaManager, its states cached at block
+# boundaries in "align" mode) and one full-attention layer; blocks of 288 tokens (vLLM sizes them
+# so a state and a block take the same bytes), dummy weights in bfloat16 (the CPU's GDN kernel).
+RECURRENT = HERE / "models" / "kvsched" / "tiny-qwen3-next"
+RECURRENT_CASE = "recurrent state"
+RECURRENT_ARGS = {"enable_prefix_caching": True, "mamba_cache_mode": "align", "dtype": "bfloat16"}
+CASES[RECURRENT_CASE] = (
+    RECURRENT_ARGS,
+    48,
+    [wave[:2] for wave in families(8, 320, 30)] + [wave[2:] for wave in families(8, 320, 30)],
+)
+HYBRID_CASES = (*WINDOW_CASES, RECURRENT_CASE)  # each run must be on vLLM's hybrid coordinator
 # A case whose greedy outputs must be another's: drafts the model rejects change no token.
 SAME_OUTPUTS = {"sliding window, speculative": "sliding window"}
 WINDOW_MODEL = "KVSCHED_WINDOW_MODEL"  # the folder main wrote the hybrid twin's weights to
@@ -101,6 +116,8 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
     model: dict[str, Any] = {"model": str(MODEL), "load_format": "dummy"}
     if name in WINDOW_CASES:
         model = {"model": os.environ[WINDOW_MODEL]}
+    if name == RECURRENT_CASE:
+        model = {"model": str(RECURRENT), "load_format": "dummy"}
     if pool == "kvsched":
         extra["scheduler_cls"] = "kvsched.integrations.vllm.scheduler.KvschedScheduler"
     if pool == "early window":
@@ -117,7 +134,6 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
     llm = LLM(
         **model,
         skip_tokenizer_init=True,
-        dtype="float32",
         block_size=32,
         max_num_seqs=8,
         gpu_memory_utilization=0.2,
@@ -125,7 +141,7 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
         async_scheduling=False,
         seed=0,
         disable_log_stats=False,
-        **{"max_model_len": 512, **engine_args},
+        **{"max_model_len": 512, "dtype": "float32", **engine_args},
         **extra,
     )
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
@@ -224,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         if like in report:
             same[f"outputs of {like}"] = stock["outputs"] == report[like]["stock"]["outputs"]
             ok = ok and same[f"outputs of {like}"]
-        if name in WINDOW_CASES:
+        if name in HYBRID_CASES:
             runs = [stock, ours] if checked is None else [stock, ours, checked]
             same["hybrid"] = all(run["coordinator"] == "HybridKVCacheCoordinator" for run in runs)
             ok = ok and same["hybrid"]

@@ -7,8 +7,8 @@
 #      pass in both but the release's written exclusions (compare_runs.py)
 #   3. test_prefix_caching.py over each wrong reserve (variants.py): each must fail it
 #   4. 0.32.0 (the CPU build, the one release that runs a model here): greedy generation stock vs
-#      kvsched vs stock under the live checker, six cases (two on a sliding-window model through
-#      vLLM's hybrid coordinator), identical, the checker silent, a window released early caught
+#      kvsched vs stock under the live checker, eight cases (three on a sliding-window model and one
+#      on a recurrent-state model, through vLLM's hybrid coordinator), identical, the checker silent, a window released early caught
 #      by it, and different over a wrong reserve where eviction order shows (e2e.py); `vllm serve` as the
 #      README writes it, stock, over kvsched's pool (both schedulers) and under the live checker,
 #      on seeded random weights whose next token depends on the context, driven by the openai
