@@ -237,9 +237,9 @@ def read_passes(manager: Any, requests: Mapping[str, Any], scheduled: Mapping[st
             continue
         size, tables = single.block_size, single.req_to_blocks
         for request_id, tokens in scheduled.items():
-            request, table = requests.get(request_id), tables.get(request_id)
-            if request is None or table is None or not tokens:
-                continue
+            request, table = requests.get(request_id), tables.get(request_id, ())
+            if request is None or not tokens:
+                continue  # (every request scheduled was announced to the connector first)
             position, start = request.num_computed_tokens, request.replay_start
             step = Pass(request_id, single.kv_cache_group_id, group, size, position, tokens, (), len(table), start)
             passes.append(replace(step, blocks=tuple(map(BLOCK_ID, table[step.first : step.end]))))
