@@ -61,7 +61,7 @@ def eviction_waves() -> list[Wave]:
     return [first, filler, first[::-1]]
 
 
-PRESSURE = {"enable_prefix_caching": True, "num_gpu_blocks_override": 30}
+PRESSURE = {"enable_prefix_caching": True, "num_gpu_blocks_override": 32}
 SMALL_WINDOW_POOL = {"enable_prefix_caching": True, "num_gpu_blocks_override": 40}
 # n-gram drafts, three a step, proposed from any earlier token that matches the last one
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
