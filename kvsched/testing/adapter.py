@@ -96,6 +96,25 @@ or as its next `append` begins (vLLM's `remove_skipped_blocks`). A page's KV is 
 one group wrote served to another is a GHOST failure even where the tokens match. "groups" does
 not go with "fork", "copy_on_write", "lease" or "demote" (their verbs name one table a request).
 
+A hybrid manager with recurrent state (Mamba, GDN, linear attention: SGLang's `MambaRadixCache`,
+kvsched's own groups) names `Recurrent()` among its groups; that group's table is empty. Each live
+request then has one state slot in each recurrent group (the view's `states`), which the pass
+reads and writes in place: the query at position q reads the state after positions 0 .. q - 1
+(none at q = 0), and leaves the state after 0 .. q. A prefix hit resumes from a snapshot, a state
+cached under a key (the view's `snapshots`); the manager caches one by copying a request's state
+into a slot of its own. The harness makes those copies, as it does the page copies of
+"copy_on_write", and checks what every state read finds (GHOST):
+
+    state_copies() -> tuple[Sequence[tuple[int, int]], Sequence[tuple[int, int]]]
+        The (source slot, destination slot) state copies the last successful `admit`, `append`
+        or `speculate` asked the engine to make: those before its pass (a hit's snapshot into the
+        request's state; a snapshot of the state its accepted tokens left), then those after it
+        (a snapshot of the state the pass left).
+
+After `accept`, the request's state is the one after its accepted tokens (the model keeps a state
+at every draft, as vLLM's speculative state blocks do, and the engine picks it). A snapshot's key
+names the state it was first seen cached over, as a page's key names its KV.
+
 A capability the manager lacks is left out of `capabilities`, never faked: the harness does
 not call it. With "atomic", a refused `admit` or `append` must leave the view unchanged.
 
@@ -178,7 +197,11 @@ class PoolView:
     it completes; neither page of a copy in flight is free; a load's device page is not cached
     until its load completes, and a failed one never is. With "groups", `group_tables` maps every
     live request to its table in each attention group (the module docstring); `holders` count a
-    page once for each group's table that holds it.
+    page once for each group's table that holds it. With a recurrent group, `state_slots` is how
+    many state slots there are, `states` maps every live request to its slot in each recurrent
+    group, `snapshots` maps each slot holding a cached state to its key, and `state_free` are the
+    slots the manager may hand out next (an unused snapshot's included, as a free page may be an
+    unheld cached one).
     """
 
     holders: tuple[int, ...]
@@ -194,6 +217,10 @@ class PoolView:
     host_pending: frozenset[int] = frozenset()
     in_flight: Mapping[int, tuple[int, int, bool]] = field(default_factory=dict)
     group_tables: Mapping[int, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    state_slots: int = 0
+    states: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    snapshots: Mapping[int, object] = field(default_factory=dict)
+    state_free: frozenset[int] = frozenset()
 
 
 @runtime_checkable

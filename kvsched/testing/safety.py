@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kvsched.spec.kv_events import DEVICE, HOST, Cleared, Entry, Removed, Stored, fold_counted
-from kvsched.spec.kv_layout import Chunked, Full, Group, Window, first_read
+from kvsched.spec.kv_layout import Chunked, Full, Group, Recurrent, Window, first_read
 from kvsched.testing.adapter import CAPABILITIES, ManagerFactory, PageManager, PoolView, tenant_of
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind, Outcome, check_step
 from kvsched.testing.components.manager import (
@@ -68,6 +68,7 @@ from kvsched.testing.components.manager import (
     view_problems,
 )
 from kvsched.testing.safety_copies import CopiesInFlight
+from kvsched.testing.safety_states import Copies, GhostStates
 
 T = TypeVar("T")
 Context = tuple[int, ...]  # the tokens up to a position (with "tenants": the tenant first)
@@ -94,6 +95,7 @@ COVERAGE = (
     "saved",  # pages an ended lease's save copied into the host tier
     "drafted",  # draft tokens proposed in passes the manager accepted
     "rejected",  # draft tokens the model rejected
+    "state_copies",  # recurrent-state copies the manager asked for (a hit's snapshot, a snapshot taken)
 )
 
 
@@ -167,15 +169,25 @@ def declared_capabilities(manager: object) -> frozenset[str]:
 
 
 def declared_groups(manager: object) -> tuple[Group, ...]:
-    """The attention groups a manager declaring "groups" names: a non-empty tuple of `Full`,
-    `Window` and `Chunked` (`kvsched.spec.kv_layout`); a one-line `NotAnAdapter` otherwise."""
+    """The groups a manager declaring "groups" names: a tuple of `Full`, `Window`, `Chunked` and
+    `Recurrent` (`kvsched.spec.kv_layout`) with at least one attention group, and with a recurrent
+    one, the verb `state_copies`; a one-line `NotAnAdapter` otherwise."""
     groups = getattr(manager, "groups", None)
-    if not isinstance(groups, tuple) or not groups or not all(isinstance(g, Full | Window | Chunked) for g in groups):
+    name = type(manager).__name__
+    kinds = Full | Window | Chunked | Recurrent
+    if not isinstance(groups, tuple) or not all(isinstance(g, kinds) for g in groups) or all_recurrent(groups):
         raise NotAnAdapter(
-            f"{type(manager).__name__} declares 'groups', so its groups must be a non-empty tuple of"
-            f" kvsched.spec.kv_layout's Full, Window and Chunked, not {groups!r:.80}"
+            f"{name} declares 'groups', so its groups must be a tuple of kvsched.spec.kv_layout's Full,"
+            f" Window, Chunked and Recurrent, one of them an attention group, not {groups!r:.80}"
         )
+    if any(isinstance(g, Recurrent) for g in groups) and not callable(getattr(manager, "state_copies", None)):
+        raise NotAnAdapter(f"{name} is not a page-manager adapter: it lacks state_copies (its Recurrent group's verb)")
     return groups
+
+
+def all_recurrent(groups: tuple[object, ...]) -> bool:
+    """No attention group among `groups` (an empty tuple included)."""
+    return all(isinstance(g, Recurrent) for g in groups)
 
 
 def require_adapter(manager: object) -> frozenset[str]:
@@ -223,8 +235,8 @@ def view_shape_problem(view: object) -> str | None:
     """What keeps `view` from being read as a `PoolView` of plain ints, or None."""
     if not isinstance(view, PoolView):
         return f"returned {type(view).__name__}, not a kvsched.testing.PoolView"
-    sets = ("free", "reserved", "evictable", "host_free", "host_pending")
-    maps = ("tables", "cached", "leased", "host", "in_flight")
+    sets = ("free", "reserved", "evictable", "host_free", "host_pending", "state_free")
+    maps = ("tables", "cached", "leased", "host", "in_flight", "states", "snapshots")
     for name in ("holders", *sets):
         value = getattr(view, name)
         if not isinstance(value, tuple | list | set | frozenset) or not all(_is_int(v) for v in value):
@@ -243,8 +255,12 @@ def view_shape_problem(view: object) -> str | None:
             isinstance(table, tuple | list) and all(_is_int(page) for page in table) for table in tables
         ):
             return f"returned a PoolView whose group tables of request {request_id} are {tables!r:.60}, not page tuples"
-    if not all(_is_int(count) for count in view.leased.values()) or not _is_int(view.host_pages):
-        return "returned a PoolView whose leased counts or host_pages are not ints"
+    for request_id, slots in view.states.items():
+        if not isinstance(slots, tuple | list) or not all(_is_int(slot) for slot in slots):
+            return f"returned a PoolView whose states of request {request_id} are {slots!r:.60}, not slot tuples"
+    counts = (view.host_pages, view.state_slots)
+    if not all(_is_int(count) for count in (*view.leased.values(), *counts)):
+        return "returned a PoolView whose leased counts, host_pages or state_slots are not ints"
     for copy_id, copy in view.in_flight.items():
         if not (isinstance(copy, tuple) and len(copy) == 3 and _is_int(copy[0]) and _is_int(copy[1])):
             return f"returned a PoolView whose in_flight copy {copy_id} is {copy!r:.60}, not (page, host page, to host)"
@@ -315,6 +331,7 @@ class SafetyMachine:
         self.coverage: Counter[str] = Counter({name: 0 for name in COVERAGE})
         self.config = ManagerConfig(self.capabilities)
         self.copies = CopiesInFlight(self) if "async_copies" in self.capabilities else None
+        self.states = GhostStates(self, self.groups)
         self.loading: dict[int, int] = {}  # request whose pages are loading -> its tokens computed so far
         self.published: Counter[Entry] = Counter()  # the manager's KV events so far, folded (with "events")
         self.key_kv: dict[object, dict[int, Context]] = {}  # cache key -> its slots' KV when first seen cached
@@ -357,7 +374,10 @@ class SafetyMachine:
                 self.coverage["copied"] += 1
         view = self.manager.view()
         self._require_valid(view)
+        before, after = self._state_copies()
+        self.states.copy(before, request_id, view)
         self._compute(request_id, view, len(tokens) - 1)
+        self.states.copy(after, request_id, view)
         self.coverage["appended"] += 1
         return True
 
@@ -385,12 +405,17 @@ class SafetyMachine:
         self.sequences[request_id] = proposed  # while the pass runs: its tables must hold every draft
         view = self.manager.view()
         self._require_valid(view)
+        before, after = self._state_copies()
+        self.states.copy(before, request_id, view)
         for position in range(first, len(proposed)):
             self._compute(request_id, view, position, publish=position == first)
+        self.states.copy(after, request_id, view)
         kept = proposed[: first + 1 + accepted]
         self.sequences[request_id] = kept
         getattr(self.manager, "accept")(request_id, accepted)  # noqa: B009
-        self._require_valid(self.manager.view())
+        view = self.manager.view()
+        self._require_valid(view)
+        self.states.pick(request_id, view, len(kept) - 1, self._state_context(request_id))
         if accepted:
             self.manager.written(request_id, len(kept))
         self.coverage["appended"] += 1 + accepted
@@ -607,6 +632,9 @@ class SafetyMachine:
                 FailureKind.LEAK,
                 f"pages {lost} are neither free, evictable nor reserved once every request is freed",
             )
+        slots = self.states.leaks(view)
+        if slots:
+            self._fail(FailureKind.LEAK, f"state slots {slots} are neither free nor a snapshot once every request ends")
 
     def _land_every_copy(self) -> None:
         """Complete every copy in flight, oldest first (teardown), at most a few per page: a
@@ -649,9 +677,12 @@ class SafetyMachine:
                 " a prefix hit must leave at least the last prompt token to compute",
             )
         if request_id not in self.loading:
+            before, after = self._state_copies()
+            self.states.copy(before, request_id, view)
             self._read(request_id, view, cached)
             for position in range(cached, len(tokens)):
                 self._compute(request_id, view, position, read=False)
+            self.states.copy(after, request_id, view)
         self.coverage["admitted"] += 1
         self.coverage["hit_tokens"] += cached
         self.coverage["hit_pages"] += -(-cached // self.page_size)
@@ -683,6 +714,7 @@ class SafetyMachine:
         draft's is not, until it is accepted)."""
         if read:
             self._read(request_id, view, position)
+        self.states.advance(request_id, view, position, self._state_context(request_id))
         for group, table in self._tables(request_id, view):
             self._write(request_id, view, position, group, table[position // self.page_size])
         if publish:
@@ -716,10 +748,23 @@ class SafetyMachine:
         self.kv.setdefault(page, {})[slot] = context
 
     def _tables(self, request_id: int, view: PoolView) -> list[tuple[int | None, tuple[int, ...]]]:
-        """The request's tables: its one table (group None), or one for each group."""
+        """The request's tables: its one table (group None), or one for each attention group."""
         if not self.groups:
             return [(None, tuple(view.tables[request_id]))]
-        return [(g, tuple(table)) for g, table in enumerate(view.group_tables[request_id])]
+        tables = zip(self.groups, view.group_tables[request_id], strict=True)
+        return [(g, tuple(table)) for g, (group, table) in enumerate(tables) if not isinstance(group, Recurrent)]
+
+    def _state_copies(self) -> tuple[Copies, Copies]:
+        """The state copies the last call asked for, before its pass and after (none without a
+        recurrent group)."""
+        if not self.states.recurrent:
+            return (), ()
+        before, after = getattr(self.manager, "state_copies")()  # noqa: B009
+        return tuple(before), tuple(after)
+
+    def _state_context(self, request_id: int) -> Callable[[int, int], Context]:
+        """The context a recurrent group's state holds after a position of the request's."""
+        return lambda group, position: self._context(request_id, position, group)
 
     def _holding(self, view: PoolView) -> list[tuple[int, set[int]]]:
         """Each live request and every page it holds (in any group)."""
@@ -821,7 +866,8 @@ class SafetyMachine:
     def _keys(self, view: PoolView) -> None:
         """Every page cached under a key holds, in the slots it held when the key was first seen
         cached, the KV it held then (a key seen for the first time records its page's KV); not
-        with "location_keys"."""
+        with "location_keys". A snapshot's key names the state it was first seen cached over."""
+        self.states.keys(view)
         if "location_keys" in self.capabilities:
             return
         for page, key in view.cached.items():

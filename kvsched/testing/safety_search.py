@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test, initialize, precondition, rule
 
+from kvsched.spec.kv_layout import Recurrent
 from kvsched.testing.adapter import ManagerFactory
 from kvsched.testing.bounded import bounded
 from kvsched.testing.checks import CheckFailed, CheckFailure
@@ -456,6 +457,9 @@ def coverage_warnings(manager: object, coverage: dict[str, int], examples: int =
         for capability, counter in exercised.items()
         if capability in declared and not coverage.get(counter)
     ]
+    groups = getattr(manager, "groups", ()) if "groups" in declared else ()
+    if any(isinstance(group, Recurrent) for group in groups) and not coverage.get("state_copies"):
+        warnings.append("a recurrent group is declared but the campaign never copied a state (state_copies = 0)")
     for capability, (counter, per_thousand) in FLOORS.items():
         floor = -(-per_thousand * examples // 1000)
         if capability in declared and 0 < coverage.get(counter, 0) < floor:

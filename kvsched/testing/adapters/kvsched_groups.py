@@ -1,6 +1,7 @@
 """kvsched's KV groups behind the adapter protocol, with "groups" and "drafts": impl's `KvGroups`
 (`kvsched.impl.kv_groups`) over a full-attention group and a sliding window of two pages, one
-pool, page 0 the null page, prefix caching on, up to three drafts a pass.
+pool, page 0 the null page, prefix caching on, up to three drafts a pass; `recurrent_manager` adds
+a recurrent group, its states in slots of their own (one a page), snapshotted at page boundaries.
 
 An admission is the groups' `admit` (the longest prefix both groups can serve) and one pass over
 the rest of the prompt (`compute`); a decode is the sample (the groups' `accept`) and one pass over
@@ -13,7 +14,9 @@ with a typed error (`Exhausted`: no page for it) is a refusal, and the adapter p
 it held before the call (the admit of a refused admission included). `written` changes nothing:
 the groups cache each full page of accepted tokens as the pass over it ends. The cache's own hold
 is not a holder in the protocol's counts, so the view subtracts it; a page only the cache holds is
-evictable, so it is free.
+evictable, so it is free. With a recurrent group, the state copies a call asked for are read
+off the groups: a hit's snapshot copied into the request's slot as it is admitted, and each
+snapshot the groups took of the request's state, before the pass (the groups' `accept`) or after.
 
 `broken(name)` is the same adapter over one of `kvsched.testing.group_variants`: the upstream
 hybrid-KV bugs, each a `KvGroups` with the one mistake the bug made, importable here by its name.
@@ -27,39 +30,81 @@ from collections.abc import Sequence
 
 from kvsched.impl.kv_groups import KvGroups
 from kvsched.spec.errors import KvschedError
-from kvsched.spec.kv_groups import NULL
-from kvsched.spec.kv_layout import Full, Layout, Window
+from kvsched.spec.kv_groups import NULL, Content
+from kvsched.spec.kv_layout import Full, Group, Layout, Recurrent, Window
 from kvsched.testing.adapter import ManagerFactory, PoolView
 from kvsched.testing.group_variants import VARIANTS
 
 DRAFTS = 3  # the most drafts a pass computes after its token
 
 
+Copy = tuple[int, int]
+
+
 class KvschedGroups:
     """impl's KV groups for `pages` pages (page 0 the null page) of `page_size` tokens: a full
-    group and a window of `2 * page_size` tokens."""
+    group and a window of `2 * page_size` tokens, and with `recurrent` a recurrent group over as
+    many state slots as pages."""
 
     capabilities = frozenset({"groups", "drafts", "atomic"})
 
-    def __init__(self, pages: int, page_size: int, flavour: type[KvGroups] = KvGroups) -> None:
-        self.groups = (Full(), Window(2 * page_size))
+    def __init__(
+        self, pages: int, page_size: int, flavour: type[KvGroups] = KvGroups, *, recurrent: bool = False
+    ) -> None:
+        groups: tuple[Group, ...] = (Full(), Window(2 * page_size))
+        self.groups = (*groups, Recurrent()) if recurrent else groups
         tokens = pages * page_size + DRAFTS  # the full group holds no more: longer sequences are refused
         layout = Layout(
-            self.groups, page_size=page_size, pages=pages, draft_tokens=DRAFTS, step_tokens=tokens, max_tokens=tokens
+            self.groups,
+            page_size=page_size,
+            pages=pages,
+            state_slots=pages if recurrent else 0,
+            draft_tokens=DRAFTS,
+            step_tokens=tokens,
+            max_tokens=tokens,
         )
         self.kv = flavour(layout)
         self.pages = pages
         self.kept: dict[int, int] = {}  # request -> the drafts the model kept, until its next sample
+        self.copied: tuple[list[Copy], list[Copy]] = ([], [])  # the last call's state copies, before and after its pass
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
         before = copy.deepcopy(self.kv)
         try:
             found = self.kv.admit(request_id, tuple(tokens))
+            resumed = self._resumed(before, request_id, tuple(tokens[:found]))
+            taken = self._taken(before, request_id)
+            snapshots = dict(self.kv.snapshot_key)
             self.kv.compute(request_id, len(tokens) - found)
         except KvschedError:
             self.kv = before
             return None
+        self.copied = (resumed + taken, self._taken_since(snapshots, request_id))
         return found
+
+    def _resumed(self, before: KvGroups, request_id: int, prefix: tuple[int, ...]) -> list[Copy]:
+        """The admission's copies of a hit's snapshots (in the groups before it) into its slots."""
+        states = self.kv.requests[request_id].states
+        return [
+            (before.snapshot_of[(g, prefix)], slot)
+            for g, slot in enumerate(states)
+            if slot is not None and prefix and (g, prefix) in before.snapshot_of
+        ]
+
+    def _taken(self, before: KvGroups, request_id: int) -> list[Copy]:
+        return self._taken_since(dict(before.snapshot_key), request_id)
+
+    def _taken_since(self, snapshots: dict[int, Content], request_id: int) -> list[Copy]:
+        """The snapshots of the request's states the groups took since they held `snapshots`."""
+        states = self.kv.requests[request_id].states
+        return [
+            (slot, snapshot)
+            for snapshot, key in self.kv.snapshot_key.items()
+            if snapshots.get(snapshot) != key and (slot := states[key[0]]) is not None
+        ]
+
+    def state_copies(self) -> tuple[list[Copy], list[Copy]]:
+        return self.copied
 
     def append(self, request_id: int, token: int) -> bool:
         return self.speculate(request_id, token, ())
@@ -68,11 +113,14 @@ class KvschedGroups:
         before = copy.deepcopy(self.kv)
         try:
             self.kv.accept(request_id, self.kept.get(request_id, 0), token)
+            taken = self._taken(before, request_id)
+            snapshots = dict(self.kv.snapshot_key)
             self.kv.compute(request_id, 1, tuple(drafts))
         except KvschedError:
             self.kv = before
             return False
         self.kept.pop(request_id, None)
+        self.copied = (taken, self._taken_since(snapshots, request_id))
         return True
 
     def accept(self, request_id: int, accepted: int) -> None:
@@ -96,6 +144,10 @@ class KvschedGroups:
             cached=cached,
             reserved=frozenset({NULL}),
             group_tables={rid: tuple(tuple(table) for table in held.tables) for rid, held in kv.requests.items()},
+            state_slots=len(kv.slots),
+            states={rid: tuple(s for s in held.states if s is not None) for rid, held in kv.requests.items()},
+            snapshots=dict(kv.snapshot_key),
+            state_free=frozenset(kv.free_slots) | set(kv.snapshot_key),
         )
 
 
@@ -104,14 +156,20 @@ def manager(pages: int, page_size: int) -> KvschedGroups:
     return KvschedGroups(pages, page_size)
 
 
+def recurrent_manager(pages: int, page_size: int) -> KvschedGroups:
+    """The adapter over impl's KV groups with a recurrent group:
+    `kvsched check kvsched.testing.adapters.kvsched_groups:recurrent_manager`."""
+    return KvschedGroups(pages, page_size, recurrent=True)
+
+
 def broken(name: str) -> ManagerFactory:
     """The adapter over the broken KV groups `name` (`kvsched.testing.group_variants.VARIANTS`),
     importable from this module by that name too (`kvsched check
     kvsched.testing.adapters.kvsched_groups:sglang_38269_null_page_freed`)."""
-    flavour = VARIANTS[name]
+    flavour, recurrent = VARIANTS[name], name in RECURRENT
 
     def build(pages: int, page_size: int) -> KvschedGroups:
-        return KvschedGroups(pages, page_size, flavour)
+        return KvschedGroups(pages, page_size, flavour, recurrent=recurrent)
 
     build.__qualname__ = build.__name__ = name
     return build
@@ -130,11 +188,12 @@ FOUND = (  # the upstream bugs the harness finds through the adapter
     "sglang_27586_window_frees_a_cached_page",
     "sglang_29349_rejected_hit_keeps_its_holds",
     "sglang_38269_null_page_freed",
+    "vllm_53912_snapshot_off_its_boundary",
+    "sglang_27038_state_copy_drops_window_holds",
 )
+RECURRENT = frozenset(FOUND[-2:])  # bugs of recurrent state: their adapter has a recurrent group
 UNSEEN = {  # out of the harness's sight through this adapter, and why
     "vllm_48489_free_loses_group_order": "eviction order is policy, which the harness leaves to the manager",
-    "vllm_53912_snapshot_off_its_boundary": "recurrent states are not in the protocol's view",
-    "sglang_27038_state_copy_drops_window_holds": "recurrent states are not in the protocol's view",
     "ucm_1059_truncation_touches_group_zero": (
         "the rejected drafts' pages it keeps in later groups are pages the protocol lets a manager hold"
         " ahead of its tokens (vLLM's lookahead slots), and the next pass writes over them"

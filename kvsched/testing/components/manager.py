@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvsched.spec.kv_layout import Full, Group
+from kvsched.spec.kv_layout import Full, Group, Recurrent
 from kvsched.testing.adapter import PoolView
 from kvsched.testing.component import Component, Corpus, EventSpec, Harness, StepContext
 from kvsched.testing.outcome import CheckFailure, FailureKind
+from kvsched.testing.safety_states import state_problems
 
 M, E, Z, C = Harness.MACHINE, Harness.EXPLORER, Harness.Z3, Harness.CONTRACTS
 
@@ -214,6 +215,7 @@ def view_problems(state: ManagerState) -> list[str]:
     counts = [0] * pages
     if state.groups:
         problems += group_problems(state, counts)
+        problems += state_problems(view, state.groups, list(live))
     for request_id, table in () if state.groups else view.tables.items():
         needed = -(-live[request_id] // state.page_size)
         if len(table) < needed:
@@ -258,7 +260,9 @@ def group_problems(state: ManagerState, counts: list[int]) -> list[str]:
         needed = -(-live[request_id] // state.page_size)
         real: list[int] = []
         for g, (group, table) in enumerate(zip(state.groups, tables, strict=True)):
-            if len(table) < needed:
+            if isinstance(group, Recurrent) and table:
+                problems.append(f"request {request_id} holds pages {table} in recurrent group {g}, which has no table")
+            elif len(table) < needed and not isinstance(group, Recurrent):
                 problems.append(f"request {request_id} holds {len(table)} pages in group {g} for {needed} of tokens")
             for page in table:
                 if page in view.reserved and not isinstance(group, Full):
@@ -350,6 +354,9 @@ def view_changes(before: PoolView, after: PoolView) -> str:
         old_groups, new_groups = before.group_tables.get(request_id), after.group_tables.get(request_id)
         if old_groups != new_groups:
             changes.append(f"request {request_id} group tables {old_groups} -> {new_groups}")
+    for name in ("states", "snapshots", "state_free"):
+        if getattr(before, name) != getattr(after, name):
+            changes.append(f"{name.replace('_', ' ')} {getattr(before, name)} -> {getattr(after, name)}")
     dropped = {page for page, key in before.cached.items() if after.cached.get(page) != key}
     added = {page for page, key in after.cached.items() if before.cached.get(page) != key}
     if dropped:
