@@ -19,7 +19,10 @@ more under the checker, with a sliding-window manager that lets go of each block
 before the pass that reads it); the checker must name it (`window_read`). The "recurrent state" case runs a tiny
 Qwen3-Next (`models/kvsched/tiny-qwen3-next`: three Gated DeltaNet layers and one full-attention
 layer, dummy weights) with its states prefix-cached at block boundaries (`mamba_cache_mode`
-"align"), also through the hybrid coordinator: a second wave hits the first's states.
+"align"), also through the hybrid coordinator: a second wave hits the first's states. It too runs
+once more under the checker, with a Mamba manager that lets go of the block a request's state is
+copied from one step early (as the block it is copied into is allocated): the checker must name it
+(`state_read`).
 
     python e2e.py [--json OUT]          (HF_HUB_OFFLINE=1; run from outside the checkout)
 """
@@ -106,6 +109,32 @@ def release_window_early() -> None:
     SlidingWindowManager.get_num_skipped_tokens = lambda self, computed: skipped(self, computed + 1)
 
 
+def release_state_early() -> None:
+    """vLLM's Mamba manager in "align" mode, broken: the block a request's running state is
+    copied from (`last_state_block_idx`: a prefix hit's block, or the last step's state block) is
+    let go as the block it is copied into is allocated, one step before vLLM lets it go, so the
+    pass resumes its state from the null block."""
+    from vllm.v1.core.single_type_kv_cache_manager import MambaManager
+
+    allocate = MambaManager.allocate_new_blocks
+
+    def early(self: Any, request_id: str, num_tokens: int, num_tokens_main_model: int) -> Any:
+        new = allocate(self, request_id, num_tokens, num_tokens_main_model)
+        index = self.last_state_block_idx.get(request_id) if self.mamba_cache_mode == "align" else None
+        blocks = self.req_to_blocks[request_id]
+        if new and index is not None and 0 <= index < len(blocks) and not blocks[index].is_null:
+            self.block_pool.free_blocks([blocks[index]])
+            blocks[index] = self._null_block
+        return new
+
+    MambaManager.allocate_new_blocks = early
+
+
+BROKEN = {"early window": release_window_early, "early state": release_state_early}  # under the checker, logging
+BROKEN_CASE = {"early window": WINDOW_CASES[0], "early state": RECURRENT_CASE}  # the case each is run on
+BROKEN_CHECK = {"early window": "window_read", "early state": "state_read"}  # the check that must name it
+
+
 def run_case(name: str, pool: str) -> dict[str, Any]:
     """One engine, one case: what it generated and counted (called in a fresh process)."""
     from vllm import LLM, SamplingParams
@@ -120,9 +149,9 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
         model = {"model": str(RECURRENT), "load_format": "dummy"}
     if pool == "kvsched":
         extra["scheduler_cls"] = "kvsched.integrations.vllm.scheduler.KvschedScheduler"
-    if pool == "early window":
-        release_window_early()
-    if pool in ("checked", "early window"):
+    if pool in BROKEN:
+        BROKEN[pool]()
+    if pool == "checked" or pool in BROKEN:
         from vllm.config import KVTransferConfig
 
         extra["kv_transfer_config"] = KVTransferConfig(
@@ -211,7 +240,7 @@ def window_model() -> tempfile.TemporaryDirectory[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=sorted(CASES))
-    parser.add_argument("--pool", choices=["stock", "kvsched", "checked", "early window"])
+    parser.add_argument("--pool", choices=["stock", "kvsched", "checked", *BROKEN])
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--expect-different",
@@ -244,15 +273,15 @@ def main(argv: list[str] | None = None) -> int:
             runs = [stock, ours] if checked is None else [stock, ours, checked]
             same["hybrid"] = all(run["coordinator"] == "HybridKVCacheCoordinator" for run in runs)
             ok = ok and same["hybrid"]
-        if name == WINDOW_CASES[0] and not args.expect_different:
-            broken = in_fresh_process(name, "early window")
-            caught = broken["found"] == ["window_read"]
+        for fault in [] if args.expect_different else [f for f, case in BROKEN_CASE.items() if case == name]:
+            broken = in_fresh_process(name, fault)
+            caught = broken["found"] == [BROKEN_CHECK[fault]]
             print(
-                f"{'caught' if caught else 'MISSED'}  {name}, a window released one token early, under the checker:"
+                f"{'caught' if caught else 'MISSED'}  {name}, {fault} (released a step early), under the checker:"
                 f" {broken['findings']} findings {broken['found']} in {broken['checked_steps']} steps;"
                 f" greedy output {'the same as' if broken['outputs'] == stock['outputs'] else 'unlike'} stock's"
             )
-            report[f"{name}, early window"] = broken
+            report[f"{name}, {fault}"] = broken
             failures += not caught
         failures += not ok
         counters = ours["counters"]

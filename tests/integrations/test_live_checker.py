@@ -219,7 +219,7 @@ def test_a_finished_request_that_still_holds_blocks() -> None:
 
 def test_every_check_has_a_broken_view() -> None:
     expected = {check for _, (check, _, _) in BROKEN.values()}
-    expected |= {"ghost_content", "finished_leftover", "kv_events", "window_read"}
+    expected |= {"ghost_content", "finished_leftover", "kv_events", "window_read", "state_read"}
     assert expected == set(live.CHECKS)
 
 
@@ -284,7 +284,7 @@ def test_a_chunk_reads_from_its_own_start() -> None:
 
 
 WINDOW_WEAKENED = [
-    ("    for step in passes:", "    for step in list(passes)[:-1]:"),
+    ("    for step in passes:\n        if step.length", "    for step in list(passes)[:-1]:\n        if step.length"),
     ("step.blocks[: step.end - step.first]", "step.blocks[: step.end - step.first - 1]"),
     ("if step.length < step.end:", "if step.length < step.end - 1:"),
 ]
@@ -296,6 +296,53 @@ def test_the_window_check_weakened_at_an_edge_misses_one(
 ) -> None:
     assert window_caught_all(live)
     assert not window_caught_all(weakened(live, *change, monkeypatch))
+
+
+def state_pass(table: tuple[int, ...], request_id: str = "a", position: int = 4, tokens: int = 3) -> live.StatePass:
+    """A pass over positions 4 to 6 by default, blocks of 2 positions: it resumes the state after
+    position 3 from block 1 and leaves its own, after position 6, in block 3. The null block is 0."""
+    step = live.StatePass(request_id, 2, 2, position, tokens, {})
+    return replace(step, blocks={index: table[index] for index, _ in step.places if index < len(table)})
+
+
+def state_reads(passes: list[live.StatePass], checker: Any = live) -> Seen:
+    return {(f.check, f.request_id, f.block_id) for f in checker.state_findings(passes, 0)}
+
+
+def state_caught_all(checker: Any) -> bool:
+    """`checker` finds each broken pass below: the resumed state's block null, the block left
+    null, the table short of it."""
+    good = state_pass((0, 5, 0, 7), "a")
+    return (
+        state_reads([good, state_pass((0, 0, 0, 7), "b")], checker) == {("state_read", "b", 0)}
+        and state_reads([good, state_pass((0, 5, 0, 0), "b")], checker) == {("state_read", "b", 0)}
+        and state_reads([good, state_pass((0, 5, 0), "b")], checker) == {("state_read", "b", None)}
+    )
+
+
+def test_a_recurrent_pass_resumes_and_leaves_its_state_in_real_blocks() -> None:
+    """Align mode keeps a state per block: the blocks between the one resumed and the one left
+    may be null (their states were never kept), and a first pass resumes nothing."""
+    assert state_pass((0, 5, 0, 7)).places[0][0] == 1 and state_pass((0, 5, 0, 7)).places[1][0] == 3
+    assert state_reads([state_pass((0, 5, 0, 7))]) == set()
+    assert state_reads([state_pass((0, 0, 0, 7), position=0, tokens=7)]) == set()
+    assert state_reads([state_pass((0, 0, 0, 0), position=0, tokens=7)]) == {("state_read", "a", 0)}
+    assert state_caught_all(live)
+
+
+STATE_WEAKENED = [
+    ("    for step in passes:\n        for index, what", "    for step in list(passes)[:-1]:\n        for index, what"),
+    ("        for index, what in step.places:", "        for index, what in step.places[:-1]:"),
+    ("if block is None or block == null_block:", "if block == null_block:"),
+]
+
+
+@pytest.mark.parametrize("change", STATE_WEAKENED, ids=[f"state-weakened-{n}" for n in range(len(STATE_WEAKENED))])
+def test_the_state_check_weakened_at_an_edge_misses_one(
+    change: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert state_caught_all(live)
+    assert not state_caught_all(weakened(live, *change, monkeypatch))
 
 
 def test_the_ghosts_of_evicted_keys_are_forgotten_past_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,8 @@ in place (`kvsched.integrations.vllm.live_delta`), and the whole pool, into a
 (64 by default; 1: every step) and at once when the step's reading is off: `LiveChecker`'s checks
 (reference counts, free queue, its order, the hash map, ghost content by key, salts, finished
 requests, stale keys), and at every step each scheduled request's pass in a sliding-window or
-chunked group against the blocks its queries read (`window_read`). A finding raises
+chunked group against the blocks its queries read (`window_read`), and in a Mamba group in
+"align" mode against the blocks it resumes and leaves its state in (`state_read`). A finding raises
 `LiveFinding` ("raise", the default) or is logged and counted in `findings` ("log"). With KV
 events on (`kv_events_config`), it also folds every event the pool published, read in place
 from its queue, and requires them to count exactly the blocks its hash map names (`kv_events`). It loads
@@ -81,6 +82,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
 from vllm.v1.core.single_type_kv_cache_manager import (  # noqa: E402
     ChunkedLocalAttentionManager,
     FullAttentionManager,
+    MambaManager,
     SlidingWindowManager,
 )
 
@@ -93,6 +95,8 @@ from kvsched.integrations.vllm.live import (  # noqa: E402
     LiveFinding,
     Pass,
     PoolView,
+    StatePass,
+    state_findings,
     window_findings,
 )
 from kvsched.integrations.vllm.live_delta import WHOLE_EVERY, DeltaChecker  # noqa: E402
@@ -222,6 +226,26 @@ def bounded_group(single: Any) -> Group | None:
     if isinstance(single, ChunkedLocalAttentionManager):
         return Chunked(single.attention_chunk_size)
     return None
+
+
+def state_passes(manager: Any, requests: Mapping[str, Any], scheduled: Mapping[str, int]) -> list[StatePass]:
+    """This step's passes in the manager's recurrent groups whose states sit at block boundaries
+    (a `MambaManager` in "align" mode without speculative blocks, whose worker keeps the running
+    state in the block holding the last computed position): each request `scheduled` names, from
+    its computed tokens, with its table's blocks where it resumes and leaves its state."""
+    passes = []
+    for single in manager.coordinator.single_type_managers:
+        if not isinstance(single, MambaManager) or single.mamba_cache_mode != "align" or single.num_speculative_blocks:
+            continue
+        size, tables = single.block_size, single.req_to_blocks
+        for request_id, tokens in scheduled.items():
+            request, table = requests.get(request_id), tables.get(request_id, ())
+            if request is None or not tokens:
+                continue
+            step = StatePass(request_id, single.kv_cache_group_id, size, request.num_computed_tokens, tokens, {})
+            blocks = {index: BLOCK_ID(table[index]) for index, _ in step.places if index < len(table)}
+            passes.append(replace(step, blocks=blocks))
+    return passes
 
 
 def read_passes(manager: Any, requests: Mapping[str, Any], scheduled: Mapping[str, int]) -> list[Pass]:
@@ -385,7 +409,9 @@ class Checking:
         events = translate(self.watch.new(pool), published_hash) if pool.enable_kv_cache_events else None
         findings = self.delta.check(InPlace(manager, self.requests, device), events)
         if scheduled:
-            findings += window_findings(read_passes(manager, self.requests, scheduled), pool.null_block.block_id)
+            null = pool.null_block.block_id
+            findings += window_findings(read_passes(manager, self.requests, scheduled), null)
+            findings += state_findings(state_passes(manager, self.requests, scheduled), null)
         for key, pool, copies in hosts:
             host = self.hosts.setdefault(key, LiveChecker())
             found = host.check(read_pool(pool, (), copies))

@@ -29,6 +29,11 @@ many more of them than the map holds.
                       group, finds the null block (or no block) where its queries read or write:
                       a block released, or never attached, before the pass that reads it
                       (`Pass`, `window_findings`; the groups whose queries read a bounded range)
+    state_read        a request's pass this step, in a recurrent group (vLLM's Mamba manager in
+                      "align" mode), finds the null block (or no block) where it resumes its state
+                      (the block holding its last computed position) or where it leaves it (the
+                      block holding its last position this step): a state block released before
+                      the pass that copies from it (`StatePass`, `state_findings`)
     kv_events         with KV events on: the events the pool published so far, folded (one
                       `BlockStored` hash a block, one `BlockRemoved` a block, `AllBlocksCleared`
                       empties), do not count exactly the blocks its hash map names under each
@@ -70,6 +75,7 @@ CHECKS = (
     "stale_key",
     "copy_in_flight",
     "window_read",
+    "state_read",
     "kv_events",
 )
 
@@ -171,6 +177,47 @@ def window_findings(passes: Iterable[Pass], null_block: int) -> list[Finding]:
                     f" {max(step.position, index * step.block_size)} reads it this step"
                 )
                 findings.append(Finding("window_read", step.request_id, block, detail))
+                break
+    return findings
+
+
+@dataclass(frozen=True, slots=True)
+class StatePass:
+    """One request's pass this step in a recurrent group (`group_id`) whose states sit at block
+    boundaries, one per block (vLLM's Mamba manager in "align" mode, no speculative blocks): the
+    state after position q is kept in the block holding q, so the pass over `tokens` positions
+    from `position` resumes the state in the block holding `position - 1` (none at position 0) and
+    leaves its own in the block holding its last position. `blocks` maps those two indices of
+    the request's table to their blocks (an index past the table's end is absent)."""
+
+    request_id: str
+    group_id: int
+    block_size: int
+    position: int
+    tokens: int
+    blocks: Mapping[int, int]
+
+    @property
+    def places(self) -> tuple[tuple[int, str], ...]:
+        """(table index, what the pass does with the state there), the resumed one first."""
+        last = self.position + self.tokens - 1
+        leaves = (last // self.block_size, f"leaves its state after position {last} in it")
+        if not self.position:
+            return (leaves,)
+        resumed = (self.position - 1) // self.block_size
+        return ((resumed, f"resumes its state after position {self.position - 1} from it"), leaves)
+
+
+def state_findings(passes: Iterable[StatePass], null_block: int) -> list[Finding]:
+    """`state_read`: each pass finds a real block where it resumes its state and where it leaves it."""
+    findings = []
+    for step in passes:
+        for index, what in step.places:
+            block = step.blocks.get(index)
+            if block is None or block == null_block:
+                where = "past its table's end" if block is None else "the null block"
+                detail = f"group {step.group_id}: its block {index} is {where}, yet its pass {what} this step"
+                findings.append(Finding("state_read", step.request_id, block, detail))
                 break
     return findings
 

@@ -133,6 +133,9 @@ TABLE: dict[str, dict[str, tuple[Lines, Params]]] = {
         "SlidingWindowManager.sliding_window": ((936, 949, 954), None),
         "ChunkedLocalAttentionManager": ((1263, 1276, 1281), None),
         "ChunkedLocalAttentionManager.attention_chunk_size": ((1266, 1279, 1284), None),
+        "MambaManager": ((1415, 1428, 1433), None),
+        "MambaManager.mamba_cache_mode": ((1428, 1441, 1446), None),
+        "MambaManager.num_speculative_blocks": ((1429, 1445, 1450), None),
     },
     "vllm.v1.core.sched.output": {
         "SchedulerOutput.num_scheduled_tokens": ((244, 244, 232), None),
