@@ -15,7 +15,7 @@ import functools
 import sys
 from pathlib import Path
 
-from kvsched.testing.adapters import sglang
+from kvsched.testing.adapters import sglang, sglang_window
 from kvsched.testing.adapters.recorded import record, record_programs, run_pinned, write
 
 ADAPTERS = (
@@ -25,11 +25,12 @@ ADAPTERS = (
     ("unified_paged", sglang.unified_paged, 2),
     ("unified_rust_token", sglang.unified_rust_token, 1),
     ("unified_rust_paged", sglang.unified_rust_paged, 2),
+    ("pure_swa_prefill_aware", sglang_window.pure_swa_prefill_aware, 1),
 )
 
 
 def main(argv: list[str] | None = None) -> int:
-    from devtools.sglang.variants import VARIANTS
+    from devtools.sglang.variants import FOUND, VARIANTS
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         traces = record_programs(name, factory, page_size, args.programs, args.steps)
         ok &= all(trace["verdict"] == "pass" for trace in traces)
         write(args.out / f"{name}.json.gz", traces)
-    for variant in VARIANTS:
+    for variant in VARIANTS + FOUND:
         pinned = functools.partial(run_pinned, lines=variant.program)
         trace = record(variant.name, variant.factory, 8, variant.page_size, pinned)
         caught = trace["verdict"] == variant.caught_by.name

@@ -12,6 +12,16 @@ must catch it (`make sglang` runs a campaign on each and fails unless that check
 - the same over `UnifiedRadixCache`: `unified_evicts_before_locking` and `unified_salt_dropped`
   (the Python tree core), `unified_rust_evicts_before_locking` and `unified_rust_dummy_page` (the
   Rust one): every adapter `make sglang` runs has a broken variant of its own.
+- `window_slides_past_its_query`: SGLang's all-SWA radix cache (prefill-aware) whose window
+  slide frees one position more than its window leaves behind: the oldest position the next
+  query reads (`GHOST`).
+
+`FOUND` are not deliberate: SGLang's own code, driven as its scheduler drives it, failing a check.
+- `pure_swa_caches_slid_slots`: `PureSWARadixCache` for a model that is not prefill-aware. A
+  decode's window slide frees the request's slots behind its window (`free_swa_out_of_window_slots`);
+  at release, `checkpoint` inserts the whole row, freed slots included (its `key_limit` is set only
+  by the prefill floor), so the tree caches slots the allocator hands out again, one slot under two
+  keys when it is (`INVARIANT`).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from typing import Any
 
 from kvsched.testing.adapters import sglang
 from kvsched.testing.adapters.sglang import SglangRadixCache
+from kvsched.testing.adapters.sglang_window import SglangWindowCache, pure_swa
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
 from kvsched.testing.safety import SafetyMachine
 from kvsched.testing.safety_search import search_safety
@@ -56,6 +67,17 @@ class EvictsBeforeLocking(SglangRadixCache):
             return None
         self._evict_for(need)
         return self.tree.lock(node)
+
+
+class SlidesPastItsQuery(SglangWindowCache):
+    """The all-SWA adapter whose window slides as if one more position were computed."""
+
+    def _slide(self, request_id: int, computed: int | None = None) -> None:
+        super()._slide(request_id, len(self.requests[request_id]) + 1)
+
+
+def window_slides_past_its_query(pages: int, page_size: int) -> SglangRadixCache:
+    return SlidesPastItsQuery(pages, page_size, prefill_aware=True)
 
 
 def _dummy_page_allocator(paged: bool) -> type:
@@ -125,7 +147,7 @@ EVICTS_BEFORE_LOCKING = (  # the program each such campaign shrank to
 # Request 2 (tenant 0) starts with the pages request 1 (tenant 1) computed: only the salt keeps them apart.
 SALT_DROPPED = ("machine.submit(1, (0, 0))", "machine.decode(1)", "machine.decode(1)", "machine.submit(2, (0, 0, 1))")
 
-VARIANTS = (
+VARIANTS: tuple[Variant, ...] = (
     Variant(
         "duplicates_left_in_table",
         duplicates_left_in_table,
@@ -168,6 +190,26 @@ VARIANTS = (
 )
 
 
+VARIANTS += (
+    Variant(
+        "window_slides_past_its_query",
+        window_slides_past_its_query,
+        1,
+        FailureKind.GHOST,
+        ("machine.submit(1, (0,))", *("machine.decode(1)",) * 5),
+    ),
+)
+FOUND = (  # SGLang's own code failing a check (the module docstring)
+    Variant(
+        "pure_swa_caches_slid_slots",
+        pure_swa,
+        1,
+        FailureKind.INVARIANT,
+        ("machine.submit(2, (0,))", *("machine.decode(2)",) * 5, "machine.finish(2)", "machine.submit(1, (0,))"),
+    ),
+)
+
+
 def pinned(variant: Variant) -> CheckFailure | None:
     """The variant's pinned program over a fresh manager: the check it fails, or None."""
     try:
@@ -186,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
-    for variant in VARIANTS:
+    for variant in VARIANTS + FOUND:
         found = pinned(variant)
         campaign = search_safety(
             variant.factory,

@@ -16,7 +16,15 @@ from kvsched.testing.adapters.recorded import RecordedError, TraceDiverged, repl
 from kvsched.testing.checks import CheckFailure, FailureKind
 
 GOLDEN = Path(__file__).parent / "golden" / "sglang"
-STOCK = ("radix_token", "radix_paged", "unified_token", "unified_paged", "unified_rust_token", "unified_rust_paged")
+STOCK = (
+    "radix_token",
+    "radix_paged",
+    "unified_token",
+    "unified_paged",
+    "unified_rust_token",
+    "unified_rust_paged",
+    "pure_swa_prefill_aware",  # SGLang's all-SWA radix cache: one sliding-window group
+)
 VARIANTS = {  # the check each broken variant must fail (devtools/sglang/variants.py)
     "duplicates_left_in_table": FailureKind.INVARIANT,
     "evicts_before_locking": FailureKind.INVARIANT,
@@ -26,6 +34,8 @@ VARIANTS = {  # the check each broken variant must fail (devtools/sglang/variant
     "unified_rust_evicts_before_locking": FailureKind.UNTYPED,
     "unified_rust_dummy_page": FailureKind.INVARIANT,
     "unified_salt_dropped": FailureKind.GHOST,
+    "window_slides_past_its_query": FailureKind.GHOST,  # the next query reads a slot the slide freed
+    "pure_swa_caches_slid_slots": FailureKind.INVARIANT,  # SGLang's own: a release caches freed slots
 }
 
 
@@ -49,6 +59,18 @@ def test_the_stock_traces_exercise_hits_and_evictions() -> None:
         assert any(view["evictable"] for view in views), f"{name}: no view has an evictable page"
         hits = [call[2] for trace in traces(name) for call in trace["calls"] if call[0] == "admit" and call[2]]
         assert hits, f"{name}: no admission hit the tree"
+
+
+def test_the_all_swa_traces_slide_their_windows() -> None:
+    """The recorded all-SWA views show positions a window slide freed (the dummy page 0 in a group
+    table, below a real page), and the traces declare the one window group."""
+    recorded = traces("pure_swa_prefill_aware")
+    assert all(trace["groups"] == [["Window", 4]] for trace in recorded)
+    views = [call[2] for trace in recorded for call in trace["calls"] if call[0] == "view"]
+    slid = [
+        table for view in views for _, tables in view.get("group_tables", ()) for table in tables if 0 in table[:-1]
+    ]
+    assert slid and all(table[-1] != 0 for table in slid)
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

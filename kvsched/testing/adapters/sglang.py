@@ -37,7 +37,7 @@ import functools
 import types
 import warnings
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvsched.integrations.vllm.events import translate
@@ -136,8 +136,10 @@ class SglangRadixCache:
         salted: bool = True,
         tree_core: str | None = None,
         cache_class: type | None = None,
-        allocator_class: type | None = None,
+        allocator_class: Callable[..., Any] | None = None,
         events: bool = False,
+        sliding_window_size: int | None = None,
+        max_context: int | None = None,
     ) -> None:
         m = sglang()
         if not paged and page_size != 1:
@@ -155,7 +157,10 @@ class SglangRadixCache:
             allocator = allocator_class or m.TokenToKVPoolAllocator
             self.allocator = allocator(slots, m.torch.float16, "cpu", None, False)
         self.rows = m.ReqToTokenPool(
-            size=pages, max_context_len=pages * page_size + 1, device="cpu", enable_memory_saver=False
+            size=pages,
+            max_context_len=max_context or pages * page_size + 1,
+            device="cpu",
+            enable_memory_saver=False,
         )
         unified: dict[str, Any] = {}
         if tree_core is not None:  # UnifiedRadixCache, full attention only, over this tree core
@@ -167,6 +172,7 @@ class SglangRadixCache:
             page_size=page_size,
             eviction_policy=policy,
             enable_kv_cache_events=events,
+            sliding_window_size=sliding_window_size,
             **unified,
         )
         self.tree = (cache_class or (m.RadixCache if tree_core is None else m.UnifiedRadixCache))(params)
@@ -363,11 +369,21 @@ class SglangRadixCache:
             found[self._page(slot)] = (tuple(reversed(chain)), 0 if slot in unlocked else 1)
         return found
 
-    def view(self) -> PoolView:
+    def free_pages(self, allocator: Any) -> frozenset[int]:
+        """The pages `allocator` would hand out next: its free list holds page ids (slots, at page size 1)."""
+        released = allocator.get_all_free_pages() if self.paged else allocator.release_pages
+        return frozenset(allocator.free_pages.tolist()) | frozenset(released.tolist())
+
+    def request_tables(self) -> dict[int, tuple[int, ...]]:
+        """Each live request's table: the page of each of its rows' pages."""
         tables: dict[int, tuple[int, ...]] = {}
         for request_id, request in self.requests.items():
             slots = self.rows.req_to_token[request.kv.req_pool_idx, : len(request)].tolist()
             tables[request_id] = tuple(self._page(slot) for slot in slots[:: self.page_size])
+        return tables
+
+    def view(self) -> PoolView:
+        tables = self.request_tables()
         tree = self.tree_pages()
         in_tables = [0] * self.pages
         for table in tables.values():
@@ -380,12 +396,9 @@ class SglangRadixCache:
             if 0 <= page < self.pages:  # a tree page: its node's lock count; the Rust core shows only
                 # locked or not, so the tables' count when locked, and a lock no table explains as 1
                 holders[page] = max(in_tables[page], 1) if walked and locks else locks
-        allocator = self.allocator  # its free list holds page ids (slots, at page size 1)
-        free = frozenset(allocator.free_pages.tolist())
-        free |= frozenset(allocator.get_all_free_pages().tolist() if self.paged else allocator.release_pages.tolist())
         return PoolView(
             holders=tuple(holders),
-            free=free,
+            free=self.free_pages(self.allocator),
             tables=tables,
             cached={page: key for page, (key, _) in tree.items()},
             reserved=frozenset({0}),
