@@ -21,7 +21,7 @@ must catch it (`make sglang` runs a campaign on each and fails unless that check
   decode's window slide frees the request's slots behind its window (`free_swa_out_of_window_slots`);
   at release, `checkpoint` inserts the whole row, freed slots included (its `key_limit` is set only
   by the prefill floor), so the tree caches slots the allocator hands out again, one slot under two
-  keys when it is (`INVARIANT`).
+  keys when it is (`INVARIANT`). SGLang PR #31486 describes it (closed without merging).
 """
 
 from __future__ import annotations
