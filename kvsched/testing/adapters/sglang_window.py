@@ -15,7 +15,8 @@ view shows its table with the dummy page 0 there (what no query reads any more).
 The window SGLang keeps behind a query is `sliding_window_size` positions, the query's own apart, so
 the group the harness checks is `Window(window + 1)`. `prefill_aware` is the scheduler's
 `prefill_aware_swa` (a model property): the prompt is never window-evicted (`swa_evict_floor`),
-and a release caches only the prompt.
+and a release caches only the prompt. Without it, a release caches slots the window already freed
+(SGLang PR #31486's bug: `devtools/sglang/variants.py`'s `FOUND`).
 """
 
 from __future__ import annotations
