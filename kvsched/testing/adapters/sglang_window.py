@@ -9,8 +9,10 @@ scheduler adds for such a model: before a request's decode, `ScheduleBatch.maybe
 its window (`tree_cache.evict_sliding_windows(req, req.seqlen - 1)`, which frees the request's own
 slots wholly behind its window: `free_swa_out_of_window_slots`), once the request has decoded
 (`decode_batch_idx >= 1`) and the window has moved past what was freed (the eviction interval
-is 1). A request's SWA cursor (`kv.get_evicted_seqlen(SWA)`) says where its freed slots end; the
-view shows its table with the dummy page 0 there (what no query reads any more).
+is 1). A request publishes to the tree after its prefill (`checkpoint_kv_cache`), not after a
+decode, and the rest at release (`release_kv_cache`). The view shows each position a slide freed
+as the dummy page 0 (what no query reads any more): the row still names the freed slot, which the
+allocator may hand out again.
 
 The window SGLang keeps behind a query is `sliding_window_size` positions, the query's own apart, so
 the group the harness checks is `Window(window + 1)`. `prefill_aware` is the scheduler's
