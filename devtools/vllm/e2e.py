@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +131,11 @@ def release_state_early() -> None:
     MambaManager.allocate_new_blocks = early
 
 
-BROKEN = {"early window": release_window_early, "early state": release_state_early}  # under the checker, logging
-BROKEN_CASE = {"early window": WINDOW_CASES[0], "early state": RECURRENT_CASE}  # the case each is run on
-BROKEN_CHECK = {"early window": "window_read", "early state": "state_read"}  # the check that must name it
+# Each broken run under the checker (logging): what breaks vLLM, the case it runs, the check that must name it.
+BROKEN: dict[str, tuple[Callable[[], None], str, str]] = {
+    "early window": (release_window_early, WINDOW_CASES[0], "window_read"),
+    "early state": (release_state_early, RECURRENT_CASE, "state_read"),
+}
 
 
 def run_case(name: str, pool: str) -> dict[str, Any]:
@@ -150,7 +153,7 @@ def run_case(name: str, pool: str) -> dict[str, Any]:
     if pool == "kvsched":
         extra["scheduler_cls"] = "kvsched.integrations.vllm.scheduler.KvschedScheduler"
     if pool in BROKEN:
-        BROKEN[pool]()
+        BROKEN[pool][0]()
     if pool == "checked" or pool in BROKEN:
         from vllm.config import KVTransferConfig
 
@@ -273,9 +276,11 @@ def main(argv: list[str] | None = None) -> int:
             runs = [stock, ours] if checked is None else [stock, ours, checked]
             same["hybrid"] = all(run["coordinator"] == "HybridKVCacheCoordinator" for run in runs)
             ok = ok and same["hybrid"]
-        for fault in [] if args.expect_different else [f for f, case in BROKEN_CASE.items() if case == name]:
+        for fault, (_, case, check) in [] if args.expect_different else BROKEN.items():
+            if case != name:
+                continue
             broken = in_fresh_process(name, fault)
-            caught = broken["found"] == [BROKEN_CHECK[fault]]
+            caught = broken["found"] == [check]
             print(
                 f"{'caught' if caught else 'MISSED'}  {name}, {fault} (released a step early), under the checker:"
                 f" {broken['findings']} findings {broken['found']} in {broken['checked_steps']} steps;"

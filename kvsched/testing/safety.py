@@ -40,7 +40,8 @@ user's own factory.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from kvsched.spec.kv_events import DEVICE, HOST, Cleared, Entry, Removed, Stored, fold_counted
@@ -175,7 +176,11 @@ def declared_groups(manager: object) -> tuple[Group, ...]:
     groups = getattr(manager, "groups", None)
     name = type(manager).__name__
     kinds = Full | Window | Chunked | Recurrent
-    if not isinstance(groups, tuple) or not all(isinstance(g, kinds) for g in groups) or all_recurrent(groups):
+    if (
+        not isinstance(groups, tuple)
+        or not all(isinstance(g, kinds) for g in groups)
+        or all(isinstance(g, Recurrent) for g in groups)  # no attention group (an empty tuple included)
+    ):
         raise NotAnAdapter(
             f"{name} declares 'groups', so its groups must be a tuple of kvsched.spec.kv_layout's Full,"
             f" Window, Chunked and Recurrent, one of them an attention group, not {groups!r:.80}"
@@ -183,11 +188,6 @@ def declared_groups(manager: object) -> tuple[Group, ...]:
     if any(isinstance(g, Recurrent) for g in groups) and not callable(getattr(manager, "state_copies", None)):
         raise NotAnAdapter(f"{name} is not a page-manager adapter: it lacks state_copies (its Recurrent group's verb)")
     return groups
-
-
-def all_recurrent(groups: tuple[object, ...]) -> bool:
-    """No attention group among `groups` (an empty tuple included)."""
-    return all(isinstance(g, Recurrent) for g in groups)
 
 
 def require_adapter(manager: object) -> frozenset[str]:
@@ -374,10 +374,8 @@ class SafetyMachine:
                 self.coverage["copied"] += 1
         view = self.manager.view()
         self._require_valid(view)
-        before, after = self._state_copies()
-        self.states.copy(before, request_id, view)
-        self._compute(request_id, view, len(tokens) - 1)
-        self.states.copy(after, request_id, view)
+        with self._state_copies(request_id, view):
+            self._compute(request_id, view, len(tokens) - 1)
         self.coverage["appended"] += 1
         return True
 
@@ -405,11 +403,9 @@ class SafetyMachine:
         self.sequences[request_id] = proposed  # while the pass runs: its tables must hold every draft
         view = self.manager.view()
         self._require_valid(view)
-        before, after = self._state_copies()
-        self.states.copy(before, request_id, view)
-        for position in range(first, len(proposed)):
-            self._compute(request_id, view, position, publish=position == first)
-        self.states.copy(after, request_id, view)
+        with self._state_copies(request_id, view):
+            for position in range(first, len(proposed)):
+                self._compute(request_id, view, position, publish=position == first)
         kept = proposed[: first + 1 + accepted]
         self.sequences[request_id] = kept
         getattr(self.manager, "accept")(request_id, accepted)  # noqa: B009
@@ -677,12 +673,10 @@ class SafetyMachine:
                 " a prefix hit must leave at least the last prompt token to compute",
             )
         if request_id not in self.loading:
-            before, after = self._state_copies()
-            self.states.copy(before, request_id, view)
-            self._read(request_id, view, cached)
-            for position in range(cached, len(tokens)):
-                self._compute(request_id, view, position, read=False)
-            self.states.copy(after, request_id, view)
+            with self._state_copies(request_id, view):
+                self._read(request_id, view, cached)
+                for position in range(cached, len(tokens)):
+                    self._compute(request_id, view, position, read=False)
         self.coverage["admitted"] += 1
         self.coverage["hit_tokens"] += cached
         self.coverage["hit_pages"] += -(-cached // self.page_size)
@@ -754,13 +748,17 @@ class SafetyMachine:
         tables = zip(self.groups, view.group_tables[request_id], strict=True)
         return [(g, tuple(table)) for g, (group, table) in enumerate(tables) if not isinstance(group, Recurrent)]
 
-    def _state_copies(self) -> tuple[Copies, Copies]:
-        """The state copies the last call asked for, before its pass and after (none without a
-        recurrent group)."""
-        if not self.states.recurrent:
-            return (), ()
-        before, after = getattr(self.manager, "state_copies")()  # noqa: B009
-        return tuple(before), tuple(after)
+    @contextmanager
+    def _state_copies(self, request_id: int, view: PoolView) -> Iterator[None]:
+        """Around the request's pass: the state copies the last call asked for, those before the
+        pass first and those after it last (none without a recurrent group)."""
+        before: Copies = ()
+        after: Copies = ()
+        if self.states.recurrent:
+            before, after = getattr(self.manager, "state_copies")()  # noqa: B009
+        self.states.copy(before, request_id, view)
+        yield
+        self.states.copy(after, request_id, view)
 
     def _state_context(self, request_id: int) -> Callable[[int, int], Context]:
         """The context a recurrent group's state holds after a position of the request's."""

@@ -137,9 +137,10 @@ class Misdeclared(KvschedGroups):
         super().__init__(pages, page_size)
         self.capabilities = capabilities
         self.groups = groups
+        # each declaration's verb is missing: accept for "drafts", state_copies for a Recurrent group
         if "drafts" in capabilities:
             self.accept = None  # type: ignore[method-assign,assignment]
-        else:
+        if isinstance(groups, tuple) and any(isinstance(group, Recurrent) for group in groups):
             self.state_copies = None  # type: ignore[method-assign,assignment]
 
 

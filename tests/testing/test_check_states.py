@@ -159,3 +159,41 @@ def test_a_recurrent_group_whose_states_are_never_copied_is_warned_of() -> None:
     result = search_safety(NoPrefixCaching, examples=30, seed_value=0)
     assert result.passed and result.coverage["state_copies"] == 0
     assert any("never copied a state" in warning for warning in result.warnings), result.warnings
+
+
+class LosesTheLastSlot(KvschedGroups):
+    """The highest state slot is never on the free list: no request ever gets it, and none frees it."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size, recurrent=True)
+        self.kv.free_slots.remove(len(self.kv.slots) - 1)
+
+
+def test_the_last_slot_lost_is_a_leak_and_the_leak_check_weakened_there_misses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    machine = SafetyMachine(LosesTheLastSlot)
+    with pytest.raises(CheckFailed) as failed:
+        machine.teardown()
+    assert failed.value.failure.kind is FailureKind.LEAK and "state slots [7]" in failed.value.failure.detail
+    every, all_but_last = "set(range(view.state_slots))", "set(range(view.state_slots - 1))"
+    loose = weakened(safety_states, every, all_but_last, monkeypatch)
+    monkeypatch.setattr(safety, "GhostStates", loose.GhostStates)
+    SafetyMachine(LosesTheLastSlot).teardown()
+
+
+class PagesInItsStateGroup(KvschedGroups):
+    """The view shows the full group's pages in the recurrent group's table too."""
+
+    def view(self) -> PoolView:
+        view = super().view()
+        tables = {rid: (*tables[:2], tables[0]) for rid, tables in view.group_tables.items()}
+        return replace(view, group_tables=tables)
+
+
+def test_pages_in_a_recurrent_groups_table_are_an_invariant_failure() -> None:
+    machine = SafetyMachine(lambda pages, size: PagesInItsStateGroup(pages, size, recurrent=True), check=False)
+    with pytest.raises(CheckFailed) as failed:
+        machine.submit(1, (0, 1, 2))
+    assert failed.value.failure.kind is FailureKind.INVARIANT
+    assert "in recurrent group 2, which has no table" in failed.value.failure.detail

@@ -26,7 +26,7 @@ Those the harness sees are in `FOUND`; the rest are out of its sight (`UNSEEN`, 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kvsched.impl.kv_groups import KvGroups
 from kvsched.spec.errors import KvschedError
@@ -73,7 +73,7 @@ class KvschedGroups:
         try:
             found = self.kv.admit(request_id, tuple(tokens))
             resumed = self._resumed(before, request_id, tuple(tokens[:found]))
-            taken = self._taken(before, request_id)
+            taken = self._taken_since(before.snapshot_key, request_id)
             snapshots = dict(self.kv.snapshot_key)
             self.kv.compute(request_id, len(tokens) - found)
         except KvschedError:
@@ -91,10 +91,7 @@ class KvschedGroups:
             if slot is not None and prefix and (g, prefix) in before.snapshot_of
         ]
 
-    def _taken(self, before: KvGroups, request_id: int) -> list[Copy]:
-        return self._taken_since(dict(before.snapshot_key), request_id)
-
-    def _taken_since(self, snapshots: dict[int, Content], request_id: int) -> list[Copy]:
+    def _taken_since(self, snapshots: Mapping[int, Content], request_id: int) -> list[Copy]:
         """The snapshots of the request's states the groups took since they held `snapshots`."""
         states = self.kv.requests[request_id].states
         return [
@@ -113,7 +110,7 @@ class KvschedGroups:
         before = copy.deepcopy(self.kv)
         try:
             self.kv.accept(request_id, self.kept.get(request_id, 0), token)
-            taken = self._taken(before, request_id)
+            taken = self._taken_since(before.snapshot_key, request_id)
             snapshots = dict(self.kv.snapshot_key)
             self.kv.compute(request_id, 1, tuple(drafts))
         except KvschedError:

@@ -260,9 +260,11 @@ def group_problems(state: ManagerState, counts: list[int]) -> list[str]:
         needed = -(-live[request_id] // state.page_size)
         real: list[int] = []
         for g, (group, table) in enumerate(zip(state.groups, tables, strict=True)):
-            if isinstance(group, Recurrent) and table:
-                problems.append(f"request {request_id} holds pages {table} in recurrent group {g}, which has no table")
-            elif len(table) < needed and not isinstance(group, Recurrent):
+            if isinstance(group, Recurrent):  # its states are in `view.states` (`state_problems`)
+                if table:
+                    problems.append(f"request {request_id} holds {table} in recurrent group {g}, which has no table")
+                continue
+            if len(table) < needed:
                 problems.append(f"request {request_id} holds {len(table)} pages in group {g} for {needed} of tokens")
             for page in table:
                 if page in view.reserved and not isinstance(group, Full):
