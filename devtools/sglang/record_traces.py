@@ -15,7 +15,7 @@ import functools
 import sys
 from pathlib import Path
 
-from kvsched.testing.adapters import sglang, sglang_window
+from kvsched.testing.adapters import sglang, sglang_hybrid, sglang_mamba, sglang_window
 from kvsched.testing.adapters.recorded import record, record_programs, run_pinned, write
 
 ADAPTERS = (
@@ -26,6 +26,8 @@ ADAPTERS = (
     ("unified_rust_token", sglang.unified_rust_token, 1),
     ("unified_rust_paged", sglang.unified_rust_paged, 2),
     ("pure_swa_prefill_aware", sglang_window.pure_swa_prefill_aware, 1),
+    ("hybrid_swa", sglang_hybrid.hybrid_swa, 1),
+    ("hybrid_mamba", sglang_mamba.hybrid_mamba, 1),
 )
 
 
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         write(args.out / f"{name}.json.gz", traces)
     for variant in VARIANTS + FOUND:
         pinned = functools.partial(run_pinned, lines=variant.program)
-        trace = record(variant.name, variant.factory, 8, variant.page_size, pinned)
+        trace = record(variant.name, variant.factory, variant.pages, variant.page_size, pinned)
         caught = trace["verdict"] == variant.caught_by.name
         ok &= caught
         print(f"{variant.name}: pinned program {trace['verdict']} (expected {variant.caught_by.name})", file=sys.stderr)

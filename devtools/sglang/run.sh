@@ -2,7 +2,8 @@
 # make sglang: SGLang 0.5.23's radix cache and token allocators under kvsched's safety harness.
 #   1. the venv (setup.sh)
 #   2. a campaign on each shipped adapter (kvsched check kvsched.testing.adapters.sglang:FACTORY,
-#      and sglang_window:pure_swa_prefill_aware, the all-SWA radix cache: one sliding-window group):
+#      and sglang_window:pure_swa_prefill_aware, the all-SWA radix cache: one sliding-window group;
+#      sglang_hybrid:hybrid_swa, the hybrid cache: a full and a sliding-window group, a pool each):
 #      every program must pass (radix_events: the radix cache's KV events folded after every call,
 #      and a publisher that stores a removed page again must fail; sglang_window:pure_swa, for a
 #      model that is not prefill-aware, must fail: devtools/sglang/variants.py's FOUND); the counts of admissions, hits, appends, evictions and refusals
@@ -34,7 +35,7 @@ export PYTHONPATH="$root" PYTHONWARNINGS=ignore SGLANG_DEBUG_MEMORY_POOL=1
 cd /  # nothing of the checkout but PYTHONPATH on sys.path
 for adapter in sglang:radix_token:1 sglang:radix_paged:2 sglang:radix_paged:4 sglang:radix_events:2 \
   sglang:unified_token:1 sglang:unified_paged:2 sglang:unified_rust_token:1 sglang:unified_rust_paged:2 \
-  sglang_window:pure_swa_prefill_aware:1; do
+  sglang_window:pure_swa_prefill_aware:1 sglang_hybrid:hybrid_swa:1; do
   module="${adapter%%:*}" rest="${adapter#*:}"; factory="${rest%%:*}" size="${rest##*:}"
   step "campaign: kvsched check kvsched.testing.adapters.$module:$factory --page-size $size ($examples programs)"
   "$py" -m kvsched.cli check "kvsched.testing.adapters.$module:$factory" --page-size "$size" --examples "$examples" \

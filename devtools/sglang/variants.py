@@ -15,6 +15,12 @@ must catch it (`make sglang` runs a campaign on each and fails unless that check
 - `window_slides_past_its_query`: SGLang's all-SWA radix cache (prefill-aware) whose window
   slide frees one position more than its window leaves behind: the oldest position the next
   query reads (`GHOST`).
+- over SGLang's hybrid cache (`UnifiedRadixCache` with full and SWA components, two pools:
+  `kvsched.testing.adapters.sglang_hybrid`), on 16 pages: `hybrid_slides_past_its_query`, the same
+  slide one position too far (`GHOST`); `tombstone_keeps_mapping`, SGLang PR #27586's shape: freeing
+  a position's window KV leaves its full slot mapped to the SWA slot it gave back
+  (`INVARIANT`: a free page a row still maps); `unlock_keeps_window_lock`, SGLang #24153's class: a
+  release unlocks its tree lock's full part and never its window part (`LEAK`).
 
 `FOUND` are not deliberate: SGLang's own code, driven as its scheduler drives it, failing a check.
 - `pure_swa_caches_slid_slots`: `PureSWARadixCache` for a model that is not prefill-aware. A
@@ -36,6 +42,8 @@ from typing import Any
 
 from kvsched.testing.adapters import sglang
 from kvsched.testing.adapters.sglang import SglangRadixCache
+from kvsched.testing.adapters.sglang_hybrid import SglangHybridCache
+from kvsched.testing.adapters.sglang_mamba import SglangMambaCache
 from kvsched.testing.adapters.sglang_window import SglangWindowCache, pure_swa
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
 from kvsched.testing.safety import SafetyMachine
@@ -80,6 +88,43 @@ def window_slides_past_its_query(pages: int, page_size: int) -> SglangRadixCache
     return SlidesPastItsQuery(pages, page_size, prefill_aware=True)
 
 
+class HybridSlidesPastItsQuery(SglangHybridCache):
+    """The hybrid adapter whose window slides as if one more position were computed."""
+
+    def _slide(self, request_id: int, computed: int | None = None) -> None:
+        super()._slide(request_id, len(self.requests[request_id]) + 1)
+
+
+def hybrid_slides_past_its_query(pages: int, page_size: int) -> SglangRadixCache:
+    return HybridSlidesPastItsQuery(pages, page_size)
+
+
+class TombstoneKeepsMapping(SglangHybridCache):
+    """SGLang PR #27586's shape: freeing a position's window KV (a slide, a tombstone) leaves its
+    full slot mapped to the SWA slot it gave back."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size)
+        self.allocator.clear_full_to_swa_mapping = lambda full_indices: None
+
+
+def tombstone_keeps_mapping(pages: int, page_size: int) -> SglangRadixCache:
+    return TombstoneKeepsMapping(pages, page_size)
+
+
+class UnlockKeepsWindowLock(SglangHybridCache):
+    """SGLang #24153's class: a release unlocks the full part of its tree lock and never the window's."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size)
+        tree = self.tree
+        tree.unlock = lambda lock: None if lock is None else tree.dec_lock_ref(lock.node, lock.receipt, skip_swa=True)
+
+
+def unlock_keeps_window_lock(pages: int, page_size: int) -> SglangRadixCache:
+    return UnlockKeepsWindowLock(pages, page_size)
+
+
 def _dummy_page_allocator(paged: bool) -> type:
     m = sglang.sglang()
     base = m.PagedTokenToKVPoolAllocator if paged else m.TokenToKVPoolAllocator
@@ -101,7 +146,9 @@ class Variant:
     factory: Callable[[int, int], SglangRadixCache]
     page_size: int
     caught_by: FailureKind
-    program: tuple[str, ...]  # the shrunk counterexample a campaign found (pages=8), pinned
+    program: tuple[str, ...]  # the shrunk counterexample a campaign found (over `pages`), pinned
+    pages: int = 8  # the pool the pinned program and the campaign run on
+    examples: int | None = None  # the campaign's programs, where the run's (--examples) find nothing
 
 
 def duplicates_left_in_table(pages: int, page_size: int) -> SglangRadixCache:
@@ -199,6 +246,151 @@ VARIANTS += (
         ("machine.submit(1, (0,))", *("machine.decode(1)",) * 5),
     ),
 )
+
+
+class CopyOnWriteSkipped(SglangMambaCache):
+    """A match that attaches a hit's prefix without naming its snapshot for the request's state:
+    the request resumes from a fresh state."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size)
+        self.tree.components[self.component].finalize_match_result_in_cache = lambda params, result: result
+
+
+def mamba_cow_skipped(pages: int, page_size: int) -> SglangRadixCache:
+    return CopyOnWriteSkipped(pages, page_size)
+
+
+class CopyOnWriteFromParent(SglangMambaCache):
+    """A hit's copy-on-write names the snapshot of the node above the one it matched, a state
+    short of the hit's boundary (vLLM #53912's effect: a resumed state not at its key's tokens)."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size)
+        component = self.tree.components[self.component]
+        finalize = component.finalize_match_result_in_cache
+
+        def from_parent(params: Any, result: Any) -> Any:
+            result = finalize(params, result)
+            parent = self.tree.tree_core.node_by_id(result.best_match_node).parent
+            above = None if parent is None else parent.component_data[self.component].value
+            if params.req is not None and params.req.kv.mamba_cow_src_index is not None and above is not None:
+                params.req.kv.mamba_cow_src_index = above[0]
+            return result
+
+        component.finalize_match_result_in_cache = from_parent
+
+
+def mamba_cow_from_parent(pages: int, page_size: int) -> SglangRadixCache:
+    return CopyOnWriteFromParent(pages, page_size)
+
+
+class CheckpointCopyLeaked(SglangMambaCache):
+    """SGLang PR #29349's class: a running request's checkpoint copies its state for the tree, and
+    when the tree already has one there the copy is not given back."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size)
+        component = self.tree.components[self.component]
+        cleanup = component.cleanup_after_caching_req
+
+        def keep_the_copy(req: Any, is_finished: bool, *args: Any, **kwargs: Any) -> None:
+            if is_finished:
+                cleanup(req, is_finished, *args, **kwargs)
+            else:
+                req.kv.mamba_last_track_seqlen = req.kv.mamba_prev_track_seqlen = None
+
+        component.cleanup_after_caching_req = keep_the_copy
+
+
+def mamba_checkpoint_copy_leaked(pages: int, page_size: int) -> SglangRadixCache:
+    return CheckpointCopyLeaked(pages, page_size)
+
+
+class StateKeptAtRelease(SglangMambaCache):
+    """A release whose state the tree did not take (it had one there) is not freed."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        super().__init__(pages, page_size)
+        component = self.tree.components[self.component]
+        cleanup = component.cleanup_after_caching_req
+
+        def keep_when_finished(req: Any, is_finished: bool, *args: Any, **kwargs: Any) -> None:
+            if not is_finished:
+                cleanup(req, is_finished, *args, **kwargs)
+
+        component.cleanup_after_caching_req = keep_when_finished
+
+
+def mamba_state_kept_at_release(pages: int, page_size: int) -> SglangRadixCache:
+    return StateKeptAtRelease(pages, page_size)
+
+
+HYBRID_PAGES = 16  # two pools of 7 slots: a request outgrows its window before the pools run out
+VARIANTS += (
+    Variant(
+        "hybrid_slides_past_its_query",
+        hybrid_slides_past_its_query,
+        1,
+        FailureKind.GHOST,
+        ("machine.submit(1, (0,))", *("machine.decode(1)",) * 3),
+        HYBRID_PAGES,
+    ),
+    # the publish frees the prompt's first position from the window: its mapping stays, its slot is free
+    Variant(
+        "tombstone_keeps_mapping",
+        tombstone_keeps_mapping,
+        1,
+        FailureKind.INVARIANT,
+        ("machine.submit(1, (0, 1, 2, 0))",),
+        HYBRID_PAGES,
+    ),
+    Variant(
+        "unlock_keeps_window_lock",
+        unlock_keeps_window_lock,
+        1,
+        FailureKind.LEAK,
+        ("machine.submit(1, (0,))", "machine.teardown()"),
+        HYBRID_PAGES,
+    ),
+)
+VARIANTS += (
+    Variant(
+        "mamba_cow_skipped",
+        mamba_cow_skipped,
+        1,
+        FailureKind.GHOST,
+        ("machine.submit(1, (0,))", "machine.submit(3, (0, 1))"),
+    ),
+    Variant(
+        "mamba_cow_from_parent",
+        mamba_cow_from_parent,
+        1,
+        FailureKind.GHOST,
+        (
+            "machine.submit(1, (0,))",
+            *("machine.decode(1)",) * 2,
+            "machine.preempt(1)",
+            "machine.submit(3, (0, 1))",
+            "machine.resume(1)",
+        ),
+        examples=3000,  # a node above the hit must hold a snapshot of its own: 300 programs find none
+    ),
+    Variant(
+        "mamba_checkpoint_copy_leaked",
+        mamba_checkpoint_copy_leaked,
+        1,
+        FailureKind.LEAK,
+        ("machine.submit(3, (0,))", "machine.submit(1, (0,))", "machine.teardown()"),
+    ),
+    Variant(
+        "mamba_state_kept_at_release",
+        mamba_state_kept_at_release,
+        1,
+        FailureKind.LEAK,
+        ("machine.submit(1, (0,))", "machine.teardown()"),
+    ),
+)
 FOUND = (  # SGLang's own code failing a check (the module docstring)
     Variant(
         "pure_swa_caches_slid_slots",
@@ -213,7 +405,7 @@ FOUND = (  # SGLang's own code failing a check (the module docstring)
 def pinned(variant: Variant) -> CheckFailure | None:
     """The variant's pinned program over a fresh manager: the check it fails, or None."""
     try:
-        machine = SafetyMachine(variant.factory, pages=8, page_size=variant.page_size)
+        machine = SafetyMachine(variant.factory, pages=variant.pages, page_size=variant.page_size)
         for line in variant.program:
             exec(line, {"machine": machine})  # the pinned program
         machine.teardown()
@@ -232,8 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         found = pinned(variant)
         campaign = search_safety(
             variant.factory,
-            examples=args.examples,
-            pages=8,
+            examples=variant.examples or args.examples,
+            pages=variant.pages,
             page_size=variant.page_size,
             source=("devtools.sglang.variants", variant.name),
         )

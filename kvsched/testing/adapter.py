@@ -109,7 +109,9 @@ into a slot of its own. The harness makes those copies, as it does the page copi
         The (source slot, destination slot) state copies the last successful `admit`, `append`
         or `speculate` asked the engine to make: those before its pass (a hit's snapshot into the
         request's state; a snapshot of the state its accepted tokens left), then those after it
-        (a snapshot of the state the pass left).
+        (a snapshot of the state the pass left). After `written`, the copies it asked for (a
+        manager that publishes once the pass has run snapshots there; the harness makes them at
+        once), none for most managers.
 
 After `accept`, the request's state is the one after its accepted tokens (the model keeps a state
 at every draft, as vLLM's speculative state blocks do, and the engine picks it). A snapshot's key

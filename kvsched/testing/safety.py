@@ -413,7 +413,7 @@ class SafetyMachine:
         self._require_valid(view)
         self.states.pick(request_id, view, len(kept) - 1, self._state_context(request_id))
         if accepted:
-            self.manager.written(request_id, len(kept))
+            self._written(request_id, len(kept), view)
         self.coverage["appended"] += 1 + accepted
         self.coverage["drafted"] += drafts
         self.coverage["rejected"] += drafts - accepted
@@ -712,7 +712,15 @@ class SafetyMachine:
         for group, table in self._tables(request_id, view):
             self._write(request_id, view, position, group, table[position // self.page_size])
         if publish:
-            self.manager.written(request_id, position + 1)
+            self._written(request_id, position + 1, view)
+
+    def _written(self, request_id: int, tokens: int, view: PoolView) -> None:
+        """Tell the manager the request's first `tokens` positions are written; the state copies a
+        publish asks for (a snapshot of the state the pass left) are made at once."""
+        self.manager.written(request_id, tokens)
+        if self.states.recurrent:
+            before, after = getattr(self.manager, "state_copies")()  # noqa: B009
+            self.states.copy((*before, *after), request_id, view)
 
     def _write(self, request_id: int, view: PoolView, position: int, group: int | None, page: int) -> None:
         """The KV of `position` (of `group`, with "groups") lands in `page`, which must be the

@@ -24,6 +24,8 @@ STOCK = (
     "unified_rust_token",
     "unified_rust_paged",
     "pure_swa_prefill_aware",  # SGLang's all-SWA radix cache: one sliding-window group
+    "hybrid_swa",  # SGLang's hybrid cache: a full and a sliding-window group, a pool each
+    "hybrid_mamba",  # SGLang's hybrid cache: a full group and Mamba states in slots of their own
 )
 VARIANTS = {  # the check each broken variant must fail (devtools/sglang/variants.py)
     "duplicates_left_in_table": FailureKind.INVARIANT,
@@ -36,6 +38,13 @@ VARIANTS = {  # the check each broken variant must fail (devtools/sglang/variant
     "unified_salt_dropped": FailureKind.GHOST,
     "window_slides_past_its_query": FailureKind.GHOST,  # the next query reads a slot the slide freed
     "pure_swa_caches_slid_slots": FailureKind.INVARIANT,  # SGLang's own: a release caches freed slots
+    "hybrid_slides_past_its_query": FailureKind.GHOST,
+    "tombstone_keeps_mapping": FailureKind.INVARIANT,  # a free SWA slot a row still maps (#27586's shape)
+    "unlock_keeps_window_lock": FailureKind.LEAK,  # a window lock never released (#24153's class)
+    "mamba_cow_skipped": FailureKind.GHOST,  # a hit resumes from a fresh state
+    "mamba_cow_from_parent": FailureKind.GHOST,  # a hit resumes from a state short of its boundary
+    "mamba_checkpoint_copy_leaked": FailureKind.LEAK,  # a checkpoint's copy the tree did not take (#29349's class)
+    "mamba_state_kept_at_release": FailureKind.LEAK,  # a released state the tree did not take
 }
 
 
@@ -71,6 +80,62 @@ def test_the_all_swa_traces_slide_their_windows() -> None:
         table for view in views for _, tables in view.get("group_tables", ()) for table in tables if 0 in table[:-1]
     ]
     assert slid and all(table[-1] != 0 for table in slid)
+
+
+def test_the_hybrid_traces_keep_two_pools_and_tombstones() -> None:
+    """The recorded hybrid views: every request has a full and a window table; a window table holds
+    only SWA pool pages (past the reserved SWA dummy) and the null page 0, which some table shows
+    below a real window page (a position slid out or a tombstone hit); the tree caches window KV
+    under keys of its own, and some view caches a position's full KV without its window KV (a
+    tombstone)."""
+    recorded = traces("hybrid_swa")
+    assert all(trace["groups"] == [["Full"], ["Window", 3]] for trace in recorded)
+    slid = tombstones = 0
+    for trace in recorded:
+        for call in trace["calls"]:
+            if call[0] != "view":
+                continue
+            view = call[2]
+            swa_dummy = max(view["reserved"])
+            for _, (full, window) in view.get("group_tables", ()):
+                assert len(full) == len(window) and 0 not in full
+                assert all(page == 0 or page > swa_dummy for page in window)
+                slid += 0 in window[:-1] and window[-1] != 0
+            keys = [key for _, key in view["cached"]]
+            windowed = {(key[1], tuple(key[2])) for key in keys if key[0] == "swa"}
+            full_keys = {(key[0], tuple(key[1])) for key in keys if key[0] != "swa"}
+            tombstones += bool(full_keys - windowed)
+    assert slid and tombstones
+
+
+def test_the_mamba_traces_copy_states_both_ways() -> None:
+    """The recorded Mamba views: every request has a full table and one state slot; the traces
+    copy a hit's snapshot into a request's slot before its pass and a prefill's state into a
+    snapshot after it, and their views hold snapshots keyed by salt and tokens."""
+    recorded = traces("hybrid_mamba")
+    assert all(trace["groups"] == [["Full"], ["Recurrent"]] for trace in recorded)
+    copies = [call[2] for trace in recorded for call in trace["calls"] if call[0] == "state_copies"]
+    assert any(before for before, _ in copies) and any(after for _, after in copies)
+    views = [call[2] for trace in recorded for call in trace["calls"] if call[0] == "view"]
+    assert all(len(slots) == 1 for view in views for _, slots in view["states"])
+    snapshots = [key for view in views for _, key in view["snapshots"]]
+    assert snapshots and all(len(key) == 2 and key[0].startswith("tenant-") for key in snapshots)
+
+
+def test_a_snapshot_changed_under_its_key_fails() -> None:
+    """One recorded view's last snapshot key moved onto its first snapshot's slot: the slot holds
+    another state than the key was first seen over (`GHOST`)."""
+
+    def move_the_last_snapshot(view: dict[str, Any]) -> bool:
+        if len(view.get("snapshots", ())) < 2:
+            return False
+        (first, _), (_, key) = view["snapshots"][0], view["snapshots"][-1]
+        view["snapshots"][-1] = [first, key]  # the last key now names the first slot's state
+        view["snapshots"] = view["snapshots"][1:]
+        return True
+
+    failure = broken_view(move_the_last_snapshot, "hybrid_mamba")
+    assert failure.kind is FailureKind.GHOST and "snapshot under key" in failure.detail
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

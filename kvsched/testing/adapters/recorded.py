@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kvsched.spec.kv_layout import Chunked, Full, Group, Window
+from kvsched.spec.kv_layout import Chunked, Full, Group, Recurrent, Window
 from kvsched.testing.adapter import PageManager, PoolView
 from kvsched.testing.checks import CheckFailed, CheckFailure
 from kvsched.testing.safety import VOCABULARY, SafetyMachine
@@ -48,6 +48,11 @@ def view_to_json(view: PoolView) -> dict[str, Any]:
         data["group_tables"] = [
             [request_id, [list(table) for table in tables]] for request_id, tables in sorted(view.group_tables.items())
         ]
+    if view.state_slots:  # a recurrent group's
+        data["state_slots"] = view.state_slots
+        data["states"] = [[request_id, list(slots)] for request_id, slots in sorted(view.states.items())]
+        data["snapshots"] = [[slot, key] for slot, key in sorted(view.snapshots.items())]
+        data["state_free"] = sorted(view.state_free)
     return data
 
 
@@ -67,10 +72,19 @@ def view_from_json(data: dict[str, Any]) -> PoolView:
         group_tables={
             request_id: tuple(tuple(table) for table in tables) for request_id, tables in data.get("group_tables", ())
         },
+        state_slots=data.get("state_slots", 0),
+        states={request_id: tuple(slots) for request_id, slots in data.get("states", ())},
+        snapshots={slot: _frozen(key) for slot, key in data.get("snapshots", ())},
+        state_free=frozenset(data.get("state_free", ())),
     )
 
 
-GROUP_KINDS: dict[str, Callable[..., Group]] = {"Full": Full, "Window": Window, "Chunked": Chunked}
+GROUP_KINDS: dict[str, Callable[..., Group]] = {
+    "Full": Full,
+    "Window": Window,
+    "Chunked": Chunked,
+    "Recurrent": Recurrent,
+}
 
 
 def groups_to_json(groups: Sequence[Group]) -> list[list[Any]]:
@@ -130,6 +144,9 @@ class Recorder:
     def accept(self, request_id: int, accepted: int) -> None:
         self._call("accept", (request_id, accepted), request_id, accepted)
 
+    def state_copies(self) -> Any:
+        return self._call("state_copies", ())
+
     def view(self) -> PoolView:
         answer: PoolView = self._call("view", ())
         return answer
@@ -180,6 +197,10 @@ class Replay:
 
     def accept(self, request_id: int, accepted: int) -> None:
         self._answer("accept", [request_id, accepted])
+
+    def state_copies(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        before, after = self._answer("state_copies", [])
+        return [tuple(pair) for pair in before], [tuple(pair) for pair in after]
 
     def view(self) -> PoolView:
         return view_from_json(self._answer("view", []))

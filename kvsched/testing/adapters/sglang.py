@@ -108,16 +108,21 @@ class Request:
         self.session: Any = None  # not a streaming session (UnifiedRadixCache asks)
         self.session_id: str | None = None
         self.kv_rotation_base: int | None = None  # no page sharding across ranks
+        self.swa_branching_seqlen: int | None = None  # where a hybrid SWA tree inserts its window (its match says)
+        self.done = False  # finished: a Mamba tree takes its state at release
 
     @property
     def full_untruncated_fill_ids(self) -> array[int]:
         return self.origin_input_ids + self.output_ids
 
+    def get_fill_ids(self) -> array[int]:  # every token is computed when the cache reads it
+        return self.full_untruncated_fill_ids
+
     def __len__(self) -> int:
         return len(self.origin_input_ids) + len(self.output_ids)
 
     def finished(self) -> bool:
-        return False
+        return self.done
 
 
 class SglangRadixCache:
@@ -140,6 +145,8 @@ class SglangRadixCache:
         events: bool = False,
         sliding_window_size: int | None = None,
         max_context: int | None = None,
+        components: tuple[str, ...] = ("FULL",),
+        rows_class: Callable[..., Any] | None = None,
     ) -> None:
         m = sglang()
         if not paged and page_size != 1:
@@ -156,15 +163,18 @@ class SglangRadixCache:
         else:
             allocator = allocator_class or m.TokenToKVPoolAllocator
             self.allocator = allocator(slots, m.torch.float16, "cpu", None, False)
-        self.rows = m.ReqToTokenPool(
+        self.rows = (rows_class or m.ReqToTokenPool)(
             size=pages,
             max_context_len=max_context or pages * page_size + 1,
             device="cpu",
             enable_memory_saver=False,
         )
         unified: dict[str, Any] = {}
-        if tree_core is not None:  # UnifiedRadixCache, full attention only, over this tree core
-            unified = {"tree_components": (m.ComponentType.FULL,), "tree_core_backend": tree_core}
+        if tree_core is not None:  # UnifiedRadixCache over this tree core, with these components
+            unified = {
+                "tree_components": tuple(m.ComponentType[name] for name in components),
+                "tree_core_backend": tree_core,
+            }
         params = m.CacheInitParams(
             disable=False,
             req_to_token_pool=self.rows,
@@ -203,10 +213,12 @@ class SglangRadixCache:
         request = Request(request_id, tokens, salt)
         n = len(tokens)
         key = m.RadixKey(request.origin_input_ids, request.extra_key, limit=n - 1)
-        match = tree.match_prefix(m.MatchPrefixParams(key=key))
+        match = self._match(request, key)
         prefix, node = int(match.device_prefix_len), match.last_device_node
+        request.swa_branching_seqlen = getattr(match, "swa_branching_seqlen", None)  # as `match_kv_cache` keeps it
         lock = self._claim(node, (-(-n // size) - prefix // size) * size)
         if lock is None:
+            self._refused(request)
             return None
         prefix_slots = tree.path_device_indices(node)[:prefix]
         self.rows.alloc([request])
@@ -228,6 +240,13 @@ class SglangRadixCache:
         request.lock, request.last_node = lock, node
         self.requests[request_id] = request
         return prefix
+
+    def _match(self, request: Request, key: Any) -> Any:
+        """The tree's match for the request's prompt (`key`, capped before its last token)."""
+        return self.tree.match_prefix(self.m.MatchPrefixParams(key=key))
+
+    def _refused(self, request: Request) -> None:
+        """The admission was refused after its match: what the match took for the request goes back."""
 
     def _claim(self, node: Any, need: int) -> Any:
         """Lock the matched node, then make `need` slots free (evicting what is short); None,
@@ -338,17 +357,22 @@ class SglangRadixCache:
         return self._walked(core)
 
     def _nodes(self, root: Any, slots_of: Any, locks_of: Any) -> dict[int, tuple[object, int]]:
+        """Each page the tree under `root` holds (`slots_of` a node: its slots, or None where the
+        node holds none, a hybrid tree's tombstone), with its key and its node's `locks_of`."""
         found: dict[int, tuple[object, int]] = {}
         stack: list[tuple[Any, tuple[int, ...]]] = [(root, ())]
         while stack:
             node, path = stack.pop()
             for child in node.children.values():
                 tokens: tuple[int, ...] = path + tuple(child.key)
-                slots = slots_of(child).tolist()
+                stack.append((child, tokens))
+                value = slots_of(child)
+                if value is None:
+                    continue
+                slots = value.tolist()
                 for start in range(0, len(slots), self.page_size):
                     end = len(path) + start + self.page_size
                     found[self._page(slots[start])] = ((child.key.extra_key, tokens[:end]), int(locks_of(child)))
-                stack.append((child, tokens))
         return found
 
     def _walked(self, core: Any) -> dict[int, tuple[object, int]]:

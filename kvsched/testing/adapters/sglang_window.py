@@ -5,7 +5,8 @@ A model whose every layer is sliding-window attention runs on SGLang's `PureSWAR
 `RadixCache`) over `PureSWATokenToKVPoolAllocator` (one SWA pool, page size 1, slot 0 its dummy)
 and an `SWAKVPool` with no full-attention layer. The adapter drives them as
 `kvsched.testing.adapters.sglang.SglangRadixCache` drives SGLang's radix cache, and adds what the
-scheduler adds for such a model: before a request's decode, `ScheduleBatch.maybe_evict_swa` slides
+scheduler adds for such a model: before a request's decode, once `check_decode_mem` found room for
+it (a decode short of room is retracted, nothing slid), `ScheduleBatch.maybe_evict_swa` slides
 its window (`tree_cache.evict_sliding_windows(req, req.seqlen - 1)`, which frees the request's own
 slots wholly behind its window: `free_swa_out_of_window_slots`), once the request has decoded
 (`decode_batch_idx >= 1`) and the window has moved past what was freed (the eviction interval
@@ -27,7 +28,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from kvsched.spec.kv_layout import Window
+from kvsched.spec.kv_layout import Group, Window
 from kvsched.testing.adapter import PoolView
 from kvsched.testing.adapters.sglang import SglangRadixCache, sglang
 
@@ -70,7 +71,7 @@ class SglangWindowCache(SglangRadixCache):
             device="cpu",
         )
         self.window, self.prefill_aware = window, prefill_aware
-        self.groups = (Window(window + 1),)
+        self.groups: tuple[Group, ...] = (Window(window + 1),)
         super().__init__(
             pages,
             page_size,
@@ -94,10 +95,12 @@ class SglangWindowCache(SglangRadixCache):
         return found
 
     def append(self, request_id: int, token: int) -> bool:
+        if not self._room(1):  # `check_decode_mem` first: a decode short of room is retracted
+            return False
         if self.decoded[request_id] >= 1:  # maybe_evict_swa: the window slides before the decode
             self._slide(request_id)
         if not super().append(request_id, token):
-            return False
+            raise RuntimeError("SGLang refused a decode slot that check_decode_mem found room for")
         self.decoded[request_id] += 1
         return True
 
