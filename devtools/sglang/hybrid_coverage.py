@@ -7,9 +7,9 @@ under them, over the campaigns `kvsched check` runs (seeded, pages drawn as it d
   alone (the tree tombstones nodes: their window KV goes, their full KV stays) and for the full
   pool, views whose tree holds a tombstone, admissions that hit, and hits whose window table holds
   the null page inside the hit (a tombstoned position the next query does not read);
-- `sglang_mamba:hybrid_mamba`: hits that resume from a snapshot (copy-on-write), checkpoints that
-  copied a state for the tree, releases whose state the tree took as its snapshot, and
-  admissions that evicted a snapshot for a state slot.
+- `sglang_mamba:hybrid_mamba` (and `hybrid_swa_mamba`, counted both ways): hits that resume
+  from a snapshot (copy-on-write), checkpoints that copied a state for the tree, releases whose
+  state the tree took as its snapshot, and admissions that evicted a snapshot for a state slot.
 
     python -m devtools.sglang.hybrid_coverage [--examples 1000] [--seeds 0 1 2] [--json FILE]
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsched.testing.adapters.sglang_hybrid import SglangHybridCache
-from kvsched.testing.adapters.sglang_mamba import SglangMambaCache
+from kvsched.testing.adapters.sglang_mamba import SglangMambaCache, SglangSwaMambaCache
 from kvsched.testing.safety_search import search_safety
 
 COUNTS: Counter[str] = Counter()
@@ -84,7 +84,15 @@ class CountedStates(SglangMambaCache):
         COUNTS["releases whose state became a snapshot"] += slot in self._snapshot_slots()
 
 
-ADAPTERS: dict[str, Callable[[int, int], Any]] = {"hybrid_swa": CountedWindows, "hybrid_mamba": CountedStates}
+class CountedBoth(CountedStates, CountedWindows, SglangSwaMambaCache):
+    """`sglang_mamba:hybrid_swa_mamba`, counted both ways."""
+
+
+ADAPTERS: dict[str, Callable[[int, int], Any]] = {
+    "hybrid_swa": CountedWindows,
+    "hybrid_mamba": CountedStates,
+    "hybrid_swa_mamba": CountedBoth,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,9 @@ ADAPTERS = (
     ("pure_swa_prefill_aware", sglang_window.pure_swa_prefill_aware, 1),
     ("hybrid_swa", sglang_hybrid.hybrid_swa, 1),
     ("hybrid_mamba", sglang_mamba.hybrid_mamba, 1),
+    ("hybrid_swa_mamba", sglang_mamba.hybrid_swa_mamba, 1),
 )
+AT_LEAST = {"hybrid_swa_mamba": 80}  # a hit must serve both a window and a snapshot: 40 programs hold none
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     ok = True
     for name, factory, page_size in ADAPTERS:
-        traces = record_programs(name, factory, page_size, args.programs, args.steps)
+        traces = record_programs(name, factory, page_size, max(args.programs, AT_LEAST.get(name, 0)), args.steps)
         ok &= all(trace["verdict"] == "pass" for trace in traces)
         write(args.out / f"{name}.json.gz", traces)
     for variant in VARIANTS + FOUND:

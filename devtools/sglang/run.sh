@@ -3,7 +3,9 @@
 #   1. the venv (setup.sh)
 #   2. a campaign on each shipped adapter (kvsched check kvsched.testing.adapters.sglang:FACTORY,
 #      and sglang_window:pure_swa_prefill_aware, the all-SWA radix cache: one sliding-window group;
-#      sglang_hybrid:hybrid_swa, the hybrid cache: a full and a sliding-window group, a pool each):
+#      sglang_hybrid:hybrid_swa, the hybrid cache: a full and a sliding-window group, a pool each;
+#      sglang_mamba:hybrid_mamba, the hybrid cache: a full group and Mamba states in slots, and
+#      hybrid_swa_mamba, all three kinds):
 #      every program must pass (radix_events: the radix cache's KV events folded after every call,
 #      and a publisher that stores a removed page again must fail; sglang_window:pure_swa, for a
 #      model that is not prefill-aware, must fail: devtools/sglang/variants.py's FOUND); the counts of admissions, hits, appends, evictions and refusals
@@ -11,6 +13,8 @@
 #      copy-on-write verb to the coverage warning)
 #   3. each broken variant (devtools/sglang/variants.py): its pinned program and a campaign must
 #      both fail with the check it names
+#   3b. what the hybrid campaigns exercise in SGLang's code: slides, tombstones, evictions per pool,
+#      snapshots resumed, copied and taken at release (hybrid_coverage.py)
 #   4. each eviction policy's order and each allocator's free order as SGLang documents them (order.py)
 #   5. SGLang's answers recorded again (record_traces.py): identical to the traces CI replays
 #      (tests/testing/golden/sglang/)
@@ -35,7 +39,8 @@ export PYTHONPATH="$root" PYTHONWARNINGS=ignore SGLANG_DEBUG_MEMORY_POOL=1
 cd /  # nothing of the checkout but PYTHONPATH on sys.path
 for adapter in sglang:radix_token:1 sglang:radix_paged:2 sglang:radix_paged:4 sglang:radix_events:2 \
   sglang:unified_token:1 sglang:unified_paged:2 sglang:unified_rust_token:1 sglang:unified_rust_paged:2 \
-  sglang_window:pure_swa_prefill_aware:1 sglang_hybrid:hybrid_swa:1; do
+  sglang_window:pure_swa_prefill_aware:1 sglang_hybrid:hybrid_swa:1 sglang_mamba:hybrid_mamba:1 \
+  sglang_mamba:hybrid_swa_mamba:1; do
   module="${adapter%%:*}" rest="${adapter#*:}"; factory="${rest%%:*}" size="${rest##*:}"
   step "campaign: kvsched check kvsched.testing.adapters.$module:$factory --page-size $size ($examples programs)"
   "$py" -m kvsched.cli check "kvsched.testing.adapters.$module:$factory" --page-size "$size" --examples "$examples" \
@@ -49,6 +54,8 @@ status=0; "$py" -m kvsched.cli check kvsched.testing.adapters.sglang_window:pure
 [ "$status" -eq 1 ] || { echo "pure_swa must fail with a counterexample (exit 1), got exit $status" >&2; exit 1; }
 step "broken variants: each pinned program and a campaign must fail with the variant's check"
 "$py" -m devtools.sglang.variants --examples 300 --json "$results/variants.json"
+step "what the hybrid campaigns exercise in SGLang's code (seeds 0-2)"
+"$py" -m devtools.sglang.hybrid_coverage --json "$results/hybrid-coverage.json"
 step "eviction order (lru, mru, fifo, filo, lfu) and free order (token and paged allocators) as SGLang documents them"
 "$py" -m devtools.sglang.order >&2
 step "SGLang's answers recorded again, against the traces CI replays"

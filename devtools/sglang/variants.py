@@ -21,6 +21,14 @@ must catch it (`make sglang` runs a campaign on each and fails unless that check
   a position's window KV leaves its full slot mapped to the SWA slot it gave back
   (`INVARIANT`: a free page a row still maps); `unlock_keeps_window_lock`, SGLang #24153's class: a
   release unlocks its tree lock's full part and never its window part (`LEAK`).
+- over SGLang's Mamba cache (`UnifiedRadixCache` with full and Mamba components:
+  `kvsched.testing.adapters.sglang_mamba`): `mamba_cow_skipped`, a hit whose snapshot is never
+  named for the request's state (`GHOST`: it resumes from a fresh state), and the same over full,
+  SWA and Mamba components (`swa_mamba_cow_skipped`); `mamba_cow_from_parent`, a copy-on-write from
+  the snapshot of the node above the hit (`GHOST`: a state short of the hit's boundary, vLLM
+  #53912's effect); `mamba_checkpoint_copy_leaked`, SGLang PR #29349's class, a checkpoint's copy
+  the tree did not take never given back, and `mamba_state_kept_at_release`, a released state the
+  tree did not take never freed (`LEAK` both).
 
 `FOUND` are not deliberate: SGLang's own code, driven as its scheduler drives it, failing a check.
 - `pure_swa_caches_slid_slots`: `PureSWARadixCache` for a model that is not prefill-aware. A
@@ -43,7 +51,7 @@ from typing import Any
 from kvsched.testing.adapters import sglang
 from kvsched.testing.adapters.sglang import SglangRadixCache
 from kvsched.testing.adapters.sglang_hybrid import SglangHybridCache
-from kvsched.testing.adapters.sglang_mamba import SglangMambaCache
+from kvsched.testing.adapters.sglang_mamba import SglangMambaCache, SglangSwaMambaCache
 from kvsched.testing.adapters.sglang_window import SglangWindowCache, pure_swa
 from kvsched.testing.checks import CheckFailed, CheckFailure, FailureKind
 from kvsched.testing.safety import SafetyMachine
@@ -248,82 +256,65 @@ VARIANTS += (
 )
 
 
-class CopyOnWriteSkipped(SglangMambaCache):
+def skip_copy_on_write(cache: SglangMambaCache) -> SglangMambaCache:
     """A match that attaches a hit's prefix without naming its snapshot for the request's state:
     the request resumes from a fresh state."""
-
-    def __init__(self, pages: int, page_size: int) -> None:
-        super().__init__(pages, page_size)
-        self.tree.components[self.component].finalize_match_result_in_cache = lambda params, result: result
+    cache.tree.components[cache.mamba_component].finalize_match_result_in_cache = lambda params, result: result
+    return cache
 
 
 def mamba_cow_skipped(pages: int, page_size: int) -> SglangRadixCache:
-    return CopyOnWriteSkipped(pages, page_size)
+    return skip_copy_on_write(SglangMambaCache(pages, page_size))
 
 
-class CopyOnWriteFromParent(SglangMambaCache):
-    """A hit's copy-on-write names the snapshot of the node above the one it matched, a state
-    short of the hit's boundary (vLLM #53912's effect: a resumed state not at its key's tokens)."""
-
-    def __init__(self, pages: int, page_size: int) -> None:
-        super().__init__(pages, page_size)
-        component = self.tree.components[self.component]
-        finalize = component.finalize_match_result_in_cache
-
-        def from_parent(params: Any, result: Any) -> Any:
-            result = finalize(params, result)
-            parent = self.tree.tree_core.node_by_id(result.best_match_node).parent
-            above = None if parent is None else parent.component_data[self.component].value
-            if params.req is not None and params.req.kv.mamba_cow_src_index is not None and above is not None:
-                params.req.kv.mamba_cow_src_index = above[0]
-            return result
-
-        component.finalize_match_result_in_cache = from_parent
+def swa_mamba_cow_skipped(pages: int, page_size: int) -> SglangRadixCache:
+    """The same in the tree with full, SWA and Mamba components."""
+    return skip_copy_on_write(SglangSwaMambaCache(pages, page_size))
 
 
 def mamba_cow_from_parent(pages: int, page_size: int) -> SglangRadixCache:
-    return CopyOnWriteFromParent(pages, page_size)
+    """A hit's copy-on-write names the snapshot of the node above the one it matched, a state
+    short of the hit's boundary (vLLM #53912's effect: a resumed state not at its key's tokens)."""
+    cache = SglangMambaCache(pages, page_size)
+    component = cache.tree.components[cache.mamba_component]
+    finalize = component.finalize_match_result_in_cache
+
+    def from_parent(params: Any, result: Any) -> Any:
+        result = finalize(params, result)
+        parent = cache.tree.tree_core.node_by_id(result.best_match_node).parent
+        above = None if parent is None else parent.component_data[cache.mamba_component].value
+        if params.req is not None and params.req.kv.mamba_cow_src_index is not None and above is not None:
+            params.req.kv.mamba_cow_src_index = above[0]
+        return result
+
+    component.finalize_match_result_in_cache = from_parent
+    return cache
 
 
-class CheckpointCopyLeaked(SglangMambaCache):
-    """SGLang PR #29349's class: a running request's checkpoint copies its state for the tree, and
-    when the tree already has one there the copy is not given back."""
+def cleanup_skipped(finished: bool) -> Callable[[int, int], SglangRadixCache]:
+    """The Mamba cache whose cleanup after caching a request lets no state slot go for a finished
+    request (`finished`: a released state the tree did not take, as it had one there) or for a
+    running one (a checkpoint's copy the tree did not take: SGLang PR #29349's class)."""
 
-    def __init__(self, pages: int, page_size: int) -> None:
-        super().__init__(pages, page_size)
-        component = self.tree.components[self.component]
+    def factory(pages: int, page_size: int) -> SglangRadixCache:
+        cache = SglangMambaCache(pages, page_size)
+        component = cache.tree.components[cache.mamba_component]
         cleanup = component.cleanup_after_caching_req
 
-        def keep_the_copy(req: Any, is_finished: bool, *args: Any, **kwargs: Any) -> None:
-            if is_finished:
+        def skipping(req: Any, is_finished: bool, *args: Any, **kwargs: Any) -> None:
+            if is_finished != finished:
                 cleanup(req, is_finished, *args, **kwargs)
-            else:
+            elif not finished:
                 req.kv.mamba_last_track_seqlen = req.kv.mamba_prev_track_seqlen = None
 
-        component.cleanup_after_caching_req = keep_the_copy
+        component.cleanup_after_caching_req = skipping
+        return cache
+
+    return factory
 
 
-def mamba_checkpoint_copy_leaked(pages: int, page_size: int) -> SglangRadixCache:
-    return CheckpointCopyLeaked(pages, page_size)
-
-
-class StateKeptAtRelease(SglangMambaCache):
-    """A release whose state the tree did not take (it had one there) is not freed."""
-
-    def __init__(self, pages: int, page_size: int) -> None:
-        super().__init__(pages, page_size)
-        component = self.tree.components[self.component]
-        cleanup = component.cleanup_after_caching_req
-
-        def keep_when_finished(req: Any, is_finished: bool, *args: Any, **kwargs: Any) -> None:
-            if not is_finished:
-                cleanup(req, is_finished, *args, **kwargs)
-
-        component.cleanup_after_caching_req = keep_when_finished
-
-
-def mamba_state_kept_at_release(pages: int, page_size: int) -> SglangRadixCache:
-    return StateKeptAtRelease(pages, page_size)
+mamba_checkpoint_copy_leaked = cleanup_skipped(finished=False)
+mamba_state_kept_at_release = cleanup_skipped(finished=True)
 
 
 HYBRID_PAGES = 16  # two pools of 7 slots: a request outgrows its window before the pools run out
@@ -382,6 +373,14 @@ VARIANTS += (
         1,
         FailureKind.LEAK,
         ("machine.submit(3, (0,))", "machine.submit(1, (0,))", "machine.teardown()"),
+    ),
+    Variant(
+        "swa_mamba_cow_skipped",
+        swa_mamba_cow_skipped,
+        1,
+        FailureKind.GHOST,
+        ("machine.submit(1, (0,))", "machine.submit(3, (0, 1))"),
+        HYBRID_PAGES,
     ),
     Variant(
         "mamba_state_kept_at_release",

@@ -26,6 +26,7 @@ STOCK = (
     "pure_swa_prefill_aware",  # SGLang's all-SWA radix cache: one sliding-window group
     "hybrid_swa",  # SGLang's hybrid cache: a full and a sliding-window group, a pool each
     "hybrid_mamba",  # SGLang's hybrid cache: a full group and Mamba states in slots of their own
+    "hybrid_swa_mamba",  # all three: full, sliding-window (its own pool) and Mamba
 )
 VARIANTS = {  # the check each broken variant must fail (devtools/sglang/variants.py)
     "duplicates_left_in_table": FailureKind.INVARIANT,
@@ -42,6 +43,7 @@ VARIANTS = {  # the check each broken variant must fail (devtools/sglang/variant
     "tombstone_keeps_mapping": FailureKind.INVARIANT,  # a free SWA slot a row still maps (#27586's shape)
     "unlock_keeps_window_lock": FailureKind.LEAK,  # a window lock never released (#24153's class)
     "mamba_cow_skipped": FailureKind.GHOST,  # a hit resumes from a fresh state
+    "swa_mamba_cow_skipped": FailureKind.GHOST,  # the same with a window group beside
     "mamba_cow_from_parent": FailureKind.GHOST,  # a hit resumes from a state short of its boundary
     "mamba_checkpoint_copy_leaked": FailureKind.LEAK,  # a checkpoint's copy the tree did not take (#29349's class)
     "mamba_state_kept_at_release": FailureKind.LEAK,  # a released state the tree did not take
@@ -114,6 +116,7 @@ def test_the_mamba_traces_copy_states_both_ways() -> None:
     snapshot after it, and their views hold snapshots keyed by salt and tokens."""
     recorded = traces("hybrid_mamba")
     assert all(trace["groups"] == [["Full"], ["Recurrent"]] for trace in recorded)
+    assert all(trace["groups"] == [["Full"], ["Window", 3], ["Recurrent"]] for trace in traces("hybrid_swa_mamba"))
     copies = [call[2] for trace in recorded for call in trace["calls"] if call[0] == "state_copies"]
     assert any(before for before, _ in copies) and any(after for _, after in copies)
     views = [call[2] for trace in recorded for call in trace["calls"] if call[0] == "view"]

@@ -32,12 +32,13 @@ then free or another's and the mapping cleared.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any, cast
 
-from kvsched.spec.kv_layout import Full, Window
+from kvsched.spec.kv_layout import Full, Group, Window
 from kvsched.testing.adapter import PoolView
-from kvsched.testing.adapters.sglang import SglangRadixCache, sglang
-from kvsched.testing.adapters.sglang_window import CALLS, SglangWindowCache
+from kvsched.testing.adapters.sglang import SglangRadixCache
+from kvsched.testing.adapters.sglang_window import CALLS, SglangWindowCache, swa_kv_pool
 
 SWA_KEY = "swa"  # a window page's key: (SWA_KEY, salt, tokens)
 HYBRID_WINDOW = 2  # positions behind each query: windows slide within the small pools the harness draws
@@ -45,12 +46,11 @@ HYBRID_WINDOW = 2  # positions behind each query: windows slide within the small
 
 @functools.cache
 def hybrid() -> Any:
-    """SGLang's two-pool allocator, its KV pool and the SWA component's name, imported once."""
+    """SGLang's two-pool allocator and the SWA component's name, imported once."""
     from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
-    from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
     from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
-    return SWATokenToKVPoolAllocator, SWAKVPool, ComponentType.SWA
+    return SWATokenToKVPoolAllocator, ComponentType.SWA
 
 
 class SglangHybridCache(SglangWindowCache):
@@ -60,35 +60,33 @@ class SglangHybridCache(SglangWindowCache):
 
     capabilities = frozenset({"atomic", "reset_cache", "single_owner", "tenants", "groups"})
 
-    def __init__(self, pages: int, page_size: int, *, window: int = HYBRID_WINDOW) -> None:
+    def __init__(
+        self,
+        pages: int,
+        page_size: int,
+        *,
+        window: int = HYBRID_WINDOW,
+        components: tuple[str, ...] = ("FULL", "SWA"),
+        rows_class: Callable[..., Any] | None = None,
+    ) -> None:
         if page_size != 1:
             raise ValueError(f"SGLang's SWA allocator runs here with pages of 1 token, not {page_size}: page size 1")
         if pages < 4:
             raise ValueError(f"{pages} pages: two pools, each with its dummy, need at least 4")
-        allocator_class, pool_class, self.component = hybrid()
-        torch = sglang().torch
+        allocator_class, self.component = hybrid()
         self.all_pages, self.swa_base = pages, pages - max(2, pages * 3 // 8)
         swa_slots = pages - self.swa_base - 1
-        kv = pool_class(
-            size=self.swa_base - 1,
-            size_swa=swa_slots,
-            page_size=1,
-            dtype=torch.float16,
-            head_num=1,
-            head_dim=4,
-            swa_attention_layer_ids=[1],
-            full_attention_layer_ids=[0],
-            device="cpu",
-        )
+        kv = swa_kv_pool(self.swa_base - 1, swa_slots, full_layers=True)
         self.window, self.prefill_aware = window, False
-        self.groups = (Full(), Window(window + 1))
+        self.groups: tuple[Group, ...] = (Full(), Window(window + 1))
         SglangRadixCache.__init__(
             self,
             self.swa_base,
             1,
             paged=False,
             tree_core="python",
-            components=("FULL", "SWA"),
+            components=components,
+            rows_class=rows_class,
             allocator_class=lambda size, dtype, device, _kv, need_sort: allocator_class(
                 size, swa_slots, 1, dtype, device, kv, need_sort
             ),

@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from kvsched.spec.kv_layout import Full, Recurrent
+from kvsched.spec.kv_layout import Full, Group, Recurrent, Window
 from kvsched.testing.adapter import PoolView
 from kvsched.testing.adapters.sglang import Request, SglangRadixCache
+from kvsched.testing.adapters.sglang_hybrid import HYBRID_WINDOW, SglangHybridCache
 
 Copy = tuple[int, int]
 
@@ -75,28 +77,31 @@ class SglangMambaCache(SglangRadixCache):
     def __init__(self, pages: int, page_size: int, *, states: int | None = None) -> None:
         if page_size != 1:
             raise ValueError(f"SGLang's Mamba cache without its extra buffer needs pages of 1 token, not {page_size}")
-        parts = mamba()
-        self.component, self.states = parts.MAMBA, pages if states is None else states
-        self.groups = (Full(), Recurrent())
+        self.groups: tuple[Group, ...] = (Full(), Recurrent())
+        self.states = pages if states is None else states
         super().__init__(
-            pages,
-            1,
-            paged=False,
-            tree_core="python",
-            components=("FULL", "MAMBA"),
-            rows_class=lambda size, max_context_len, device, enable_memory_saver: parts.HybridReqToTokenPool(
-                size=size,
-                mamba_size=self.states,
-                mamba_spec_state_size=0,
-                max_context_len=max_context_len,
-                device=device,
-                enable_memory_saver=enable_memory_saver,
-                cache_params=parts.params,
-                mamba_layer_ids=[1],
-                enable_mamba_extra_buffer=False,
-                enable_overlap_schedule=False,
-            ),
+            pages, 1, paged=False, tree_core="python", components=("FULL", "MAMBA"), rows_class=self.state_rows
         )
+        self.record_state_copies()
+
+    def state_rows(self, size: int, max_context_len: int, device: str, enable_memory_saver: bool) -> Any:
+        """SGLang's request rows with `self.states` Mamba state slots beside them."""
+        parts = mamba()
+        return parts.HybridReqToTokenPool(
+            size=size,
+            mamba_size=self.states,
+            mamba_spec_state_size=0,
+            max_context_len=max_context_len,
+            device=device,
+            enable_memory_saver=enable_memory_saver,
+            cache_params=parts.params,
+            mamba_layer_ids=[1],
+            enable_mamba_extra_buffer=False,
+            enable_overlap_schedule=False,
+        )
+
+    def record_state_copies(self) -> None:
+        """Record the state copies SGLang's Mamba pool makes (`copy_from`), as the harness's."""
         self.copied: tuple[list[Copy], list[Copy]] = ([], [])
         self.pool_copies: list[Copy] = []  # the state copies SGLang's cache itself made, in order
         self.decoding: set[int] = set()  # requests past their prefill
@@ -112,6 +117,10 @@ class SglangMambaCache(SglangRadixCache):
 
     def state_copies(self) -> tuple[list[Copy], list[Copy]]:
         return self.copied
+
+    @property
+    def mamba_component(self) -> Any:
+        return mamba().MAMBA
 
     def _slot(self, index: Any) -> int:
         """The view's state slot of SGLang's slot `index` (a tensor or an int)."""
@@ -191,21 +200,18 @@ class SglangMambaCache(SglangRadixCache):
             for child in node.children.values():
                 tokens: tuple[int, ...] = path + tuple(child.key)
                 stack.append((child, tokens))
-                value = child.component_data[self.component].value
+                value = child.component_data[self.mamba_component].value
                 if value is not None:
                     found[self._slot(value[0])] = (child.key.extra_key, tokens)
         return found
 
     def view(self) -> PoolView:
         whole = super().view()
-        return PoolView(
-            holders=whole.holders,
-            free=whole.free,
+        tables = whole.group_tables or {request_id: (table,) for request_id, table in whole.tables.items()}
+        return replace(
+            whole,
             tables={},
-            cached=whole.cached,
-            reserved=whole.reserved,
-            evictable=whole.evictable,
-            group_tables={request_id: (table, ()) for request_id, table in whole.tables.items()},
+            group_tables={request_id: (*attention, ()) for request_id, attention in tables.items()},
             state_slots=self.states,
             states={
                 request_id: (self._slot(request.kv.mamba_pool_idx),) for request_id, request in self.requests.items()
@@ -219,3 +225,23 @@ def hybrid_mamba(pages: int, page_size: int) -> SglangMambaCache:
     """SGLang's `UnifiedRadixCache` with full and Mamba components: a token pool of `pages` pages
     of one token and as many Mamba state slots (so that snapshots are evicted for slots)."""
     return SglangMambaCache(pages, page_size)
+
+
+class SglangSwaMambaCache(SglangMambaCache, SglangHybridCache):
+    """SGLang's `UnifiedRadixCache` with full, SWA and Mamba components (a model with all three
+    kinds of layer): the hybrid SWA cache's two pools (`sglang_hybrid`) and the Mamba cache's
+    state slots, as many as the token ids."""
+
+    def __init__(self, pages: int, page_size: int) -> None:
+        self.states = pages
+        SglangHybridCache.__init__(
+            self, pages, page_size, components=("FULL", "SWA", "MAMBA"), rows_class=self.state_rows
+        )
+        self.groups = (Full(), Window(HYBRID_WINDOW + 1), Recurrent())
+        self.record_state_copies()
+
+
+def hybrid_swa_mamba(pages: int, page_size: int) -> SglangMambaCache:
+    """SGLang's `UnifiedRadixCache` with full, SWA and Mamba components over two token pools and
+    Mamba state slots."""
+    return SglangSwaMambaCache(pages, page_size)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from kvsched.spec.kv_layout import Group, Window
@@ -47,6 +48,23 @@ def swa() -> Any:
     return PureSWARadixCache, PureSWATokenToKVPoolAllocator, SWAKVPool, ComponentType.SWA
 
 
+def swa_kv_pool(size: int, size_swa: int, *, full_layers: bool) -> Any:
+    """SGLang's `SWAKVPool` on the CPU: `size` full slots and `size_swa` SWA slots of a tiny layer
+    each, a sliding-window layer and (with `full_layers`) a full-attention one."""
+    pool_class = swa()[2]
+    return pool_class(
+        size=size,
+        size_swa=size_swa,
+        page_size=1,
+        dtype=sglang().torch.float16,
+        head_num=1,
+        head_dim=4,
+        swa_attention_layer_ids=[1] if full_layers else [0],
+        full_attention_layer_ids=[0] if full_layers else [],
+        device="cpu",
+    )
+
+
 class SglangWindowCache(SglangRadixCache):
     """SGLang's `PureSWARadixCache` over its all-SWA allocator: `pages` pages of one token (page 0
     the dummy), a sliding window of `window` positions behind each query."""
@@ -56,20 +74,8 @@ class SglangWindowCache(SglangRadixCache):
     def __init__(self, pages: int, page_size: int, *, window: int = WINDOW, prefill_aware: bool = False) -> None:
         if page_size != 1:
             raise ValueError(f"SGLang's all-SWA allocator has pages of 1 token, not {page_size}: run with page size 1")
-        cache_class, allocator_class, pool_class, self.component = swa()
-        torch = sglang().torch
-        slots = pages - 1
-        kv = pool_class(
-            size=slots,
-            size_swa=slots,
-            page_size=1,
-            dtype=torch.float16,
-            head_num=1,
-            head_dim=4,
-            swa_attention_layer_ids=[0],
-            full_attention_layer_ids=[],
-            device="cpu",
-        )
+        cache_class, allocator_class, _, self.component = swa()
+        kv = swa_kv_pool(pages - 1, pages - 1, full_layers=False)
         self.window, self.prefill_aware = window, prefill_aware
         self.groups: tuple[Group, ...] = (Window(window + 1),)
         super().__init__(
@@ -140,15 +146,8 @@ class SglangWindowCache(SglangRadixCache):
 
     def view(self) -> PoolView:
         whole = super().view()
-        tables = {request_id: (table,) for request_id, table in whole.tables.items()}
-        return PoolView(
-            holders=whole.holders,
-            free=whole.free,
-            tables={},
-            cached=whole.cached,
-            reserved=whole.reserved,
-            evictable=whole.evictable,
-            group_tables=tables,
+        return replace(
+            whole, tables={}, group_tables={request_id: (table,) for request_id, table in whole.tables.items()}
         )
 
 
