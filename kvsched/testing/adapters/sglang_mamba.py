@@ -15,18 +15,23 @@ the scheduler adds for such a model:
   snapshot takes a state slot for the request and names the snapshot to copy into it before the
   pass (`mamba_cow_src_index`, a state copy the harness makes); a request that cannot then be
   admitted gives that slot back, as the scheduler does when `add_one_req` refuses it. A request
-  without a hit gets a fresh slot with its row (`HybridReqToTokenPool.alloc`). The match may evict
-  a snapshot to find the slot (`evict_for_alloc`), so a refused admission is not atomic, and the
-  adapter does not declare "atomic".
-- written: after the prefill (not after a decode), `checkpoint` publishes the prompt: SGLang copies the request's state
-  into a slot of the tree's (`MambaPool.copy_from`: the adapter records the copies SGLang's pool
-  makes, and the harness makes them at once).
+  without a hit gets a fresh slot with its row (`HybridReqToTokenPool.alloc`). The adapter admits
+  a request only when two state slots are free or held by evictable snapshots (its own and its
+  checkpoint's): SGLang asserts when its match or its checkpoint finds none, which its pool
+  sizing keeps from happening. The match may evict a snapshot to find the slot
+  (`evict_for_alloc`), so a refused admission is not atomic, and the adapter does not declare
+  "atomic".
+- written: after the prefill (not after a decode), `checkpoint` publishes the prompt: SGLang
+  copies the request's state into a slot of the tree's (`MambaPool.copy_from`: the adapter
+  records the copies SGLang's pool makes, and the harness makes them at once).
 - free: the request is finished, so `checkpoint` hands its state slot to the tree as the snapshot
   of all its tokens (no copy), or frees it when the tree already has one there.
 
 Its "sequence end" is every computed token (`_mamba_cache_chunk_size` is 1: a snapshot may end
 anywhere). The view's state slots are SGLang's less its dummy: view slot s is SGLang's slot s + 1.
-A snapshot's key is its node's salt and tokens through the node's end.
+A snapshot's key is its node's salt and tokens through the node's end. `SglangSwaMambaCache` adds
+the SWA component and its pool (`kvsched.testing.adapters.sglang_hybrid`): all three kinds in one
+tree.
 """
 
 from __future__ import annotations
