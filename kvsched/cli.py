@@ -221,6 +221,12 @@ def _check_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--shard", type=int, default=None, help="safety: programs per shard (default 100)")
     parser.add_argument(
+        "--failures",
+        metavar="DIR",
+        default=None,
+        help="safety: replay every finding stored in DIR first; store the counterexample a campaign finds",
+    )
+    parser.add_argument(
         "--journal", metavar="FILE", default=None, help="safety: record finished shards in FILE; a rerun resumes"
     )
 

@@ -5,6 +5,8 @@ Safety mode (the default) takes a `ManagerFactory` (`factory(pages, page_size)` 
 `SystemFactory` (`kvsched.testing.system`) and runs the lockstep campaign against kvsched's spec,
 which only kvsched's own implementation is meant to pass. With `--workers`, `--ray`, `--shard` or
 `--journal`, a safety campaign is cut into shards of seeds (`kvsched.testing.campaign_shards`).
+With `--failures DIR`, the findings stored there for the target replay first, and a campaign's
+counterexample is stored there (`kvsched.testing.failures`).
 Progress goes to stderr; a summary table to stdout (or one JSON document with `--json`). Exit
 status: 0 every check passed, 1 a counterexample (printed as a runnable program) or, with
 `--strict`, a coverage warning; usage and configuration errors are the CLI's `UsageError` (exit 2).
@@ -16,12 +18,21 @@ import argparse
 import importlib
 import inspect
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from kvsched.report import Progress, UsageError, print_table, require_writable, write_json
+from kvsched.testing.failures import BadFinding, FailureStore, from_program, replay_all
 from kvsched.testing.safety import NotAnAdapter
-from kvsched.testing.safety_search import SHRINKS, BadSetting, SafetyResult, check_settings, search_safety
+from kvsched.testing.safety_search import (
+    SHRINKS,
+    BadSetting,
+    SafetyResult,
+    check_settings,
+    program_text,
+    search_safety,
+)
 
 
 def resolve(target: str) -> tuple[str, str, Any]:
@@ -55,6 +66,7 @@ SAFETY_ONLY = {
     "ray": "--ray",
     "shard": "--shard",
     "journal": "--journal",
+    "failures": "--failures",
 }
 
 
@@ -87,8 +99,13 @@ def run(args: argparse.Namespace) -> int:
         )
     except BadSetting as error:
         raise UsageError(f"kvsched check: {_option(str(error))}") from error
+    store = None if args.failures is None else _store(args.failures)
+    if store is not None:
+        replayed = _replay_stored(args, store, factory, (module, name), page_size)
+        if replayed is not None:
+            return replayed
     if args.workers is not None or args.ray is not None or args.journal is not None or args.shard is not None:
-        return _sharded(args, factory, page_size)
+        return _kept(args, store, *_sharded(args, factory, page_size))
     with Progress(f"kvsched check {args.target}", args.examples) as progress:
         try:
             result = search_safety(
@@ -104,7 +121,57 @@ def run(args: argparse.Namespace) -> int:
             )
         except NotAnAdapter as error:
             raise UsageError(f"kvsched check: {args.target}: {error}") from error
-    return _report(args, result, {"seed": result.seed})
+    return _kept(args, store, result, {"seed": result.seed})
+
+
+def _store(directory: str) -> FailureStore:
+    try:
+        return FailureStore(Path(directory))
+    except BadFinding as error:
+        raise UsageError(f"kvsched check: --failures {error}") from error
+
+
+def _replay_stored(
+    args: argparse.Namespace, store: FailureStore, factory: Any, source: tuple[str, str], page_size: int
+) -> int | None:
+    """Replay the findings stored for this target and page size: the first that still fails is
+    reported as the campaign's result (its exit status); None when none does, and the search runs."""
+    try:
+        findings = store.findings(args.target, page_size)
+        started = time.process_time()
+        found, replayed = replay_all(factory, findings)
+    except BadFinding as error:
+        raise UsageError(f"kvsched check: --failures {error}") from error
+    except NotAnAdapter as error:
+        raise UsageError(f"kvsched check: {args.target}: {error}") from error
+    if found is None:
+        if findings:
+            print(
+                f"kvsched check: {replayed} stored findings replayed from {store.directory}: each passes now",
+                file=sys.stderr,
+            )
+        return None
+    path, finding, failure = found
+    result = SafetyResult(
+        target=args.target,
+        programs=replayed,
+        steps=sum(len(finding.calls) for _, finding in findings[:replayed]),
+        seed=args.seed,
+        seconds=time.process_time() - started,
+        failure=failure,
+        program=program_text(failure, source, finding.pages, finding.page_size, finding.calls),
+        program_steps=len(finding.calls),
+    )
+    return _report(args, result, {"replayed": str(path)})
+
+
+def _kept(args: argparse.Namespace, store: FailureStore | None, result: SafetyResult, where: dict[str, Any]) -> int:
+    """Report the campaign; with a store, keep its counterexample there."""
+    status = _report(args, result, where)
+    if store is not None and result.failure is not None and result.program is not None:
+        path = store.add(from_program(args.target, result.program, result.failure))
+        print(f"kvsched check: the counterexample is stored as {path}", file=sys.stderr)
+    return status
 
 
 def _report(args: argparse.Namespace, result: SafetyResult, where: dict[str, Any]) -> int:
@@ -139,8 +206,9 @@ def _report(args: argparse.Namespace, result: SafetyResult, where: dict[str, Any
     return 1 if not result.passed or (args.strict and result.warnings) else 0
 
 
-def _sharded(args: argparse.Namespace, factory: Any, page_size: int) -> int:
-    """The campaign cut into shards of seeds over workers (`kvsched.testing.campaign_shards`)."""
+def _sharded(args: argparse.Namespace, factory: Any, page_size: int) -> tuple[SafetyResult, dict[str, Any]]:
+    """The campaign cut into shards of seeds over workers (`kvsched.testing.campaign_shards`):
+    its merged result, and the workers, shards and seeds it ran."""
     from kvsched.testing import campaign_shards
     from kvsched.testing.workers import RayMissing, WorkerLost
 
@@ -179,7 +247,7 @@ def _sharded(args: argparse.Namespace, factory: Any, page_size: int) -> int:
             raise UsageError(f"kvsched check: {args.target}: {error} (the manager kills its process)") from error
     last = shards[-1]
     where = f"ray {args.ray}" if args.ray is not None else workers
-    return _report(args, result, {"workers": where, "shards": len(shards), "seeds": f"{args.seed}..{last.seed}"})
+    return result, {"workers": where, "shards": len(shards), "seeds": f"{args.seed}..{last.seed}"}
 
 
 def _option(message: str) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -413,13 +413,22 @@ def shrink_budget(programs: int) -> Iterator[None]:
 
 def format_program(machine: SafetyMachine, failure: CheckFailure, factory_module: str, factory_name: str) -> str:
     """The machine's calls as a program over the user's factory, the failed check on top."""
+    return program_text(failure, (factory_module, factory_name), machine.pages, machine.page_size, machine.program)
+
+
+def program_text(
+    failure: CheckFailure, source: tuple[str, str], pages: int, page_size: int, calls: Sequence[str]
+) -> str:
+    """`calls` of the harness over `source`'s factory (module, name) and a pool of `pages` pages,
+    as a program that runs as it is printed, the failed check on top."""
+    module, name = source
     lines = [
         f"# {failure}",
         "from kvsched.testing import SafetyMachine",
-        f"from {factory_module} import {factory_name}",
+        f"from {module} import {name}",
         "",
-        f"machine = SafetyMachine({factory_name}, pages={machine.pages}, page_size={machine.page_size})",
-        *machine.program,
+        f"machine = SafetyMachine({name}, pages={pages}, page_size={page_size})",
+        *calls,
     ]
     return "\n".join(lines) + "\n"
 
