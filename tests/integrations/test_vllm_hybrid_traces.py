@@ -89,8 +89,9 @@ def test_a_window_block_released_before_its_pass_is_a_ghost_read() -> None:
 
 def _shared_write(trace: dict[str, Any]) -> dict[str, Any] | None:
     """`trace` with one decode's view changed: the block its full group writes is also at the end
-    of the last live request's table (its count one more), or None when no decode has another
-    request after it."""
+    of the last live request's full table (its count one more; its window table grows by the null
+    block, so its tables still span the same pages), or None when no decode has another request
+    after it."""
     for index, (call, following) in enumerate(itertools.pairwise(trace["calls"])):
         if call[0] != "append" or not call[2] or following[0] != "view":
             continue
@@ -101,6 +102,7 @@ def _shared_write(trace: dict[str, Any]) -> dict[str, Any] | None:
         view = broken["calls"][index + 1][2]
         page = dict(map(tuple, rows))[call[1][0]][0][-1]
         view["group_tables"][-1][1][0].append(page)
+        view["group_tables"][-1][1][1].append(0)
         view["holders"][page] += 1
         return broken
     return None

@@ -5,6 +5,7 @@ at the window's first position misses it; the protocol refuses "groups" misused.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from kvsched.testing.adapter import PoolView
 from kvsched.testing.adapters import kvsched_groups
 from kvsched.testing.adapters.kvsched_groups import FOUND, UNSEEN, KvschedGroups
 from kvsched.testing.checks import CheckFailed
+from kvsched.testing.components import manager
 from kvsched.testing.group_variants import VARIANTS
 from kvsched.testing.safety import BadCapabilities, NotAnAdapter
 from tests.helpers import weakened
@@ -67,12 +69,56 @@ def test_every_variant_is_found_or_said_to_be_out_of_sight() -> None:
 SLOW = {"vllm_50457_hit_from_the_first_full_group", "vllm_47926_drafter_left_out_of_the_hit"}  # ~17 s each
 
 
+FOUND_BY = {
+    "vllm_53912_snapshot_off_its_boundary": FailureKind.GHOST,
+    # found by the tables' spans (below); shrinking then ends at the variant's own IndexError, three calls long
+    "ucm_1059_truncation_touches_group_zero": FailureKind.UNTYPED,
+}
+
+
 @pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.proof] if n in SLOW else []) for n in FOUND])
 def test_each_upstream_bug_the_protocol_sees_is_found_at_the_defaults(name: str) -> None:
-    kind = FailureKind.GHOST if name == "vllm_53912_snapshot_off_its_boundary" else FailureKind.INVARIANT
+    kind = FOUND_BY.get(name, FailureKind.INVARIANT)
     result = search_safety(getattr(kvsched_groups, name), seed_value=0, source=(MODULE, name))
     assert result.failure is not None and result.failure.kind is kind, result.failure
     assert result.program is not None and replay(result.program) is kind
+
+
+UCM_1059 = (  # what the search finds first on seed 0 (`shrinks=0`): rejected drafts kept in the window group
+    "machine.submit(2, (0,))",
+    "machine.submit(3, (0, 0, 1, 1, 2))",
+    "machine.speculate(2, 3, 1)",
+    "machine.speculate(3, 3, 1)",
+    "machine.decode(2)",
+)
+
+
+def test_a_truncation_of_group_zero_alone_is_found_by_the_tables_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """UCM PR #1059: the rejected drafts' pages let go in the first group only. The request's groups
+    then span different numbers of pages; the check weakened to skip the last group misses it."""
+    result = search_safety(kvsched_groups.ucm_1059_truncation_touches_group_zero, seed_value=0, shrinks=0)
+    assert result.failure is not None and result.failure.kind is FailureKind.INVARIANT
+    assert "span different numbers of pages" in result.failure.detail
+
+    def pinned() -> CheckFailed | None:
+        machine = SafetyMachine(kvsched_groups.ucm_1059_truncation_touches_group_zero, pages=16, page_size=2)
+        try:
+            for line in UCM_1059:
+                exec(line, {"machine": machine})  # the pinned program's calls
+        except CheckFailed as failed:
+            return failed
+        return None
+
+    failed = pinned()
+    assert failed is not None and "span different numbers of pages" in failed.failure.detail
+    check = "for group, table in zip(state.groups, tables, strict=True) if not isinstance(group, Recurrent)"
+    loose = weakened(
+        manager, check, check.replace("zip(state.groups, tables", "zip(state.groups[:-1], tables[:-1]"), monkeypatch
+    )
+    monkeypatch.setattr(safety, "view_problems", loose.view_problems)  # read as a call begins ...
+    monkeypatch.setattr(safety, "MANAGER", replace(manager.MANAGER, violations=loose.view_problems))  # ... and after it
+    failed = pinned()
+    assert failed is None or "span different numbers of pages" not in failed.failure.detail
 
 
 @pytest.mark.parametrize("name", sorted(UNSEEN))

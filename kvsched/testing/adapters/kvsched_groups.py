@@ -185,14 +185,11 @@ FOUND = (  # the upstream bugs the harness finds through the adapter
     "sglang_27586_window_frees_a_cached_page",
     "sglang_29349_rejected_hit_keeps_its_holds",
     "sglang_38269_null_page_freed",
+    "ucm_1059_truncation_touches_group_zero",
     "vllm_53912_snapshot_off_its_boundary",
     "sglang_27038_state_copy_drops_window_holds",
 )
 RECURRENT = frozenset(FOUND[-2:])  # bugs of recurrent state: their adapter has a recurrent group
 UNSEEN = {  # out of the harness's sight through this adapter, and why
     "vllm_48489_free_loses_group_order": "eviction order is policy, which the harness leaves to the manager",
-    "ucm_1059_truncation_touches_group_zero": (
-        "the rejected drafts' pages it keeps in later groups are pages the protocol lets a manager hold"
-        " ahead of its tokens (vLLM's lookahead slots), and the next pass writes over them"
-    ),
 }

@@ -249,15 +249,23 @@ def view_problems(state: ManagerState) -> list[str]:
 
 
 def group_problems(state: ManagerState, counts: list[int]) -> list[str]:
-    """With "groups": each live request has a table in every group, long enough for its tokens;
-    a full group's table holds real pages only; no page is in two of a request's tables. Counts
-    each real entry into `counts`."""
+    """With "groups": each live request has a table in every group, long enough for its tokens, and
+    its attention groups' tables as long as each other (an entry for each page of positions, the
+    null page where a group let one go); a full group's table holds real pages only; no page is in
+    two of a request's tables. Counts each real entry into `counts`."""
     view, live, problems = state.view, dict(state.live), []
     for request_id, tables in view.group_tables.items():
         if len(tables) != len(state.groups):
             problems.append(f"request {request_id} has {len(tables)} tables for {len(state.groups)} groups")
             continue
         needed = -(-live[request_id] // state.page_size)
+        spans = {
+            len(table) for group, table in zip(state.groups, tables, strict=True) if not isinstance(group, Recurrent)
+        }
+        if len(spans) > 1:  # every group's table has an entry (a page, or the null one) for each page of positions
+            problems.append(
+                f"request {request_id}'s tables span different numbers of pages across its groups: {tables}"
+            )
         real: list[int] = []
         for g, (group, table) in enumerate(zip(state.groups, tables, strict=True)):
             if isinstance(group, Recurrent):  # its states are in `view.states` (`state_problems`)
