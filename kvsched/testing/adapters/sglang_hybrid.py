@@ -10,17 +10,17 @@ maps each full slot to the SWA slot holding the same position's window KV
 tombstone (its window KV evicted or slid away), SWA slots: a prefix hit needs full KV everywhere and
 window KV only where the next query reads.
 
-The adapter drives them as `kvsched.testing.adapters.sglang_window` drives the all-SWA cache (the
-window slides before each decode, `evict_sliding_windows`; a request publishes after its prefill,
-and the rest at release), and as the scheduler does for two pools: an admission or a decode makes
-room in both (`evict_to_free_tokens`: the tree evicts full nodes, or only their window KV, for
-whichever pool is short), and refuses when the free and evictable slots of either pool fall short.
+The adapter drives them as `kvsched.testing.adapters.sglang_window` drives the all-SWA cache (a
+decode that has room slides the window first, `evict_sliding_windows`; a request publishes after
+its prefill, and the rest at release), and as the scheduler does for two pools: an admission or a
+decode makes room in both (`evict_to_free_tokens`: the tree evicts full nodes, or only their window
+KV, for whichever pool is short), and is refused when the free and evictable slots of either pool
+fall short.
 
 The view puts both pools in the harness's `pages` ids: the full pool's slots are ids 0 .. F - 1,
 the SWA pool's slot s is id F + s, with F = pages - max(2, 3 * pages // 8) (an SWA pool smaller
 than the full one, as SGLang sizes it, so that either pool may be the one short); ids 0 and F (the
-dummies) are reserved.
-A request's full table is its row; its window table is the row's SWA slots, the null page 0 where
+dummies) are reserved. A request's full table is its row; its window table is the row's SWA slots, the null page 0 where
 a position has none (slid out of the window, or a hit's position the tree keeps as a tombstone). A
 tree page's key names its component: (salt, tokens) for full KV, ("swa", salt, tokens) for window
 KV. A full tree page's holders are its node's lock count, as in `sglang`. A window page's holders are
