@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -122,17 +123,22 @@ def replay(factory: ManagerFactory, finding: Finding) -> CheckFailure | None:
 
 
 class FailureStore:
-    """The findings in `directory`, one JSON file each (made when the first is stored)."""
+    """The findings in `directory`, one JSON file each (the directory made if it is not there, so
+    that a campaign learns before it runs that it could not store what it finds)."""
 
     def __init__(self, directory: Path) -> None:
         if directory.exists() and not directory.is_dir():
             raise BadFinding(f"{directory} is not a directory")
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise BadFinding(f"{directory} cannot be made: {error}") from error
+        if not os.access(directory, os.W_OK):
+            raise BadFinding(f"{directory} is not writable")
         self.directory = directory
 
     def findings(self, target: str, page_size: int) -> list[tuple[Path, Finding]]:
         """Every finding stored for `target` at `page_size`, by file name (a fixed order)."""
-        if not self.directory.is_dir():
-            return []
         found = []
         for path in sorted(self.directory.glob("*.json")):
             finding = self._read(path)
@@ -142,7 +148,6 @@ class FailureStore:
 
     def add(self, finding: Finding) -> Path:
         """Store `finding` (once: the same program of the same target is one file)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / finding.name
         data = {**asdict(finding), "calls": list(finding.calls)}
         path.write_text(json.dumps(data, indent=1) + "\n")

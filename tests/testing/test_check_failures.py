@@ -102,11 +102,14 @@ def test_a_stored_call_is_data_never_code(tmp_path: Path, capsys: pytest.Capture
     assert not Path("pwned").exists() and not (tmp_path / "pwned").exists()
 
 
-def test_a_store_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
+def test_a_store_that_cannot_be_a_directory_is_a_usage_error_before_anything_runs(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(BadFinding):
-        FailureStore(tmp_path / "file")
-    assert main(["check", TARGET, "--failures", str(tmp_path / "file")]) == 2
+    for where in (tmp_path / "file", tmp_path / "file" / "below"):
+        with pytest.raises(BadFinding):
+            FailureStore(where)
+        assert main(["check", TARGET, "--failures", str(where)]) == 2
+    FailureStore(tmp_path / "new" / "store")  # made where it is not there yet
+    assert (tmp_path / "new" / "store").is_dir()
 
 
 def test_a_sharded_campaign_stores_its_merged_counterexample(tmp_path: Path) -> None:
