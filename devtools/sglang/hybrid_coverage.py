@@ -66,11 +66,11 @@ class CountedWindows(SglangHybridCache):
 
 class CountedStates(SglangMambaCache):
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
-        evicted = self.tree.mamba_evictable_size()
+        evictable = self.tree.mamba_evictable_size()
         free = self.rows.mamba_allocator.available_size()
         found = super().admit(request_id, tokens)
         COUNTS["hits resumed from a snapshot"] += bool(self.copied[0])
-        taken = found is not None and not free and self.tree.mamba_evictable_size() < evicted
+        taken = found is not None and not free and self.tree.mamba_evictable_size() < evictable
         COUNTS["admissions that evicted a snapshot"] += taken
         return found
 

@@ -78,7 +78,7 @@ def _duplicates_left_in_table() -> type:
 class EvictsBeforeLocking(SglangRadixCache):
     """The adapter's admission with the lock taken after eviction."""
 
-    def _claim(self, node: Any, need: int) -> Any:
+    def _claim(self, node: Any, need: int, request: Any) -> Any:
         if not self._room(need) or not self.rows.available_size():
             return None
         self._evict_for(need)

@@ -718,9 +718,8 @@ class SafetyMachine:
         """Tell the manager the request's first `tokens` positions are written; the state copies a
         publish asks for (a snapshot of the state the pass left) are made at once."""
         self.manager.written(request_id, tokens)
-        if self.states.recurrent:
-            before, after = getattr(self.manager, "state_copies")()  # noqa: B009
-            self.states.copy((*before, *after), request_id, view)
+        before, after = self._asked_copies()
+        self.states.copy((*before, *after), request_id, view)
 
     def _write(self, request_id: int, view: PoolView, position: int, group: int | None, page: int) -> None:
         """The KV of `position` (of `group`, with "groups") lands in `page`, which must be the
@@ -760,13 +759,18 @@ class SafetyMachine:
     def _state_copies(self, request_id: int, view: PoolView) -> Iterator[None]:
         """Around the request's pass: the state copies the last call asked for, those before the
         pass first and those after it last (none without a recurrent group)."""
-        before: Copies = ()
-        after: Copies = ()
-        if self.states.recurrent:
-            before, after = getattr(self.manager, "state_copies")()  # noqa: B009
+        before, after = self._asked_copies()
         self.states.copy(before, request_id, view)
         yield
         self.states.copy(after, request_id, view)
+
+    def _asked_copies(self) -> tuple[Copies, Copies]:
+        """The state copies the manager's last call asked for, before its pass and after it (none
+        without a recurrent group)."""
+        if not self.states.recurrent:
+            return (), ()
+        before, after = getattr(self.manager, "state_copies")()  # noqa: B009
+        return before, after
 
     def _state_context(self, request_id: int) -> Callable[[int, int], Context]:
         """The context a recurrent group's state holds after a position of the request's."""

@@ -130,6 +130,7 @@ class SglangRadixCache:
     1) or its paged one, `pages` pages of `page_size` tokens, page 0 the dummy."""
 
     capabilities = frozenset({"atomic", "reset_cache", "single_owner", "tenants"})
+    publishes_decodes = True  # `written` publishes after every pass; False: after the prefill only
 
     def __init__(
         self,
@@ -191,6 +192,7 @@ class SglangRadixCache:
         if tree_core == "rust":  # its walk shows slot chains, not the tokens: keys name where a page sits
             self.capabilities = type(self).capabilities | {"location_keys"}
         self.requests: dict[int, Request] = {}
+        self.decoded: dict[int, int] = {}  # request -> its decodes so far (SGLang's decode_batch_idx)
         self.event_keys: dict[int, object] = {}  # an event's block hash -> the view's key of its page
         if events:
             if tree_core is not None:
@@ -215,8 +217,8 @@ class SglangRadixCache:
         key = m.RadixKey(request.origin_input_ids, request.extra_key, limit=n - 1)
         match = self._match(request, key)
         prefix, node = int(match.device_prefix_len), match.last_device_node
-        request.swa_branching_seqlen = getattr(match, "swa_branching_seqlen", None)  # as `match_kv_cache` keeps it
-        lock = self._claim(node, (-(-n // size) - prefix // size) * size)
+        request.swa_branching_seqlen = match.swa_branching_seqlen  # as `match_kv_cache` keeps it
+        lock = self._claim(node, (-(-n // size) - prefix // size) * size, request)
         if lock is None:
             self._refused(request)
             return None
@@ -239,6 +241,7 @@ class SglangRadixCache:
         request.kv.kv_allocated_len = request.kv.kv_committed_len = n
         request.lock, request.last_node = lock, node
         self.requests[request_id] = request
+        self.decoded[request_id] = 0
         return prefix
 
     def _match(self, request: Request, key: Any) -> Any:
@@ -248,9 +251,9 @@ class SglangRadixCache:
     def _refused(self, request: Request) -> None:
         """The admission was refused after its match: what the match took for the request goes back."""
 
-    def _claim(self, node: Any, need: int) -> Any:
-        """Lock the matched node, then make `need` slots free (evicting what is short); None,
-        the lock undone, when even eviction cannot (a request row is needed too)."""
+    def _claim(self, node: Any, need: int, request: Request) -> Any:
+        """Lock the matched node, then make `need` slots free for `request` (evicting what is
+        short); None, the lock undone, when even eviction cannot (a request row is needed too)."""
         lock = self.tree.lock(node)  # first: eviction must not take the matched pages
         if not self._room(need) or not self.rows.available_size():
             self.tree.unlock(lock)
@@ -276,9 +279,12 @@ class SglangRadixCache:
         self.rows.write((request.kv.req_pool_idx, position), int(slot[0]))
         request.output_ids.append(token)
         request.kv.kv_allocated_len = request.kv.kv_committed_len = position + 1
+        self.decoded[request_id] += 1
         return True
 
     def written(self, request_id: int, tokens: int) -> None:
+        if not self.publishes_decodes and self.decoded[request_id]:
+            return  # SGLang's scheduler publishes after an extend (prefill), not a decode
         request = self.requests[request_id]
         whole = tokens // self.page_size * self.page_size
         if tokens == len(request) and whole > request.kv.cache_protected_len:
@@ -286,6 +292,7 @@ class SglangRadixCache:
 
     def free(self, request_id: int) -> None:
         request = self.requests.pop(request_id)
+        del self.decoded[request_id]
         owned = request.kv.kv_committed_len
         self.tree.checkpoint(request, up_to=owned)
         self.tree.free_kv_row(request.kv, [(request.kv.cache_protected_len, owned)])

@@ -93,7 +93,6 @@ class SglangHybridCache(SglangWindowCache):
             sliding_window_size=window,
             max_context=pages + CALLS,
         )
-        self.decoded: dict[int, int] = {}
         self.slid: dict[int, range] = {}
 
     # -- room in both pools ---------------------------------------------------------------------

@@ -78,6 +78,7 @@ class SglangMambaCache(SglangRadixCache):
     pages of one token (page 0 the dummy) and `states` Mamba state slots (its dummy apart)."""
 
     capabilities = frozenset({"reset_cache", "single_owner", "tenants", "groups"})
+    publishes_decodes = False
 
     def __init__(self, pages: int, page_size: int, *, states: int | None = None) -> None:
         if page_size != 1:
@@ -109,7 +110,6 @@ class SglangMambaCache(SglangRadixCache):
         """Record the state copies SGLang's Mamba pool makes (`copy_from`), as the harness's."""
         self.copied: tuple[list[Copy], list[Copy]] = ([], [])
         self.pool_copies: list[Copy] = []  # the state copies SGLang's cache itself made, in order
-        self.decoding: set[int] = set()  # requests past their prefill
         pool = self.rows.mamba_pool
         copy_from = pool.copy_from
 
@@ -148,18 +148,17 @@ class SglangMambaCache(SglangRadixCache):
         """The match with copy-on-write, when two state slots are free or evictable (the request's
         own, which a hit's copy-on-write takes at once, and its checkpoint's); without them, a match
         that copies nothing (the claim refuses the request)."""
-        self.pending = request
         room = self.rows.mamba_allocator.available_size() + self.tree.mamba_evictable_size() >= 2
         return self.tree.match_prefix(self.m.MatchPrefixParams(key=key, cow_mamba=room, req=request))
 
-    def _claim(self, node: Any, need: int) -> Any:
+    def _claim(self, node: Any, need: int, request: Request) -> Any:
         """The radix cache's claim, then the state slots the request needs, free or held by
         snapshots the tree may evict: its own (unless its match gave it one) and the one its
         prefill's checkpoint copies into (refused when they are not there); its own taken."""
-        lock = super()._claim(node, need)
+        lock = super()._claim(node, need, request)
         if lock is None:
             return None
-        own = not self.pending.kv.holds_mamba
+        own = not request.kv.holds_mamba
         slots = self.rows.mamba_allocator.available_size()
         if slots + self.tree.mamba_evictable_size() < own + 1:
             self.tree.unlock(lock)
@@ -177,21 +176,16 @@ class SglangMambaCache(SglangRadixCache):
 
     def append(self, request_id: int, token: int) -> bool:
         self.copied = ([], [])
-        if not super().append(request_id, token):
-            return False
-        self.decoding.add(request_id)
-        return True
+        return super().append(request_id, token)
 
     def written(self, request_id: int, tokens: int) -> None:
         self.pool_copies = []
-        if request_id not in self.decoding:  # SGLang checkpoints after an extend (prefill), not a decode
-            super().written(request_id, tokens)
-        self.copied = ([], self.pool_copies)  # a checkpoint's snapshot of the state the pass left
+        super().written(request_id, tokens)  # a prefill's checkpoint copies the state the pass left
+        self.copied = ([], self.pool_copies)
 
     def free(self, request_id: int) -> None:
         self.requests[request_id].done = True  # a release checkpoints a finished request
         super().free(request_id)
-        self.decoding.discard(request_id)
 
     # -- the view -----------------------------------------------------------------------------
 

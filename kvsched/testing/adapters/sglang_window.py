@@ -70,6 +70,7 @@ class SglangWindowCache(SglangRadixCache):
     the dummy), a sliding window of `window` positions behind each query."""
 
     capabilities = frozenset({"atomic", "reset_cache", "single_owner", "tenants", "groups"})
+    publishes_decodes = False
 
     def __init__(self, pages: int, page_size: int, *, window: int = WINDOW, prefill_aware: bool = False) -> None:
         if page_size != 1:
@@ -89,15 +90,12 @@ class SglangWindowCache(SglangRadixCache):
             sliding_window_size=window,
             max_context=pages + CALLS,  # a window's sequence outgrows the pool: the harness's calls bound it
         )
-        self.decoded: dict[int, int] = {}  # request -> its decodes so far (SGLang's decode_batch_idx)
         self.slid: dict[int, range] = {}  # request -> the positions its window slides freed
 
     def admit(self, request_id: int, tokens: Sequence[int]) -> int | None:
         found = super().admit(request_id, tokens)
-        if found is not None:
-            self.decoded[request_id] = 0
-            if self.prefill_aware:
-                self.requests[request_id].kv.swa_evict_floor = len(tokens)
+        if found is not None and self.prefill_aware:
+            self.requests[request_id].kv.swa_evict_floor = len(tokens)
         return found
 
     def append(self, request_id: int, token: int) -> bool:
@@ -107,7 +105,6 @@ class SglangWindowCache(SglangRadixCache):
             self._slide(request_id)
         if not super().append(request_id, token):
             raise RuntimeError("SGLang refused a decode slot that check_decode_mem found room for")
-        self.decoded[request_id] += 1
         return True
 
     def _slide(self, request_id: int, computed: int | None = None) -> None:
@@ -124,13 +121,8 @@ class SglangWindowCache(SglangRadixCache):
             before = self.slid.get(request_id, range(start, start))
             self.slid[request_id] = range(min(before.start, start), end)
 
-    def written(self, request_id: int, tokens: int) -> None:
-        if not self.decoded.get(request_id):  # SGLang publishes after an extend (prefill), not a decode
-            super().written(request_id, tokens)
-
     def free(self, request_id: int) -> None:
         super().free(request_id)
-        self.decoded.pop(request_id, None)
         self.slid.pop(request_id, None)
 
     def free_pages(self, allocator: Any) -> frozenset[int]:
