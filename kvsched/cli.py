@@ -24,6 +24,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -79,38 +80,12 @@ def command_verify(args: argparse.Namespace) -> int:
     needs = "verify --no-proofs" if args.no_proofs or args.variant is not None else "verify"
     if (args.workers is not None and args.workers < 1) or args.shard < 1:
         raise UsageError(f"kvsched verify: --workers and --shard take 1 or more, not {args.workers}, {args.shard}")
-    campaign = load("kvsched.testing.campaign", needs)
-    sharding = load("kvsched.testing.verify_shards", needs)
     variants = load("kvsched.testing.variants", needs).VARIANTS
     if args.variant is not None and args.variant not in variants:
         known = ", ".join(sorted(variants))
         raise UsageError(f"kvsched verify: no variant {args.variant!r}; the variants are: {known}")
     proofs = None if args.no_proofs or args.variant is not None else load("kvsched.proofs.runner", "verify")
-    results: list[Any] = []
-    if args.workers is not None or args.ray is not None:  # the campaigns cut into shards of seeds
-        results = sharding.run_sharded(
-            args.variant,
-            examples=examples,
-            steps=steps,
-            seed=args.seed,
-            workers=args.workers or 1,
-            ray=args.ray,
-            shard=args.shard,
-            progress=lambda line: print(line, file=sys.stderr, flush=True),
-        )
-    else:
-        for name, factory, reference, setup in sharding.campaigns(args.variant):
-            results.append(
-                campaign.run_campaign(
-                    name,
-                    factory,
-                    reference,
-                    examples=examples,
-                    steps=steps,
-                    random_seed=args.seed,
-                    setup=setup,
-                )
-            )
+    results = _campaigns(args, examples, steps, needs)
     json_rows: list[list[object]] = [
         [r.machine, r.examples, r.steps, r.invariant_checks, r.outcome, round(r.seconds, 2)] for r in results
     ]
@@ -130,6 +105,66 @@ def command_verify(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, [dict(zip(VERIFY_COLUMNS, row, strict=True)) for row in json_rows])
     return 1 if failed else 0
+
+
+def _campaigns(args: argparse.Namespace, examples: int, steps: int, needs: str) -> list[Any]:
+    """`kvsched verify`'s campaign rows, in order: with `--failures`, a campaign whose stored
+    counterexample still fails is that finding (not searched); the others run, on workers when
+    asked, and store what they find."""
+    campaign = load("kvsched.testing.campaign", needs)
+    sharding = load("kvsched.testing.verify_shards", needs)
+    stored = load("kvsched.testing.verify_failures", needs)
+    store = None
+    if args.failures is not None:
+        try:
+            store = stored.ProgramStore(Path(args.failures))
+        except stored.BadFinding as error:
+            raise UsageError(f"kvsched verify --failures: {error}") from error
+    planned = sharding.campaigns(args.variant)
+    results: dict[int, Any] = {}
+    for index, (name, factory, reference, setup) in enumerate(planned if store is not None else ()):
+        try:
+            replayed = stored.replay_stored(store, name, factory, reference, setup)
+        except stored.BadFinding as error:
+            raise UsageError(f"kvsched verify --failures: {error}") from error
+        if replayed.failing is not None:
+            path, program = replayed.failing
+            print(f"{name}: the stored counterexample {path} still fails; not searched", file=sys.stderr)
+            results[index] = stored.replayed_result(name, program)
+        elif replayed.count:
+            print(f"{name}: {replayed.count} stored counterexample(s) pass now", file=sys.stderr)
+    searched = [index for index in range(len(planned)) if index not in results]
+    if args.workers is not None or args.ray is not None:  # the campaigns cut into shards of seeds
+        rows = sharding.run_sharded(
+            args.variant,
+            examples=examples,
+            steps=steps,
+            seed=args.seed,
+            workers=args.workers or 1,
+            ray=args.ray,
+            shard=args.shard,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            only=searched,
+        )
+    else:
+        rows = [
+            campaign.run_campaign(
+                planned[index][0],
+                planned[index][1],
+                planned[index][2],
+                examples=examples,
+                steps=steps,
+                random_seed=args.seed,
+                setup=planned[index][3],
+            )
+            for index in searched
+        ]
+    for index, row in zip(searched, rows, strict=True):
+        results[index] = row
+        if store is not None and row.counterexample:
+            path = store.add(stored.from_counterexample(row.machine, row.counterexample))
+            print(f"{row.machine}: its counterexample stored as {path}", file=sys.stderr)
+    return [results[index] for index in range(len(planned))]
 
 
 VERIFY_COLUMNS = ["machine", "examples", "steps", "invariants checked", "outcome", "seconds"]
@@ -255,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("--ray", metavar="ADDRESS", help="run the shards on a Ray cluster (auto, local, or an address)")
     verify.add_argument("--shard", type=int, default=50, help="programs per shard with --workers or --ray (default 50)")
+    verify.add_argument(
+        "--failures", metavar="DIR", help="run every counterexample stored in DIR first; store the ones found"
+    )
     verify.set_defaults(run=command_verify)
     check = commands.add_parser(
         "check",

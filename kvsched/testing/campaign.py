@@ -93,13 +93,9 @@ def run_campaign(
         with bar:
             test()
     except Exception as error:
-        header = [
-            PROGRAM_IMPORTS,
-            setup,
-            f"config = {config or SystemConfig()!r}",
-            f"# expected failure: {type(error).__name__}: {error}",
-        ]
-        counterexample = "\n".join([*header, *extract_program(getattr(error, "__notes__", []))])
+        failure = f"{type(error).__name__}: {error}"
+        program = extract_program(getattr(error, "__notes__", []))
+        counterexample = format_program(setup, config or SystemConfig(), failure, program)
     return CampaignResult(
         name,
         stats.examples,
@@ -109,6 +105,12 @@ def run_campaign(
         time.perf_counter() - started,
         counterexample,
     )
+
+
+def format_program(setup: str, config: SystemConfig, failure: str, program: list[str]) -> str:
+    """A counterexample as a campaign prints it: the imports, `setup`, the configuration, the
+    failure expected, and the program's lines (the machine's construction first)."""
+    return "\n".join([PROGRAM_IMPORTS, setup, f"config = {config!r}", f"# expected failure: {failure}", *program])
 
 
 def extract_program(notes: list[str]) -> list[str]:

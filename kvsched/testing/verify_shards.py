@@ -14,7 +14,7 @@ workers or a Ray cluster.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,12 +122,15 @@ def run_sharded(
     ray: str | None = None,
     shard: int = SHARD,
     progress: Callable[[str], None] | None = None,
+    only: Sequence[int] | None = None,
 ) -> list[CampaignResult]:
-    """Every campaign, each cut into shards run by `workers` processes (or Ray); merged rows."""
+    """Every campaign (or those at the indexes `only` names), each cut into shards run by
+    `workers` processes (or Ray); merged rows, in the campaigns' order."""
+    indexes = range(len(campaigns(variant))) if only is None else only
     with Workers(workers, ray=ray) as pool:  # one pool for every campaign
         return [
             _run_campaign(pool, plan(index, variant, examples=examples, seed=seed, steps=steps, shard=shard), progress)
-            for index in range(len(campaigns(variant)))
+            for index in indexes
         ]
 
 
