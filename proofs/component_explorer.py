@@ -19,6 +19,7 @@ import copy
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kvsched.proofs.search import Node, Search, Searched, run_event
@@ -72,6 +73,25 @@ class ComponentExplorer(Search):
         return self.search(max_states)
 
 
+@dataclass(frozen=True, slots=True)
+class ComponentRecipe:
+    """How a worker builds a component explorer (`kvsched.proofs.distributed`): the registered
+    component by name, a configuration it explores, and whether impl runs in lockstep with the
+    spec (else the spec alone)."""
+
+    component: str
+    config: Any
+    lockstep: bool = True
+
+    def build(self) -> ComponentExplorer:
+        component = next((found for found in COMPONENTS if found.name == self.component), None)
+        if component is None or component.spec is None:
+            raise ValueError(f"no registered component {self.component!r} with a spec")
+        if self.lockstep and component.impl is not None:
+            return ComponentExplorer(component, self.config, component.impl, component.spec)
+        return ComponentExplorer(component, self.config, component.spec)
+
+
 def _log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -80,7 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Every registered component's configurations for the profile; 0 when none is violated."""
     parser = argparse.ArgumentParser(prog="python -m kvsched.proofs.component_explorer", description=__doc__)
     parser.add_argument("--deep", action="store_true", help="the deep profile's configurations")
+    parser.add_argument("--workers", type=int, default=0, help="search on N worker processes (the same states)")
+    parser.add_argument("--ray", metavar="ADDRESS", help="search on a Ray cluster (auto, local, or an address)")
     args = parser.parse_args(argv)
+    if args.workers < 0:
+        parser.error("--workers takes 1 or more")
     profile = "deep" if args.deep else "ci"
     rows: list[list[object]] = []
     failed = False
@@ -91,9 +115,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"component {component.name!r} lists configurations but no spec")
             _log(f"explorer: {component.name} {config} ...")
             start = time.perf_counter()
-            subject, reference = (impl, spec) if impl is not None else (spec, None)
-            explorer = ComponentExplorer(component, config, subject, reference, _log)
-            result = explorer.run()
+            if args.workers or args.ray:
+                from kvsched.proofs.distributed import DistributedSearch
+
+                search = DistributedSearch(ComponentRecipe(component.name, config), max(args.workers, 1), args.ray)
+                result = search.run(100_000)
+            else:
+                subject, reference = (impl, spec) if impl is not None else (spec, None)
+                result = ComponentExplorer(component, config, subject, reference, _log).run()
             seconds = time.perf_counter() - start
             violation = result.violation
             if violation is not None:

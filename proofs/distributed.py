@@ -1,22 +1,29 @@
-"""The system explorer's breadth-first search on many workers, numbered as one process numbers it.
+"""Every explorer's breadth-first search on many workers, numbered as one process numbers it.
 
 Level by level. The coordinator holds what the single-process search holds: the states found, in
 the order found, each under its key, with its parent, event and depth. It hands a level's states,
 in order, to the workers in contiguous batches (`kvsched.testing.workers`: local processes, or a
-Ray cluster). A worker builds the explorer once (`Recipe`), loads each state (the subject must be
-loadable: a system made of spec objects), checks its invariants, runs every event of its alphabet
-with the step's checks and the explorer's own, keeps each successor in canonical names (each
-distinct one sent once a batch), and checks liveness.
+Ray cluster), each state as the explorer ships it (`Search.shipped`): the system explorer's
+loadable subjects as the kept state itself; the engine explorer, the component explorer and any
+other explorer whose states carry the systems that reached them as the state's path of events,
+which the worker replays from the start (`Search.arrive`, each prefix's systems kept for the
+batch's next states: a batch's states are a level's neighbours, mostly siblings). A worker builds
+the explorer once (a recipe: `Recipe`, `EngineRecipe`, `ComponentRecipe`), positions each state,
+checks its invariants, runs every event of its alphabet with the step's checks and the explorer's
+own, keeps each successor's key (each distinct one sent once a batch), checks liveness, and
+counts what the explorer's own checks count (`Search.tally`).
 
 The coordinator then walks the level in the order the single-process search expands it: a
-successor is new or not by its key (its parts interned here), new states are numbered in the
-order found, and the first failure in that order is the search's. A new state's invariants are
-checked when its own level runs (once per state, as the single process checks them, not once per
-successor); a state that fails them sends the coordinator back to the level that found it, walked
-again up to the point it was found. So the states, their numbers, the counts of states,
-transitions and checks, and the counterexample's program are the single process's for any number
-of workers (a failure's words may name pages differently: a worker checks a state in canonical
-names); the test runs both.
+successor is new or not by its key, new states are numbered in the order found, and the first
+failure in that order is the search's. A new state's invariants are checked when its own level
+runs (once per state, as the single process checks them, not once per successor); a state that
+fails them sends the coordinator back to the level that found it, walked again up to the point it
+was found. So the states, their numbers, the counts of states, transitions and checks, and the
+counterexample's program are the single process's for any number of workers (a failure's words
+may name pages differently: a worker checks a state in canonical names); the tests run both. An
+explorer's own tallies are added per state walked, so they are the single process's too, except
+on a search stopped by a new state's invariants: there the state that found it counts all its
+events, where the single process stopped at that one.
 
 The seen-set stays with the coordinator (every successor's key is looked up there): the workers
 share the work of running events and checks, which is where the search's time goes, but not the
@@ -32,14 +39,13 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from kvsched.proofs.explorer import Exploration, Explorer
 from kvsched.proofs.operations import ISSUE, Bounds
-from kvsched.proofs.search import Violation
+from kvsched.proofs.search import Search, Searched, Violation
 from kvsched.proofs.subject import IMPL, SPEC, Subject, variant
 from kvsched.report import CommandParser, measurement, print_table, require_writable, write_json
-from kvsched.spec.system import SystemState
 from kvsched.testing.outcome import CheckFailure, FailureKind
 from kvsched.testing.workers import Workers
 
@@ -62,12 +68,21 @@ def subject_named(name: str) -> Subject:
 
 
 class NotDistributable(ValueError):
-    """The subject's systems cannot be loaded with a kept state (a worker could not position them)."""
+    """The explorer's states cannot be shipped to a worker (a worker could not position them)."""
+
+
+S = TypeVar("S", bound=Search, covariant=True)
+
+
+class SearchRecipe(Protocol[S]):
+    """How a worker builds the explorer: hashable and picklable, naming what it cannot carry."""
+
+    def build(self) -> S: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Recipe:
-    """How a worker builds the explorer: the bounds, and the subject and reference by name."""
+    """How a worker builds the system explorer: the bounds, and the subject and reference by name."""
 
     bounds: Bounds
     subject: str = SPEC.name
@@ -86,13 +101,15 @@ class Expanded:
     """A state's invariants' failure; its events as run, in the alphabet's order, up to the first
     step that failed, each as its successor's index in the batch's `Batch.states` (an array: a
     level's answers are mostly these); that step's failure and event; and the state's liveness
-    (None when a step failed: the single-process search stops there)."""
+    (None when a step failed: the single-process search stops there); what the explorer's own
+    checks counted on its events (`Search.tally`)."""
 
     invariants: CheckFailure | None
     successors: array[int] = field(default_factory=lambda: array("i"))
     failure: CheckFailure | None = None
     failed: Any = None  # the event whose step failed
     live: CheckFailure | None = None
+    tally: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +119,7 @@ class Batch:
     there, so the event the search keeps for it); and the worker's CPU seconds on it."""
 
     expanded: tuple[Expanded, ...]
-    states: tuple[SystemState, ...]
+    states: tuple[Any, ...]  # as the explorer sends them (`Search.sent`)
     events: tuple[Any, ...]
     cpu: float = 0.0
 
@@ -123,10 +140,10 @@ class Level:
     coordinator_cpu: float
 
 
-_BUILT: dict[Recipe, Explorer] = {}
+_BUILT: dict[Any, Search] = {}
 
 
-def explorer_for(recipe: Recipe) -> Explorer:
+def explorer_for(recipe: SearchRecipe[Search]) -> Search:
     """The worker's explorer for `recipe`, built once per process."""
     explorer = _BUILT.get(recipe)
     if explorer is None:
@@ -134,52 +151,49 @@ def explorer_for(recipe: Recipe) -> Explorer:
     return explorer
 
 
-def interned(explorer: Explorer, state: SystemState) -> SystemState:
-    """`state` with its parts interned by `explorer`'s canonicalizer (its key is then the
-    identities of its parts, as the single-process search keys it)."""
-    canon = explorer.canon
-    return SystemState(
-        canon.intern(state.pool), canon.intern(state.store), canon.intern(state.scheduler), canon.intern(state.external)
-    )
+def _since(before: tuple[int, ...], now: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(after - earlier for earlier, after in zip(before, now, strict=True))
 
 
-def expand(shard: tuple[Recipe, Sequence[tuple[SystemState, int]], bool]) -> Batch:
-    """A worker's job: check each (kept state, depth) of a batch and, if `events`, expand it as
-    `Search._expand` does."""
+def expand(shard: tuple[SearchRecipe[Search], Sequence[tuple[Any, int]], bool]) -> Batch:
+    """A worker's job: position and check each (shipped state, depth) of a batch and, if
+    `events`, expand it as `Search._expand` does."""
     recipe, states, events = shard
     started = time.process_time()
     explorer = explorer_for(recipe)
     limit = explorer.max_depth
+    memo: dict[Any, tuple[Any, Any]] = {}  # the batch's paths' prefixes, where they were replayed
     expanded: list[Expanded] = []
-    successors: list[SystemState] = []
+    successors: list[Any] = []
     reached_by: list[Any] = []  # the event that first reached each successor
     numbered: dict[Any, int] = {}  # a successor's key in this worker -> its index in `successors`
-    for sent, depth in states:
-        kept = interned(explorer, sent)  # as the single process keeps it: its parts shared
+    for shipped, depth in states:
+        at, state, kept = explorer.arrive(shipped, memo)
         failure = explorer.check_state(kept)
         if failure is not None or not events:
             expanded.append(Expanded(failure))
             continue
-        at, state = explorer.loaded(kept)
         alphabet = [] if limit is not None and depth >= limit else explorer.events(at, state)
+        before = explorer.tally()
         tried = array("i")
         for event in alphabet:
             attempt, failure = explorer.tried(at, state, event)
             if failure is not None:
                 tried.append(NO_SUCCESSOR)
-                expanded.append(Expanded(None, tried, failure, event))
+                expanded.append(Expanded(None, tried, failure, event, tally=_since(before, explorer.tally())))
                 break
             if attempt.outcome.error is not None:
                 tried.append(NO_SUCCESSOR)
                 continue
-            canonical, key = explorer.kept(at, attempt.child, attempt.after)
+            child, key = explorer.kept(at, attempt.child, attempt.after)
             index = numbered.setdefault(key, len(successors))
             if index == len(successors):
-                successors.append(canonical)
+                successors.append(explorer.sent(child, key))
                 reached_by.append(event)
             tried.append(index)
         else:
-            expanded.append(Expanded(None, tried, live=explorer.live(at, state)))
+            live = explorer.live(at, state)
+            expanded.append(Expanded(None, tried, live=live, tally=_since(before, explorer.tally())))
     return Batch(tuple(expanded), tuple(successors), tuple(reached_by), time.process_time() - started)
 
 
@@ -194,34 +208,35 @@ class Walked:
 
 
 @dataclass
-class DistributedSearch:
-    """The coordinator (see the module docstring): `run` searches like `Explorer.run`."""
+class DistributedSearch(Generic[S]):
+    """The coordinator (see the module docstring): `run` searches like `Search.search`."""
 
-    recipe: Recipe
+    recipe: SearchRecipe[S]
     workers: int = 2
     ray: str | None = None
     batch: int = 256  # states per task: coarse, so a task's overhead is small beside its work
     report: Callable[[Level], None] | None = None
     levels: list[Level] = field(default_factory=list)
-    _local: Explorer = field(init=False, repr=False)  # the coordinator's explorer: its states and keys
+    _local: Any = field(init=False, repr=False)  # the coordinator's explorer (an S): its states and keys
     _pool: Workers = field(init=False, repr=False)
 
     @property
-    def explorer(self) -> Explorer:
-        """The coordinator's explorer: the states found and their paths (`trace.reproduce` prints
-        a violation from it)."""
-        return self._local
+    def explorer(self) -> S:
+        """The coordinator's explorer: the states found, their paths and its tallies
+        (`trace.reproduce` prints a system explorer's violation from it)."""
+        explorer: S = self._local
+        return explorer
 
-    def run(self, max_states: int | None = None) -> Exploration:
+    def run(self, max_states: int | None = None) -> Searched:
         """Search until every reachable state is checked, a check fails, or `max_states` are found."""
         started = time.perf_counter()
         local = self._local = self.recipe.build()
-        if not local.positioner.loadable:
-            raise NotDistributable(f"{self.recipe.subject}: its systems cannot be loaded with a kept state")
+        if not local.distributable():
+            raise NotDistributable(f"{self.recipe!r}: a worker could not position its states")
         first = local.start()
         initial = local.initial(first)
-        kept, _ = local.kept(None, first, initial)
-        self._add(kept, -1, None)
+        kept, key = local.kept(None, first, initial)
+        self._add(local.sent(kept, key), -1, None)
         if failure := local._check_state(initial):
             return self._finish(Violation(failure.kind, failure.detail, [], None), started)
         with Workers(self.workers, ray=self.ray) as self._pool:
@@ -229,7 +244,7 @@ class DistributedSearch:
 
     def _levels(self, max_states: int | None) -> Violation | None:
         """Level after level; the search's violation (None: complete, or stopped by `max_states`)."""
-        local, searched = self._local, self._local.result
+        local, searched = self._local, self._local.searched
         level, depth, checked = [0], 0, True  # the initial state's invariants are checked
         before: tuple[int, int, int] | None = None  # the counts before the walk that found `level`
         previous: list[int] = []
@@ -273,15 +288,15 @@ class DistributedSearch:
                 return self._violation(failure, event, index)
             previous, previous_batches, checked = level, batches, False
             level, depth = walked.found, depth + 1
-        local.result.complete = True
+        local.searched.complete = True
         return None
 
     def _run(self, level: list[int], *, events: bool) -> list[Batch]:
         """The level's states checked (and expanded if `events`) by the workers, in batches in order."""
-        states, depths = self._local.states, self._local.depth
+        local, depths = self._local, self._local.depth
         size = max(1, min(self.batch, -(-len(level) // (4 * self.workers))))  # a small level: every worker busy
         shards = [
-            (self.recipe, [(states[index], depths[index]) for index in level[start : start + size]], events)
+            (self.recipe, [(local.shipped(index), depths[index]) for index in level[start : start + size]], events)
             for start in range(0, len(level), size)
         ]
         results: list[Batch | None] = [None] * len(shards)
@@ -295,7 +310,7 @@ class DistributedSearch:
     def _walk(self, level: list[int], batches: list[Batch], max_states: int | None, stop: int = -1) -> Walked:
         """The single-process search's expansion of `level` from the workers' batches, up to the
         first step or liveness failure, `max_states`, or the `stop`-th new state (counted from 0)."""
-        local, searched = self._local, self._local.result
+        local, searched = self._local, self._local.searched
         invariants = len(local.component.invariants)
         walked = Walked()
         at = iter(level)
@@ -303,6 +318,7 @@ class DistributedSearch:
             states, events = batch.states, batch.events
             for state in batch.expanded:
                 index = next(at)
+                local.add_tally(state.tally)
                 successors = state.successors
                 searched.transitions += len(successors)  # each event counts once run (a failed one too)
                 searched.checks += len(successors)
@@ -339,10 +355,10 @@ class DistributedSearch:
     ) -> Violation:
         """The `ordinal`-th state found by walking `level` fails its invariants (`failure`): walk
         the level again from the counts `before` it, up to that state; the violation there."""
-        local, searched = self._local, self._local.result
+        local, searched = self._local, self._local.searched
         states, searched.transitions, searched.checks = before
-        for kept in local.states[states:]:
-            del local.index[local.canon.key(kept)]
+        for key in [key for key, found in local.index.items() if found >= states]:
+            del local.index[key]
         for kept_list in (local.states, local.parent, local.via, local.depth):
             del kept_list[states:]
         walked = self._walk(level, batches, max_states, stop=ordinal)
@@ -350,17 +366,18 @@ class DistributedSearch:
         _, event, index = walked.failure
         return self._violation(failure, event, index)
 
-    def _add(self, kept: SystemState, parent: int, event: Any) -> bool:
-        """Number `kept` if it is new (its parts interned here: its key is the single process's)."""
-        state = interned(self._local, kept)
-        return self._local._add(state, self._local.canon.key(state), parent, event)
+    def _add(self, sent: Any, parent: int, event: Any) -> bool:
+        """Number the state a worker sent if it is new (its key as the single process keys it)."""
+        state, key = self._local.received(sent)
+        added: bool = self._local._add(state, key, parent, event)
+        return added
 
     def _violation(self, failure: CheckFailure, event: Any, index: int) -> Violation:
         return Violation(failure.kind, failure.detail, self._local.path(index), event)
 
-    def _finish(self, violation: Violation | None, started: float) -> Exploration:
+    def _finish(self, violation: Violation | None, started: float) -> Searched:
         local = self._local
-        result = local.result
+        result: Searched = local.searched
         result.violation = violation
         result.states = len(local.states)
         result.depth = max(local.depth, default=0)
@@ -379,7 +396,8 @@ def explore_on_workers(
     """`kvsched.proofs.explorer.explore` of the spec within `bounds`, on `workers` processes (or
     Ray); the exploration and its levels."""
     search = DistributedSearch(Recipe(bounds), workers=workers, ray=ray, report=report)
-    return search.run(max_states), search.levels
+    search.run(max_states)
+    return search.explorer.result, search.levels
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -426,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _figures(
-    name: str, result: Exploration, levels: list[Level], coordinator_cpu: float, workers: int = 0
+    name: str, result: Searched, levels: list[Level], coordinator_cpu: float, workers: int = 0
 ) -> dict[str, Any]:
     """One search's figures for the table and the JSON."""
     return {

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvsched.impl.null_model import NullModel  # serves both batch forms
-from kvsched.proofs.search import Attempt, Node, Search
+from kvsched.proofs.search import Attempt, Node, Search, Searched
 from kvsched.spec import events as ev
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput
 from kvsched.spec.engine_state import EngineState, Queued, Running, sequence_of
@@ -234,9 +234,21 @@ class EngineExplorer(Search):
                 return failure
         return None
 
+    TALLIES = ("refusals", "preemptions", "cache_hits", "host_hits")  # what `observe` counts
+
+    def tally(self) -> tuple[int, ...]:
+        return tuple(getattr(self.result, name) for name in self.TALLIES)
+
+    def add_tally(self, counts: tuple[int, ...]) -> None:
+        for name, count in zip(self.TALLIES, counts, strict=True):
+            setattr(self.result, name, getattr(self.result, name) + count)
+
     def run(self) -> EngineExploration:
         """Explore until every reachable state is seen, `max_states` are, or a check fails."""
-        searched = self.search(self.bounds.max_states)
+        return self.outcome(self.search(self.bounds.max_states))
+
+    def outcome(self, searched: Searched) -> EngineExploration:
+        """The exploration `searched` (this explorer's search, here or on workers) as its result."""
         result = self.result
         result.states, result.transitions, result.complete = searched.states, searched.transitions, searched.complete
         if searched.violation is not None:
@@ -294,6 +306,34 @@ WIDER = replace(
 )
 
 
+def engine_named(name: str) -> EngineFactory:
+    """An engine factory by name: `spec`, `impl`, or a broken engine's (`ENGINE_VARIANTS`)."""
+    from kvsched.testing.engine_machine import impl_engine
+    from kvsched.testing.engine_variants import ENGINE_VARIANTS
+
+    if name in ("spec", "impl"):
+        factory: EngineFactory = spec_engine if name == "spec" else impl_engine
+        return factory
+    for variant in ENGINE_VARIANTS:
+        if variant.name == name:
+            return variant.factory()
+    raise ValueError(f"no engine named {name!r}: spec, impl or a broken engine's name")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRecipe:
+    """How a worker builds an engine explorer (`kvsched.proofs.distributed`): the bounds, and the
+    engine and its reference by name (`engine_named`)."""
+
+    bounds: EngineBounds
+    engine: str = "spec"
+    reference: str | None = None
+
+    def build(self) -> EngineExplorer:
+        reference = None if self.reference is None else engine_named(self.reference)
+        return EngineExplorer(self.bounds, engine_named(self.engine), reference)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Explore the small engine (and, with `--deep`, a wider one: 3 slots, 6 pages, chunk 1);
     print what each covered; 0 when no check failed."""
@@ -301,13 +341,24 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m kvsched.proofs.engine_explorer", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--deep", action="store_true", help="also the wider configuration (tens of minutes)")
+    parser.add_argument("--workers", type=int, default=0, help="search on N worker processes (the same states)")
+    parser.add_argument("--ray", metavar="ADDRESS", help="search on a Ray cluster (auto, local, or an address)")
     args = parser.parse_args(argv)
+    if args.workers < 0:
+        parser.error("--workers takes 1 or more")
     runs = [("small", SMALL), ("cached", CACHED), ("whole", WHOLE), ("whole cached", WHOLE_CACHED), ("hosted", HOSTED)]
     runs += [("wider", WIDER)] if args.deep else []
     failed = False
     for name, bounds in runs:
         start = time.perf_counter()
-        result = EngineExplorer(bounds, spec_engine).run()
+        if args.workers or args.ray:
+            from kvsched.proofs.distributed import DistributedSearch
+
+            search = DistributedSearch(EngineRecipe(bounds), workers=max(args.workers, 1), ray=args.ray)
+            searched = search.run(bounds.max_states)
+            result = search.explorer.outcome(searched)
+        else:
+            result = EngineExplorer(bounds, spec_engine).run()
         verdict = "pass" if result.violation is None else f"FAIL {result.violation}: {result.path}"
         failed |= result.violation is not None
         print(

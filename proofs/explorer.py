@@ -173,6 +173,37 @@ class Explorer(Search):
             return None
         return CheckFailure(FailureKind.LIVENESS, f"pages leak after draining: refs={current.pool.refs}")
 
+    # -- on many workers: a kept state is shipped and loaded (a loadable subject only) -----------
+
+    def distributable(self) -> bool:
+        return self.positioner.loadable
+
+    def interned(self, state: SystemState) -> SystemState:
+        """`state` with its parts interned by the canonicalizer (its key is then the identities of
+        its parts, as the single process keys it)."""
+        canon = self.canon
+        return SystemState(
+            canon.intern(state.pool),
+            canon.intern(state.store),
+            canon.intern(state.scheduler),
+            canon.intern(state.external),
+        )
+
+    def shipped(self, index: int) -> Any:
+        return self.states[index]
+
+    def arrive(self, shipped: Any, memo: dict[Any, tuple[Any, Any]]) -> tuple[Any, Any, Any]:
+        kept = self.interned(shipped)  # as the single process keeps it: its parts shared
+        at, state = self.loaded(kept)
+        return at, state, kept
+
+    def sent(self, kept: Any, key: Any) -> Any:
+        return kept  # its key names this process's interned parts: the coordinator keys it again
+
+    def received(self, sent: Any) -> tuple[Any, Any]:
+        state = self.interned(sent)
+        return state, self.canon.key(state)
+
     def progress(self, expanded: int) -> None:
         if self.report is not None:
             seconds = time.perf_counter() - self._started

@@ -124,8 +124,9 @@ def run_exploration(run: Run, progress: bool, workers: int = 0, ray: str | None 
         search = DistributedSearch(
             Recipe(run.bounds), workers=max(workers, 1), ray=ray, report=report if progress else None
         )
-        result = search.run()
+        search.run()
         explorer = search.explorer
+        result = explorer.result
     else:
         explorer = Explorer(run.bounds, run.subject, run.reference, _log if progress else None)
         result = explorer.run()

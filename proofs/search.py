@@ -156,6 +156,54 @@ class Search(ABC):
         """Called every two seconds of search (silent by default)."""
         return None
 
+    # -- on many workers (`kvsched.proofs.distributed`) ------------------------------------------
+
+    def distributable(self) -> bool:
+        """A worker can position every state from what `shipped` gives it (default: yes)."""
+        return True
+
+    def shipped(self, index: int) -> Any:
+        """What a worker needs to position state `index` (default: its path from the start)."""
+        return tuple(self.path(index))
+
+    def arrive(self, shipped: Any, memo: dict[Any, tuple[Any, Any]]) -> tuple[Any, Any, Any]:
+        """At a worker, where state `shipped` is: what running events from it needs, the state
+        in its systems' names, and the state as kept. Default: its path replayed from the start
+        (each step as `attempt` runs it; the systems the single process keeps for a state are the
+        ones its first path reached, so the same), the nodes of the path's prefixes kept in `memo`
+        for the batch's next states."""
+        path: tuple[Any, ...] = shipped
+        done = next((length for length in range(len(path), 0, -1) if path[:length] in memo), 0)
+        if done:
+            at, kept = memo[path[:done]]
+        else:
+            at = self.start()
+            kept, _ = self.kept(None, at, self.initial(at))
+        for length in range(done + 1, len(path) + 1):
+            attempt = self.attempt(at, kept, path[length - 1])
+            kept, _ = self.kept(at, attempt.child, attempt.after)
+            at = attempt.child
+            memo[path[:length]] = at, kept
+        return at, kept, kept
+
+    def sent(self, kept: Any, key: Any) -> Any:
+        """What a worker sends back for a new successor (default: its key, which the coordinator
+        keeps as the state: it ships paths, never states)."""
+        return key
+
+    def received(self, sent: Any) -> tuple[Any, Any]:
+        """At the coordinator: a successor a worker sent, as the state to keep and its key."""
+        return sent, sent
+
+    def tally(self) -> tuple[int, ...]:
+        """The explorer's own counts of what its steps saw (default: none); a worker sends each
+        state's share, and the coordinator adds them up (`add_tally`)."""
+        return ()
+
+    def add_tally(self, counts: tuple[int, ...]) -> None:
+        """Add a worker's counts (`tally`) to this explorer's."""
+        return None
+
     # -- the search ----------------------------------------------------------------------------
 
     def path(self, index: int) -> list[Any]:

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from kvsched.proofs.distributed import VARIANT, Batch, DistributedSearch, NotDistributable, Recipe
-from kvsched.proofs.explorer import Exploration, Explorer
+from kvsched.proofs.explorer import Explorer
 from kvsched.proofs.operations import ISSUE, Bounds
+from kvsched.proofs.search import Searched
 from kvsched.proofs.subject import IMPL, Subject, variant
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.system import SystemConfig, SystemUnderTest, spec_system
@@ -22,7 +23,7 @@ TINY = Bounds(requests=1, pages=2, logical_pages=1, entries=1, entry_pages=1)
 FOUR = replace(ISSUE, max_depth=4)  # the issue's sizes to depth 4: 469 classes of states
 
 
-def summary(result: Exploration) -> tuple[Any, ...]:
+def summary(result: Searched) -> tuple[Any, ...]:
     """What must not depend on the number of workers (a failure's words aside: see the module)."""
     found = result.violation
     violation = None if found is None else (found.kind, found.path, found.event)
@@ -42,7 +43,7 @@ def test_the_counts_are_the_single_process_counts() -> None:
         assert search.explorer.via == explorer.via and search.explorer.parent == explorer.parent
 
 
-class LastBatchLost(DistributedSearch):
+class LastBatchLost(DistributedSearch[Explorer]):
     """A coordinator that loses the last batch of every level of more than one batch."""
 
     def _run(self, level: list[int], *, events: bool) -> list[Batch]:
