@@ -42,7 +42,7 @@ RAY_VENV ?= .venv-ray
 ray:
 	test -d $(RAY_VENV) || $(PY) -m venv $(RAY_VENV)
 	$(RAY_VENV)/bin/python -m pip install -q -e '.[ray]' 'pytest>=8'
-	$(RAY_VENV)/bin/python -m pytest -q -m ray tests/testing/test_check_workers.py tests/proofs/test_distributed.py
+	$(RAY_VENV)/bin/python -m pytest -q -m ray tests/testing/test_check_workers.py tests/proofs/test_distributed.py tests/proofs/test_seen.py
 
 ## The test suite (fast profiles: what CI runs), on every core.
 test: setup

@@ -430,6 +430,28 @@ def distributed_search(report: dict[str, Any]) -> str:
         + [f"{level['worker_cpu']:.1f}", f"{level['coordinator_cpu']:.1f}"]
         for level in most["levels"]
     ]
+    engine_rows = [
+        [run["run"], f"{run['states']:,}", f"{run['transitions']:,}", "yes" if run["complete"] else "no"]
+        + [
+            f"{run['seconds']:.1f}",
+            f"{run['coordinator_cpu']:.1f}",
+            f"{run['worker_cpu']:.1f}" if run["workers"] else "",
+        ]
+        for run in report.get("engine_runs", [])
+    ]
+    engines = (
+        [
+            "The engine explorer's small and hosted shapes to completion (`--engine`): a state ships as its"
+            " path of events and the worker replays it (a batch's shared prefixes once), so a worker's CPU"
+            " includes the replays the single process does not make.",
+            table(
+                ["engine explorer", "states", "transitions", "complete", "s", "coordinator CPU-s", "workers CPU-s"],
+                engine_rows,
+            ),
+        ]
+        if engine_rows
+        else []
+    )
     estimate = max(most["coordinator_cpu"], runs[1]["worker_cpu"] / 64)
     share = most["coordinator_cpu"] / (most["coordinator_cpu"] + most["worker_cpu"])
     depth9 = 375e6  # the runner's estimate of depth 9's transitions at these sizes (kvsched.proofs.runner.DEEP)
@@ -438,8 +460,9 @@ def distributed_search(report: dict[str, Any]) -> str:
         "`python -m kvsched.proofs.distributed --depth 6 --workers 1 2`: the spec's explorer at the issue's"
         " sizes (R3 P5 L3 E2x2) to depth 6, in one process and level by level on local worker processes"
         " (`kvsched.proofs.distributed`: every count and the numbering of every state are the single"
-        " process's; a test holds them to it). The coordinator's CPU is what no worker can take: receiving"
-        " each batch's successors and walking them in order against the seen-set it keeps.",
+        " process's; a test holds them to it), the seen-set in parts, one owner process per worker"
+        " (`kvsched.proofs.seen`). The coordinator's CPU is what no worker can take: receiving each batch's"
+        " successors, asking their owners which are new, and walking them in order.",
         report,
         table(["search", "states", "transitions", "s", "speed", "coordinator CPU-s", "workers CPU-s"], rows),
         f"Levels on {max(runs)} workers:",
@@ -453,6 +476,7 @@ def distributed_search(report: dict[str, Any]) -> str:
         f" of 2026-11-30, not measured here) about {depth9 * per_transition / 3600:.1f} h of coordinator time"
         f" against {depth9 / per_worker / 64 / 60:.0f} min of 64 workers' work. The issue's sizes do not close:"
         " their levels still grew about sevenfold at depth 8 in that run.",
+        *engines,
     )
 
 

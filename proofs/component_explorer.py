@@ -118,7 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.workers or args.ray:
                 from kvsched.proofs.distributed import DistributedSearch
 
-                search = DistributedSearch(ComponentRecipe(component.name, config), max(args.workers, 1), args.ray)
+                workers = max(args.workers, 1)
+                search = DistributedSearch(
+                    ComponentRecipe(component.name, config), workers, args.ray, partitions=workers
+                )
                 result = search.run(100_000)
             else:
                 subject, reference = (impl, spec) if impl is not None else (spec, None)

@@ -25,14 +25,18 @@ explorer's own tallies are added per state walked, so they are the single proces
 on a search stopped by a new state's invariants: there the state that found it counts all its
 events, where the single process stopped at that one.
 
-The seen-set stays with the coordinator (every successor's key is looked up there): the workers
-share the work of running events and checks, which is where the search's time goes, but not the
-memory. `Level` is what the coordinator reports after each level (for progress and the scaling
-figures).
+The seen-set is the coordinator's (`partitions=0`) or cut into parts, each kept by an owner process
+or Ray actor (`kvsched.proofs.seen`): the coordinator asks the owners once per level which of the
+level's distinct keys an earlier level numbered, walks the level against those answers and the
+keys its own walk numbers, and hands the new keys to their owners; a level walked again makes them
+forget from its first number. With owners the coordinator holds, between levels, the states'
+parents, events and depths and the frontier's states, and no key. `Level` is what the coordinator
+reports after each level (for progress and the scaling figures).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import time
@@ -44,6 +48,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from kvsched.proofs.explorer import Exploration, Explorer
 from kvsched.proofs.operations import ISSUE, Bounds
 from kvsched.proofs.search import Search, Searched, Violation
+from kvsched.proofs.seen import Partitions
 from kvsched.proofs.subject import IMPL, SPEC, Subject, variant
 from kvsched.report import CommandParser, measurement, print_table, require_writable, write_json
 from kvsched.testing.outcome import CheckFailure, FailureKind
@@ -197,6 +202,17 @@ def expand(shard: tuple[SearchRecipe[Search], Sequence[tuple[Any, int]], bool]) 
     return Batch(tuple(expanded), tuple(successors), tuple(reached_by), time.process_time() - started)
 
 
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """A level's batches as the walk reads them: each successor received (the state to keep and
+    its key), and with owners the keys that are new to the search (None: the coordinator's own
+    seen-set tells)."""
+
+    batches: list[Batch]
+    received: list[list[tuple[Any, Any]]]
+    fresh: set[Any] | None
+
+
 @dataclass
 class Walked:
     """The coordinator's walk of a level: the new states in the order found, the first step or
@@ -217,8 +233,11 @@ class DistributedSearch(Generic[S]):
     batch: int = 256  # states per task: coarse, so a task's overhead is small beside its work
     report: Callable[[Level], None] | None = None
     levels: list[Level] = field(default_factory=list)
+    partitions: int = 0  # owners of the seen-set's parts (`kvsched.proofs.seen`); 0: the coordinator keeps it
     _local: Any = field(init=False, repr=False)  # the coordinator's explorer (an S): its states and keys
     _pool: Workers = field(init=False, repr=False)
+    _owners: Partitions | None = field(init=False, repr=False, default=None)
+    _numbered: dict[Any, int] = field(init=False, repr=False, default_factory=dict)  # the walk's new keys
 
     @property
     def explorer(self) -> S:
@@ -233,14 +252,21 @@ class DistributedSearch(Generic[S]):
         local = self._local = self.recipe.build()
         if not local.distributable():
             raise NotDistributable(f"{self.recipe!r}: a worker could not position its states")
-        first = local.start()
-        initial = local.initial(first)
-        kept, key = local.kept(None, first, initial)
-        self._add(local.sent(kept, key), -1, None)
-        if failure := local._check_state(initial):
-            return self._finish(Violation(failure.kind, failure.detail, [], None), started)
-        with Workers(self.workers, ray=self.ray) as self._pool:
-            return self._finish(self._levels(max_states), started)
+        with contextlib.ExitStack() as stack:
+            if self.partitions:
+                self._owners = stack.enter_context(Partitions(self.partitions, ray=self.ray))
+            first = local.start()
+            initial = local.initial(first)
+            kept, key = local.kept(None, first, initial)
+            self._number(local.received(local.sent(kept, key)), -1, None, None)
+            self._settle()
+            violation: Violation | None
+            if failure := local._check_state(initial):
+                violation = Violation(failure.kind, failure.detail, [], None)
+            else:
+                self._pool = stack.enter_context(Workers(self.workers, ray=self.ray))
+                violation = self._levels(max_states)
+        return self._finish(violation, started)
 
     def _levels(self, max_states: int | None) -> Violation | None:
         """Level after level; the search's violation (None: complete, or stopped by `max_states`)."""
@@ -248,19 +274,24 @@ class DistributedSearch(Generic[S]):
         level, depth, checked = [0], 0, True  # the initial state's invariants are checked
         before: tuple[int, int, int] | None = None  # the counts before the walk that found `level`
         previous: list[int] = []
-        previous_batches: list[Batch] = []
+        previous_answers = Answers([], [], None)
         while level:
             working, cpu = time.perf_counter(), time.process_time()
             batches = self._run(level, events=True)
+            if self._owners is not None:
+                for index in level:  # shipped: a partitioned coordinator keeps only the frontier's states
+                    local.states[index] = None
             expanded = [item for batch in batches for item in batch.expanded]
             if not checked:
                 for ordinal, state in enumerate(expanded):
                     if state.invariants is not None:
                         assert before is not None
-                        return self._rewalk(previous, previous_batches, before, max_states, ordinal, state.invariants)
+                        return self._rewalk(previous, previous_answers, before, max_states, ordinal, state.invariants)
             walking = time.perf_counter()
             before = (len(local.states), searched.transitions, searched.checks)
-            walked = self._walk(level, batches, max_states)
+            answers = self._answers(batches)
+            walked = self._walk(level, answers, max_states)
+            self._settle()
             seconds = time.perf_counter() - walking
             workers = sum(batch.cpu for batch in batches)
             coordinator = time.process_time() - cpu
@@ -281,12 +312,12 @@ class DistributedSearch(Generic[S]):
                 checks = [item for batch in self._run(walked.found, events=False) for item in batch.expanded]
                 for ordinal, state in enumerate(checks):
                     if state.invariants is not None:
-                        return self._rewalk(level, batches, before, max_states, ordinal, state.invariants)
+                        return self._rewalk(level, answers, before, max_states, ordinal, state.invariants)
                 if walked.failure is None:
                     return None
                 failure, event, index = walked.failure
                 return self._violation(failure, event, index)
-            previous, previous_batches, checked = level, batches, False
+            previous, previous_answers, checked = level, answers, False
             level, depth = walked.found, depth + 1
         local.searched.complete = True
         return None
@@ -307,15 +338,46 @@ class DistributedSearch(Generic[S]):
         self._pool.run(expand, shards, done)
         return [batch for batch in results if batch is not None]
 
-    def _walk(self, level: list[int], batches: list[Batch], max_states: int | None, stop: int = -1) -> Walked:
+    def _answers(self, batches: list[Batch]) -> Answers:
+        """The level's batches, each successor as the state to keep and its key, and (with owners)
+        the keys no earlier level numbered: each distinct key asked of its owner once."""
+        local = self._local
+        received = [[local.received(sent) for sent in batch.states] for batch in batches]
+        if self._owners is None:
+            return Answers(batches, received, None)
+        keys = list(dict.fromkeys(key for found in received for _, key in found))
+        seen = self._owners.seen(keys)
+        return Answers(batches, received, {key for key, known in zip(keys, seen, strict=True) if not known})
+
+    def _number(self, received: tuple[Any, Any], parent: int, event: Any, fresh: set[Any] | None) -> bool:
+        """Number a successor if it is new: to the coordinator's seen-set, or (with owners) to the
+        walk and among the keys no earlier level numbered (`fresh`; None: the initial state)."""
+        state, key = received
+        local = self._local
+        if self._owners is None:
+            added: bool = local._add(state, key, parent, event)
+            return added
+        if key in self._numbered or (fresh is not None and key not in fresh):
+            return False
+        self._numbered[key] = len(local.states)
+        local._append(state, parent, event)
+        return True
+
+    def _settle(self) -> None:
+        """Hand the walk's new keys to their owners."""
+        if self._owners is not None and self._numbered:
+            self._owners.insert(list(self._numbered), list(self._numbered.values()))
+        self._numbered = {}
+
+    def _walk(self, level: list[int], answers: Answers, max_states: int | None, stop: int = -1) -> Walked:
         """The single-process search's expansion of `level` from the workers' batches, up to the
         first step or liveness failure, `max_states`, or the `stop`-th new state (counted from 0)."""
         local, searched = self._local, self._local.searched
         invariants = len(local.component.invariants)
         walked = Walked()
         at = iter(level)
-        for batch in batches:
-            states, events = batch.states, batch.events
+        for batch, received in zip(answers.batches, answers.received, strict=True):
+            events = batch.events
             for state in batch.expanded:
                 index = next(at)
                 local.add_tally(state.tally)
@@ -323,7 +385,7 @@ class DistributedSearch(Generic[S]):
                 searched.transitions += len(successors)  # each event counts once run (a failed one too)
                 searched.checks += len(successors)
                 for position, successor in enumerate(successors):
-                    if successor < 0 or not self._add(states[successor], index, events[successor]):
+                    if successor < 0 or not self._number(received[successor], index, events[successor], answers.fresh):
                         continue
                     walked.found.append(len(local.states) - 1)
                     searched.checks += invariants
@@ -347,7 +409,7 @@ class DistributedSearch(Generic[S]):
     def _rewalk(
         self,
         level: list[int],
-        batches: list[Batch],
+        answers: Answers,
         before: tuple[int, int, int],
         max_states: int | None,
         ordinal: int,
@@ -359,18 +421,15 @@ class DistributedSearch(Generic[S]):
         states, searched.transitions, searched.checks = before
         for key in [key for key, found in local.index.items() if found >= states]:
             del local.index[key]
+        if self._owners is not None:
+            self._owners.forget(states)
+            self._numbered = {}
         for kept_list in (local.states, local.parent, local.via, local.depth):
             del kept_list[states:]
-        walked = self._walk(level, batches, max_states, stop=ordinal)
+        walked = self._walk(level, answers, max_states, stop=ordinal)
         assert walked.failure is not None, "the walk finds the state it found before"
         _, event, index = walked.failure
         return self._violation(failure, event, index)
-
-    def _add(self, sent: Any, parent: int, event: Any) -> bool:
-        """Number the state a worker sent if it is new (its key as the single process keys it)."""
-        state, key = self._local.received(sent)
-        added: bool = self._local._add(state, key, parent, event)
-        return added
 
     def _violation(self, failure: CheckFailure, event: Any, index: int) -> Violation:
         return Violation(failure.kind, failure.detail, self._local.path(index), event)
@@ -411,11 +470,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts (default 1 2)")
     parser.add_argument("--ray", default=None, help="run on a Ray cluster (ADDRESS, auto or local)")
     parser.add_argument("--no-single", action="store_true", help="skip the single-process search")
+    parser.add_argument("--partitions", type=int, default=None, help="owners of the seen-set (default: one a worker)")
+    parser.add_argument("--engine", action="store_true", help="also the engine explorer's small and hosted shapes")
     parser.add_argument("--json", default=None, help="write the figures to PATH")
     arguments = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(arguments)
-    if args.depth < 0 or any(count < 1 for count in args.workers):
-        parser.error("--depth takes 0 or more, --workers counts of 1 or more")
+    if args.depth < 0 or any(count < 1 for count in args.workers) or (args.partitions or 0) < 0:
+        parser.error("--depth and --partitions take 0 or more, --workers counts of 1 or more")
     if args.json is not None:
         require_writable(args.json, "kvsched.proofs.distributed")
     bounds = replace(ISSUE, max_depth=args.depth)
@@ -427,7 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs.append(_figures("1 process", alone, [], time.process_time() - cpu))
     for workers in args.workers:
         _log(f"{workers} worker(s){' on Ray' if args.ray else ''} ...")
-        search = DistributedSearch(Recipe(bounds), workers=workers, ray=args.ray, report=_report)
+        parts = workers if args.partitions is None else args.partitions
+        search = DistributedSearch(Recipe(bounds), workers=workers, ray=args.ray, report=_report, partitions=parts)
         result = search.run()
         coordinator = sum(level.coordinator_cpu for level in search.levels)
         runs.append(_figures(f"{workers} worker(s)", result, search.levels, coordinator, workers))
@@ -437,10 +499,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         for run in runs
     ]
     print_table(rows, ["search", "states", "transitions", "time", "states/s", "coordinator CPU-s", "workers CPU-s"])
+    engines = _engine_runs(args.workers, args.partitions, args.ray) if args.engine else []
     if args.json is not None:
         command = " ".join(["python -m kvsched.proofs.distributed", *arguments])
-        write_json(args.json, {"measured": measurement(command), "runs": runs})
-    return 0 if all(run["violation"] is None for run in runs) else 1
+        write_json(args.json, {"measured": measurement(command), "runs": runs, "engine_runs": engines})
+    return 0 if all(run["violation"] is None for run in runs + engines) else 1
+
+
+def _engine_runs(counts: Sequence[int], partitions: int | None, ray: str | None) -> list[dict[str, Any]]:
+    """The engine explorer's small and hosted shapes to completion, in one process and on each
+    count of workers (a state shipped as its path); printed as a table, returned for the JSON."""
+    from kvsched.proofs.engine_explorer import HOSTED, SMALL, EngineRecipe
+
+    runs: list[dict[str, Any]] = []
+    for shape, bounds in (("small", SMALL), ("hosted", HOSTED)):
+        for workers in (0, *counts):
+            _log(f"engine explorer {shape}, {f'{workers} worker(s)' if workers else 'one process'} ...")
+            cpu = time.process_time()
+            if workers:
+                parts = workers if partitions is None else partitions
+                search = DistributedSearch(EngineRecipe(bounds), workers=workers, ray=ray, partitions=parts)
+                result = search.run(bounds.max_states)
+                levels = search.levels
+                coordinator = sum(level.coordinator_cpu for level in levels)
+            else:
+                result, levels = EngineRecipe(bounds).build().search(bounds.max_states), []
+                coordinator = time.process_time() - cpu
+            name = f"{shape}, {f'{workers} worker(s)' if workers else '1 process'}"
+            runs.append(_figures(name, result, levels, coordinator, workers))
+    rows = [
+        [run["run"], f"{run['states']:,}", f"{run['transitions']:,}", str(run["complete"]), f"{run['seconds']:.1f}s"]
+        + [f"{run['coordinator_cpu']:.1f}", f"{run['worker_cpu']:.1f}"]
+        for run in runs
+    ]
+    print_table(
+        rows, ["engine explorer", "states", "transitions", "complete", "time", "coordinator CPU-s", "workers CPU-s"]
+    )
+    return runs
 
 
 def _figures(

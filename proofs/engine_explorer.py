@@ -354,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.workers or args.ray:
             from kvsched.proofs.distributed import DistributedSearch
 
-            search = DistributedSearch(EngineRecipe(bounds), workers=max(args.workers, 1), ray=args.ray)
+            workers = max(args.workers, 1)
+            search = DistributedSearch(EngineRecipe(bounds), workers=workers, ray=args.ray, partitions=workers)
             searched = search.run(bounds.max_states)
             result = search.explorer.outcome(searched)
         else:

@@ -122,7 +122,11 @@ def run_exploration(run: Run, progress: bool, workers: int = 0, ray: str | None 
             )
 
         search = DistributedSearch(
-            Recipe(run.bounds), workers=max(workers, 1), ray=ray, report=report if progress else None
+            Recipe(run.bounds),
+            workers=max(workers, 1),
+            ray=ray,
+            report=report if progress else None,
+            partitions=max(workers, 1),  # the seen-set's parts, an owner each
         )
         search.run()
         explorer = search.explorer

@@ -192,8 +192,9 @@ class Search(ABC):
         return key
 
     def received(self, sent: Any) -> tuple[Any, Any]:
-        """At the coordinator: a successor a worker sent, as the state to keep and its key."""
-        return sent, sent
+        """At the coordinator: a successor a worker sent, as the state to keep and its key
+        (default: no state, the key sent: the coordinator ships paths)."""
+        return None, sent
 
     def tally(self) -> tuple[int, ...]:
         """The explorer's own counts of what its steps saw (default: none); a worker sends each
@@ -218,11 +219,15 @@ class Search(ABC):
         if key in self.index:
             return False
         self.index[key] = len(self.states)
+        self._append(state, parent, event)
+        return True
+
+    def _append(self, state: Any, parent: int, event: Any) -> None:
+        """Number a new state (its key kept by the caller)."""
         self.states.append(state)
         self.parent.append(parent)
         self.via.append(event)
         self.depth.append(0 if parent < 0 else self.depth[parent] + 1)
-        return True
 
     def _check_state(self, state: Any) -> CheckFailure | None:
         self.searched.checks += len(self.component.invariants)

@@ -152,13 +152,7 @@ def _on_ray(
     job: Callable[[S], R], shards: Sequence[S], done: Callable[[int, R], None], address: str, attempts: int
 ) -> None:
     """The shards as Ray tasks (Ray runs a task again when its worker dies: `max_retries`)."""
-    try:
-        import ray  # an optional extra: kvsched[ray]
-    except ImportError as error:
-        raise RayMissing("--ray needs Ray: pip install 'kvsched[ray]'") from error
-    started: Any = ray
-    if not started.is_initialized():
-        started.init(address=None if address == "local" else address, log_to_driver=False)
+    started = ray_started(address)
     remote = started.remote(max_retries=attempts - 1)(job)
     running = {remote.remote(shard): index for index, shard in enumerate(shards)}
     while running:
@@ -166,3 +160,15 @@ def _on_ray(
         for reference in finished:
             index = running.pop(reference)
             done(index, started.get(reference))
+
+
+def ray_started(address: str) -> Any:
+    """The `ray` module, connected to the cluster at `address` (`local`: one started here)."""
+    try:
+        import ray  # an optional extra: kvsched[ray]
+    except ImportError as error:
+        raise RayMissing("--ray needs Ray: pip install 'kvsched[ray]'") from error
+    started: Any = ray
+    if not started.is_initialized():
+        started.init(address=None if address == "local" else address, log_to_driver=False)
+    return started
