@@ -30,14 +30,25 @@ or Ray actor (`kvsched.proofs.seen`): the coordinator asks the owners once per l
 level's distinct keys an earlier level numbered, walks the level against those answers and the
 keys its own walk numbers, and hands the new keys to their owners; a level walked again makes them
 forget from its first number. With owners the coordinator holds, between levels, the states'
-parents, events and depths and the frontier's states, and no key. `Level` is what the coordinator
-reports after each level (for progress and the scaling figures).
+parents, events and depths and the last two levels' states, and no key. `Level` is what the
+coordinator reports after each level (for progress and the scaling figures).
+
+With a `journal` (a file), the coordinator saves where it is before each level runs: the level,
+its depth and the level that found it, the counts, the levels so far, the parents, events and
+depths, and the states it keeps (its seen-set's, as a worker sent them, to be received again: a
+system explorer's keys are its interned parts, which mean nothing in another process; with owners,
+the last two levels' states, the owners' logs beside the journal). The same search run again goes
+on from that level; its owners first forget what a walk after it numbered. A search that stopped
+after it saved a level whose states fail their invariants runs the level that found them again
+to walk back to them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import os
+import pickle
 import sys
 import time
 from array import array
@@ -156,6 +167,22 @@ def explorer_for(recipe: SearchRecipe[Search]) -> Search:
     return explorer
 
 
+Memo = dict[Any, tuple[Any, Any]]  # a path -> where a replay of it got to (`Search.arrive`)
+_MEMOS: dict[Any, tuple[int, Memo, Memo]] = {}
+
+
+def _memo(recipe: SearchRecipe[Search], depth: int) -> tuple[Memo, Memo]:
+    """Where this process's replays got to, for a batch of states at `depth`: the nodes of the
+    states it expanded at the depth before (their parents, when it expanded them) and the
+    ancestors it replayed at this depth; and where to keep the nodes of the states it expands now.
+    Kept across the level's batches, dropped two levels on."""
+    kept = _MEMOS.get(recipe)
+    if kept is None or kept[0] != depth:
+        parents = kept[2] if kept is not None and kept[0] == depth - 1 else {}
+        kept = _MEMOS[recipe] = depth, parents, {}
+    return kept[1], kept[2]
+
+
 def _since(before: tuple[int, ...], now: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(after - earlier for earlier, after in zip(before, now, strict=True))
 
@@ -167,13 +194,15 @@ def expand(shard: tuple[SearchRecipe[Search], Sequence[tuple[Any, int]], bool]) 
     started = time.process_time()
     explorer = explorer_for(recipe)
     limit = explorer.max_depth
-    memo: dict[Any, tuple[Any, Any]] = {}  # the batch's paths' prefixes, where they were replayed
+    memo, expanding = _memo(recipe, states[0][1] if states else -1)
     expanded: list[Expanded] = []
     successors: list[Any] = []
     reached_by: list[Any] = []  # the event that first reached each successor
     numbered: dict[Any, int] = {}  # a successor's key in this worker -> its index in `successors`
     for shipped, depth in states:
         at, state, kept = explorer.arrive(shipped, memo)
+        if events and isinstance(shipped, tuple):  # a path: its children's replays start here
+            expanding[shipped] = at, kept
         failure = explorer.check_state(kept)
         if failure is not None or not events:
             expanded.append(Expanded(failure))
@@ -200,6 +229,36 @@ def expand(shard: tuple[SearchRecipe[Search], Sequence[tuple[Any, int]], bool]) 
             live = explorer.live(at, state)
             expanded.append(Expanded(None, tried, live=live, tally=_since(before, explorer.tally())))
     return Batch(tuple(expanded), tuple(successors), tuple(reached_by), time.process_time() - started)
+
+
+Counts = tuple[int, int, int, tuple[int, ...]]  # states, transitions, checks, the explorer's tally
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where the search is between levels: the level it expands next and its depth; whether its
+    states' invariants were checked (the initial state's are, before its level runs; the others'
+    are checked as their level runs); the level that found it and the counts before that walk."""
+
+    level: list[int]
+    depth: int = 0
+    checked: bool = True
+    previous: list[int] = field(default_factory=list)
+    before: Counts | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    """A search saved after a level: which search (its recipe and parts), its cursor, levels and
+    counts (transitions, checks, tally, complete), its parents, events and depths, and the
+    states it keeps as (number, what a worker sent)."""
+
+    search: tuple[str, int]
+    cursor: Cursor
+    levels: list[Level]
+    counts: tuple[int, int, tuple[int, ...], bool]
+    lists: tuple[list[int], list[Any], list[int]]
+    kept: list[tuple[int, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +297,9 @@ class DistributedSearch(Generic[S]):
     _pool: Workers = field(init=False, repr=False)
     _owners: Partitions | None = field(init=False, repr=False, default=None)
     _numbered: dict[Any, int] = field(init=False, repr=False, default_factory=dict)  # the walk's new keys
+    owners_cpu: float = field(init=False, default=0.0)  # the seen-set's owners' CPU seconds, once run
+    journal: str | None = None  # a file: where the search is after each level, to go on from
+    _previous: Answers | None = field(init=False, repr=False, default=None)  # the last level's answers
 
     @property
     def explorer(self) -> S:
@@ -247,48 +309,56 @@ class DistributedSearch(Generic[S]):
         return explorer
 
     def run(self, max_states: int | None = None) -> Searched:
-        """Search until every reachable state is checked, a check fails, or `max_states` are found."""
+        """Search until every reachable state is checked, a check fails, or `max_states` are found;
+        with a `journal` that holds this search's last level, go on from there."""
         started = time.perf_counter()
         local = self._local = self.recipe.build()
         if not local.distributable():
             raise NotDistributable(f"{self.recipe!r}: a worker could not position its states")
+        saved = self._read_journal()
         with contextlib.ExitStack() as stack:
             if self.partitions:
-                self._owners = stack.enter_context(Partitions(self.partitions, ray=self.ray))
-            first = local.start()
-            initial = local.initial(first)
-            kept, key = local.kept(None, first, initial)
-            self._number(local.received(local.sent(kept, key)), -1, None, None)
-            self._settle()
-            violation: Violation | None
-            if failure := local._check_state(initial):
-                violation = Violation(failure.kind, failure.detail, [], None)
+                directory = None if self.journal is None else f"{self.journal}.seen"
+                self._owners = stack.enter_context(Partitions(self.partitions, ray=self.ray, directory=directory))
+            violation: Violation | None = None
+            if saved is not None:
+                cursor = self._resume(saved)
             else:
+                first = local.start()
+                initial = local.initial(first)
+                kept, key = local.kept(None, first, initial)
+                receive = local.received if self._owners is None else local.owned
+                self._number(receive(local.sent(kept, key)), -1, None, None)
+                self._settle()
+                cursor = Cursor([0])
+                if failure := local._check_state(initial):
+                    violation = Violation(failure.kind, failure.detail, [], None)
+            if violation is None:
                 self._pool = stack.enter_context(Workers(self.workers, ray=self.ray))
-                violation = self._levels(max_states)
+                violation = self._levels(cursor, max_states)
+            if self._owners is not None:
+                self.owners_cpu = self._owners.cpu()
         return self._finish(violation, started)
 
-    def _levels(self, max_states: int | None) -> Violation | None:
-        """Level after level; the search's violation (None: complete, or stopped by `max_states`)."""
+    def _levels(self, cursor: Cursor, max_states: int | None) -> Violation | None:
+        """Level after level from `cursor`; the search's violation (None: complete, or stopped by
+        `max_states`)."""
         local, searched = self._local, self._local.searched
-        level, depth, checked = [0], 0, True  # the initial state's invariants are checked
-        before: tuple[int, int, int] | None = None  # the counts before the walk that found `level`
-        previous: list[int] = []
-        previous_answers = Answers([], [], None)
-        while level:
+        while cursor.level:
+            self._save_journal(cursor)
+            level = cursor.level
             working, cpu = time.perf_counter(), time.process_time()
             batches = self._run(level, events=True)
-            if self._owners is not None:
-                for index in level:  # shipped: a partitioned coordinator keeps only the frontier's states
-                    local.states[index] = None
             expanded = [item for batch in batches for item in batch.expanded]
-            if not checked:
+            if not cursor.checked:
                 for ordinal, state in enumerate(expanded):
                     if state.invariants is not None:
-                        assert before is not None
-                        return self._rewalk(previous, previous_answers, before, max_states, ordinal, state.invariants)
+                        return self._rewalk(cursor.previous, self._previous, cursor.before, max_states, ordinal, state)
+            if self._owners is not None:
+                for index in cursor.previous:  # a partitioned coordinator keeps the last two levels' states
+                    local.states[index] = None
             walking = time.perf_counter()
-            before = (len(local.states), searched.transitions, searched.checks)
+            before = (len(local.states), searched.transitions, searched.checks, local.tally())
             answers = self._answers(batches)
             walked = self._walk(level, answers, max_states)
             self._settle()
@@ -296,7 +366,7 @@ class DistributedSearch(Generic[S]):
             workers = sum(batch.cpu for batch in batches)
             coordinator = time.process_time() - cpu
             done = Level(
-                depth,
+                cursor.depth,
                 len(level),
                 len(walked.found),
                 len(local.states),
@@ -312,15 +382,68 @@ class DistributedSearch(Generic[S]):
                 checks = [item for batch in self._run(walked.found, events=False) for item in batch.expanded]
                 for ordinal, state in enumerate(checks):
                     if state.invariants is not None:
-                        return self._rewalk(level, answers, before, max_states, ordinal, state.invariants)
+                        return self._rewalk(level, answers, before, max_states, ordinal, state)
                 if walked.failure is None:
                     return None
                 failure, event, index = walked.failure
                 return self._violation(failure, event, index)
-            previous, previous_answers, checked = level, answers, False
-            level, depth = walked.found, depth + 1
+            self._previous = answers
+            cursor = Cursor(walked.found, cursor.depth + 1, False, level, before)
         local.searched.complete = True
+        self._save_journal(cursor)
         return None
+
+    def _read_journal(self) -> Journal | None:
+        """The journal's last level of this search (None: no journal, or none written yet)."""
+        if self.journal is None or not os.path.exists(self.journal):
+            return None
+        with open(self.journal, "rb") as file:
+            saved = pickle.load(file)
+        if not isinstance(saved, Journal) or saved.search != (repr(self.recipe), self.partitions):
+            raise ValueError(f"{self.journal} is the journal of another search, not {self.recipe!r}")
+        return saved
+
+    def _save_journal(self, cursor: Cursor) -> None:
+        """Write where the search is (atomically: a stopped write leaves the last one whole)."""
+        if self.journal is None:
+            return
+        local, searched = self._local, self._local.searched
+        if self._owners is None:  # every state, as a worker would send it: received again on resume
+            kept = [(number, local.sent(local.states[number], key)) for key, number in local.index.items()]
+        else:  # the states the next levels ship or walk back to
+            kept = [(number, local.states[number]) for number in [*cursor.previous, *cursor.level]]
+        journal = Journal(
+            (repr(self.recipe), self.partitions),
+            cursor,
+            list(self.levels),
+            (searched.transitions, searched.checks, local.tally(), searched.complete),
+            (list(local.parent), list(local.via), list(local.depth)),
+            kept,
+        )
+        with open(f"{self.journal}.part", "wb") as file:
+            pickle.dump(journal, file)
+        os.replace(f"{self.journal}.part", self.journal)
+
+    def _resume(self, saved: Journal) -> Cursor:
+        """The search as the journal left it: its states numbered, their keys where they were kept
+        (the owners forget what a walk after it numbered), its counts and levels."""
+        local, searched = self._local, self._local.searched
+        searched.transitions, searched.checks, tally, searched.complete = saved.counts
+        local.add_tally(tally)
+        local.parent, local.via, local.depth = (list(kept) for kept in saved.lists)
+        local.states = [None] * len(local.parent)
+        for number, sent in saved.kept:
+            if self._owners is None:
+                state, key = local.received(sent)
+                local.index[key] = number
+                local.states[number] = state
+            else:
+                local.states[number] = sent
+        if self._owners is not None:
+            self._owners.forget(len(local.states))
+        self.levels = list(saved.levels)
+        self._previous = None  # run again, if a walk back needs them
+        return saved.cursor
 
     def _run(self, level: list[int], *, events: bool) -> list[Batch]:
         """The level's states checked (and expanded if `events`) by the workers, in batches in order."""
@@ -342,7 +465,8 @@ class DistributedSearch(Generic[S]):
         """The level's batches, each successor as the state to keep and its key, and (with owners)
         the keys no earlier level numbered: each distinct key asked of its owner once."""
         local = self._local
-        received = [[local.received(sent) for sent in batch.states] for batch in batches]
+        receive = local.received if self._owners is None else local.owned
+        received = [[receive(sent) for sent in batch.states] for batch in batches]
         if self._owners is None:
             return Answers(batches, received, None)
         keys = list(dict.fromkeys(key for found in received for _, key in found))
@@ -409,16 +533,19 @@ class DistributedSearch(Generic[S]):
     def _rewalk(
         self,
         level: list[int],
-        answers: Answers,
-        before: tuple[int, int, int],
+        answers: Answers | None,
+        before: Counts | None,
         max_states: int | None,
         ordinal: int,
-        failure: CheckFailure,
+        state: Expanded,
     ) -> Violation:
-        """The `ordinal`-th state found by walking `level` fails its invariants (`failure`): walk
-        the level again from the counts `before` it, up to that state; the violation there."""
+        """The `ordinal`-th state found by walking `level` fails its invariants (`state`'s): walk
+        the level again from the counts `before` it, up to that state; the violation there.
+        `answers` None: the level's batches are run again (a search resumed from its journal)."""
+        assert before is not None and state.invariants is not None
         local, searched = self._local, self._local.searched
-        states, searched.transitions, searched.checks = before
+        states, searched.transitions, searched.checks, tally = before
+        local.add_tally(_since(local.tally(), tally))  # (negative: the walk adds its states' tallies again)
         for key in [key for key, found in local.index.items() if found >= states]:
             del local.index[key]
         if self._owners is not None:
@@ -426,10 +553,12 @@ class DistributedSearch(Generic[S]):
             self._numbered = {}
         for kept_list in (local.states, local.parent, local.via, local.depth):
             del kept_list[states:]
+        if answers is None:
+            answers = self._answers(self._run(level, events=True))
         walked = self._walk(level, answers, max_states, stop=ordinal)
         assert walked.failure is not None, "the walk finds the state it found before"
         _, event, index = walked.failure
-        return self._violation(failure, event, index)
+        return self._violation(state.invariants, event, index)
 
     def _violation(self, failure: CheckFailure, event: Any, index: int) -> Violation:
         return Violation(failure.kind, failure.detail, self._local.path(index), event)
@@ -492,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         search = DistributedSearch(Recipe(bounds), workers=workers, ray=args.ray, report=_report, partitions=parts)
         result = search.run()
         coordinator = sum(level.coordinator_cpu for level in search.levels)
-        runs.append(_figures(f"{workers} worker(s)", result, search.levels, coordinator, workers))
+        runs.append(_figures(f"{workers} worker(s)", result, search.levels, coordinator, workers, search.owners_cpu))
     rows = [
         [run["run"], f"{run['states']:,}", f"{run['transitions']:,}", f"{run['seconds']:.1f}s"]
         + [f"{run['states_per_second']:,.0f}", f"{run['coordinator_cpu']:.1f}", f"{run['worker_cpu']:.1f}"]
@@ -520,13 +649,13 @@ def _engine_runs(counts: Sequence[int], partitions: int | None, ray: str | None)
                 parts = workers if partitions is None else partitions
                 search = DistributedSearch(EngineRecipe(bounds), workers=workers, ray=ray, partitions=parts)
                 result = search.run(bounds.max_states)
-                levels = search.levels
+                levels, owners = search.levels, search.owners_cpu
                 coordinator = sum(level.coordinator_cpu for level in levels)
             else:
-                result, levels = EngineRecipe(bounds).build().search(bounds.max_states), []
+                result, levels, owners = EngineRecipe(bounds).build().search(bounds.max_states), [], 0.0
                 coordinator = time.process_time() - cpu
             name = f"{shape}, {f'{workers} worker(s)' if workers else '1 process'}"
-            runs.append(_figures(name, result, levels, coordinator, workers))
+            runs.append(_figures(name, result, levels, coordinator, workers, owners))
     rows = [
         [run["run"], f"{run['states']:,}", f"{run['transitions']:,}", str(run["complete"]), f"{run['seconds']:.1f}s"]
         + [f"{run['coordinator_cpu']:.1f}", f"{run['worker_cpu']:.1f}"]
@@ -539,12 +668,13 @@ def _engine_runs(counts: Sequence[int], partitions: int | None, ray: str | None)
 
 
 def _figures(
-    name: str, result: Searched, levels: list[Level], coordinator_cpu: float, workers: int = 0
+    name: str, result: Searched, levels: list[Level], coordinator_cpu: float, workers: int = 0, owners_cpu: float = 0.0
 ) -> dict[str, Any]:
     """One search's figures for the table and the JSON."""
     return {
         "run": name,
         "workers": workers,
+        "owners_cpu": round(owners_cpu, 2),
         "states": result.states,
         "transitions": result.transitions,
         "checks": result.checks,

@@ -343,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deep", action="store_true", help="also the wider configuration (tens of minutes)")
     parser.add_argument("--workers", type=int, default=0, help="search on N worker processes (the same states)")
     parser.add_argument("--ray", metavar="ADDRESS", help="search on a Ray cluster (auto, local, or an address)")
+    parser.add_argument("--journal", metavar="DIR", help="with --workers: each search's journal in DIR, to go on from")
     args = parser.parse_args(argv)
     if args.workers < 0:
         parser.error("--workers takes 1 or more")
@@ -355,7 +356,12 @@ def main(argv: list[str] | None = None) -> int:
             from kvsched.proofs.distributed import DistributedSearch
 
             workers = max(args.workers, 1)
-            search = DistributedSearch(EngineRecipe(bounds), workers=workers, ray=args.ray, partitions=workers)
+            from kvsched.proofs.runner import journal_file
+
+            journal = journal_file(args.journal, f"engine {name}")
+            search = DistributedSearch(
+                EngineRecipe(bounds), workers=workers, ray=args.ray, partitions=workers, journal=journal
+            )
             searched = search.run(bounds.max_states)
             result = search.explorer.outcome(searched)
         else:

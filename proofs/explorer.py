@@ -204,6 +204,9 @@ class Explorer(Search):
         state = self.interned(sent)
         return state, self.canon.key(state)
 
+    def owned(self, sent: Any) -> tuple[Any, Any]:
+        return sent, sent  # the canonical state is its own key in any process (none interned here)
+
     def progress(self, expanded: int) -> None:
         if self.report is not None:
             seconds = time.perf_counter() - self._started

@@ -11,6 +11,7 @@ proofs/MANIFEST.json), except under CI=true (CI's checkout stays clean) unless
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -106,10 +107,21 @@ def _label(run: Run) -> str:
     return label(run.subject.name, run.bounds, run.reference.name if run.reference is not None else None)
 
 
-def run_exploration(run: Run, progress: bool, workers: int = 0, ray: str | None = None) -> tuple[Exploration, Row, str]:
+def journal_file(directory: str | None, name: str) -> str | None:
+    """Where a search named `name` keeps its journal in `directory` (None: no journal)."""
+    if directory is None:
+        return None
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") + ".journal")
+
+
+def run_exploration(
+    run: Run, progress: bool, workers: int = 0, ray: str | None = None, journal: str | None = None
+) -> tuple[Exploration, Row, str]:
     """One exploration; its result, summary row and (on a violation) the runnable program. With
     `workers` (or `ray`) a spec exploration with no reference runs on them
-    (`kvsched.proofs.distributed`: the same states, counts and counterexample)."""
+    (`kvsched.proofs.distributed`: the same states, counts and counterexample), going on from
+    the journal in directory `journal` if it holds this exploration's last level."""
     if (workers or ray) and run.reference is None and run.subject is SPEC:
         from kvsched.proofs.distributed import DistributedSearch, Level, Recipe
 
@@ -127,6 +139,7 @@ def run_exploration(run: Run, progress: bool, workers: int = 0, ray: str | None 
             ray=ray,
             report=report if progress else None,
             partitions=max(workers, 1),  # the seen-set's parts, an owner each
+            journal=journal_file(journal, _label(run)),
         )
         search.run()
         explorer = search.explorer
@@ -156,6 +169,7 @@ def execute(
     progress: bool = True,
     workers: int = 0,
     ray: str | None = None,
+    journal: str | None = None,
 ) -> tuple[list[Row], list[dict[str, Any]], list[str]]:
     """Run a profile: summary rows, manifest records, counterexample programs."""
     profile = "deep" if deep else "ci"
@@ -176,7 +190,7 @@ def execute(
         for run in DEEP if deep else CI:
             if progress:
                 _log(f"{_label(run)} ...")
-            result, row, program = run_exploration(run, progress, workers, ray)
+            result, row, program = run_exploration(run, progress, workers, ray, journal)
             rows.append(row)
             records.append(manifest.exploration_record(result, profile, _label(run)))
             if program:
@@ -216,6 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--ray", default=None, help="run the spec's explorations on a Ray cluster (ADDRESS, auto, local)"
     )
+    parser.add_argument(
+        "--journal", metavar="DIR", help="with --workers: each search's journal in DIR, to go on from if stopped"
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:  # `kvsched proofs -- --deep` passes the separator through
         argv = argv[1:]
@@ -228,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         explore=args.only in (None, "explore"),
         workers=args.workers,
         ray=args.ray,
+        journal=args.journal,
     )
     print_table(rows, ["proof", "states / goals", "transitions", "checks", "outcome", "time"])
     for program in programs:

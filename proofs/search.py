@@ -170,10 +170,10 @@ class Search(ABC):
         """At a worker, where state `shipped` is: what running events from it needs, the state
         in its systems' names, and the state as kept. Default: its path replayed from the start
         (each step as `attempt` runs it; the systems the single process keeps for a state are the
-        ones its first path reached, so the same), the nodes of the path's prefixes kept in `memo`
-        for the batch's next states."""
+        ones its first path reached, so the same), the nodes of the path's proper prefixes (its
+        ancestors) kept in `memo` for the level's next states."""
         path: tuple[Any, ...] = shipped
-        done = next((length for length in range(len(path), 0, -1) if path[:length] in memo), 0)
+        done = next((length for length in range(len(path) - 1, 0, -1) if path[:length] in memo), 0)
         if done:
             at, kept = memo[path[:done]]
         else:
@@ -183,7 +183,8 @@ class Search(ABC):
             attempt = self.attempt(at, kept, path[length - 1])
             kept, _ = self.kept(at, attempt.child, attempt.after)
             at = attempt.child
-            memo[path[:length]] = at, kept
+            if length < len(path):
+                memo[path[:length]] = at, kept
         return at, kept, kept
 
     def sent(self, kept: Any, key: Any) -> Any:
@@ -195,6 +196,12 @@ class Search(ABC):
         """At the coordinator: a successor a worker sent, as the state to keep and its key
         (default: no state, the key sent: the coordinator ships paths)."""
         return None, sent
+
+    def owned(self, sent: Any) -> tuple[Any, Any]:
+        """At a coordinator whose seen-set is in parts: a successor as the state to keep and the
+        key its owner keeps, which must mean the same in every process and every run (default:
+        `received`'s key, a value)."""
+        return self.received(sent)
 
     def tally(self) -> tuple[int, ...]:
         """The explorer's own counts of what its steps saw (default: none); a worker sends each

@@ -24,6 +24,7 @@ import multiprocessing
 import pickle
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -65,6 +66,10 @@ class Owner:
 
     def size(self) -> int:
         return len(self.numbers)
+
+    def cpu(self) -> float:
+        """The CPU seconds of this owner's process so far."""
+        return time.process_time()
 
     def _change(self, record: tuple[Any, ...]) -> int:
         with self.log.open("ab") as records:
@@ -145,6 +150,10 @@ class Partitions:
     def sizes(self) -> list[int]:
         """How many keys each owner holds."""
         return self._all("size", [()] * self.parts)
+
+    def cpu(self) -> float:
+        """The owners' CPU seconds so far, together (a replaced owner's from its start)."""
+        return float(sum(self._all("cpu", [()] * self.parts)))
 
     def close(self) -> None:
         """Stop the owners and remove the logs of a directory this made."""
