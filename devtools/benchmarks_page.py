@@ -422,6 +422,7 @@ def distributed_search(report: dict[str, Any]) -> str:
             f"{alone['seconds'] / run['seconds']:.2f}x",
             f"{run['coordinator_cpu']:.1f}",
             f"{run['worker_cpu']:.1f}" if run["workers"] else "",
+            f"{run.get('owners_cpu', 0.0):.1f}" if run["workers"] else "",
         ]
         for run in report["runs"]
     ]
@@ -432,28 +433,28 @@ def distributed_search(report: dict[str, Any]) -> str:
     ]
     engine_rows = [
         [run["run"], f"{run['states']:,}", f"{run['transitions']:,}", "yes" if run["complete"] else "no"]
-        + [
-            f"{run['seconds']:.1f}",
-            f"{run['coordinator_cpu']:.1f}",
-            f"{run['worker_cpu']:.1f}" if run["workers"] else "",
-        ]
+        + [f"{run['seconds']:.1f}", f"{run['coordinator_cpu']:.1f}"]
+        + ([f"{run['worker_cpu']:.1f}", f"{run['owners_cpu']:.1f}"] if run["workers"] else ["", ""])
         for run in report.get("engine_runs", [])
     ]
     engines = (
         [
             "The engine explorer's small and hosted shapes to completion (`--engine`): a state ships as its"
-            " path of events and the worker replays it (a batch's shared prefixes once), so a worker's CPU"
-            " includes the replays the single process does not make.",
+            " path of events and the worker replays it (from the parent's systems when that worker expanded"
+            " the parent, else from the start, each ancestor once a level), so a worker's CPU includes the"
+            " replays the single process does not make.",
             table(
-                ["engine explorer", "states", "transitions", "complete", "s", "coordinator CPU-s", "workers CPU-s"],
+                ["engine explorer", "states", "transitions", "complete", "s", "coordinator CPU-s", "workers CPU-s"]
+                + ["owners CPU-s"],
                 engine_rows,
             ),
         ]
         if engine_rows
         else []
     )
-    estimate = max(most["coordinator_cpu"], runs[1]["worker_cpu"] / 64)
-    share = most["coordinator_cpu"] / (most["coordinator_cpu"] + most["worker_cpu"])
+    owners = most.get("owners_cpu", 0.0)
+    estimate = max(most["coordinator_cpu"], runs[1]["worker_cpu"] / 64, owners / 64)
+    share = most["coordinator_cpu"] / (most["coordinator_cpu"] + most["worker_cpu"] + owners)
     depth9 = 375e6  # the runner's estimate of depth 9's transitions at these sizes (kvsched.proofs.runner.DEEP)
     return section(
         "The system explorer on many workers",
@@ -464,13 +465,19 @@ def distributed_search(report: dict[str, Any]) -> str:
         " (`kvsched.proofs.seen`). The coordinator's CPU is what no worker can take: receiving each batch's"
         " successors, asking their owners which are new, and walking them in order.",
         report,
-        table(["search", "states", "transitions", "s", "speed", "coordinator CPU-s", "workers CPU-s"], rows),
+        table(
+            ["search", "states", "transitions", "s", "speed", "coordinator CPU-s", "workers CPU-s", "owners CPU-s"],
+            rows,
+        ),
         f"Levels on {max(runs)} workers:",
         table(["depth", "expanded", "found", "s", "workers CPU-s", "coordinator CPU-s"], levels),
         f"A worker runs {per_worker:,.0f} transitions a CPU-second; the coordinator spends"
-        f" {per_transition * 1e6:.1f} µs of CPU a transition, {share:.0%} of the CPU on {max(runs)} workers."
+        f" {per_transition * 1e6:.1f} µs of CPU a transition, {share:.0%} of the CPU on {max(runs)} workers;"
+        f" the owners {owners:.1f} CPU-s together (one a worker, so they share it). These 2 cores carry"
+        f" {max(runs)} workers, their owners and the coordinator at once, so the wall time here is the CPU's."
         " The coordinator bounds the speed. A worked estimate from these figures, not a run: on 64 workers"
-        f" this search would take about max({most['coordinator_cpu']:.1f}, {runs[1]['worker_cpu']:.1f} / 64) ="
+        f" this search would take about max({most['coordinator_cpu']:.1f}, {runs[1]['worker_cpu']:.1f} / 64,"
+        f" {owners:.1f} / 64) ="
         f" {estimate:.1f} s of coordinator time ({alone['seconds'] / estimate:.1f}x the single process), and"
         " depth 9 (some 375 million transitions: `kvsched.proofs.runner`'s extrapolation from the depth-8 run"
         f" of 2026-11-30, not measured here) about {depth9 * per_transition / 3600:.1f} h of coordinator time"

@@ -116,12 +116,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             _log(f"explorer: {component.name} {config} ...")
             start = time.perf_counter()
             if args.workers or args.ray:
-                from kvsched.proofs.distributed import DistributedSearch
+                from kvsched.proofs.distributed import DistributedSearch, report_level
 
                 workers = max(args.workers, 1)
-                search = DistributedSearch(
-                    ComponentRecipe(component.name, config), workers, args.ray, partitions=workers
-                )
+                recipe = ComponentRecipe(component.name, config)
+                search = DistributedSearch(recipe, workers, args.ray, report=report_level, partitions=workers)
                 result = search.run(100_000)
             else:
                 subject, reference = (impl, spec) if impl is not None else (spec, None)

@@ -84,7 +84,7 @@ def subject_named(name: str) -> Subject:
 
 
 class NotDistributable(ValueError):
-    """The explorer's states cannot be shipped to a worker (a worker could not position them)."""
+    """A subject named for a worker that is not one (`MODULE:NAME` naming something else)."""
 
 
 S = TypeVar("S", bound=Search, covariant=True)
@@ -313,8 +313,6 @@ class DistributedSearch(Generic[S]):
         with a `journal` that holds this search's last level, go on from there."""
         started = time.perf_counter()
         local = self._local = self.recipe.build()
-        if not local.distributable():
-            raise NotDistributable(f"{self.recipe!r}: a worker could not position its states")
         saved = self._read_journal()
         with contextlib.ExitStack() as stack:
             if self.partitions:
@@ -618,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for workers in args.workers:
         _log(f"{workers} worker(s){' on Ray' if args.ray else ''} ...")
         parts = workers if args.partitions is None else args.partitions
-        search = DistributedSearch(Recipe(bounds), workers=workers, ray=args.ray, report=_report, partitions=parts)
+        search = DistributedSearch(Recipe(bounds), workers=workers, ray=args.ray, report=report_level, partitions=parts)
         result = search.run()
         coordinator = sum(level.coordinator_cpu for level in search.levels)
         runs.append(_figures(f"{workers} worker(s)", result, search.levels, coordinator, workers, search.owners_cpu))
@@ -698,7 +696,8 @@ def _figures(
     }
 
 
-def _report(level: Level) -> None:
+def report_level(level: Level) -> None:
+    """A level's progress line on stderr: states, speed, the workers' and the coordinator's CPU."""
     seconds = level.working + level.walking
     rate = level.expanded / seconds if seconds else 0.0
     _log(

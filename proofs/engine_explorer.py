@@ -353,14 +353,19 @@ def main(argv: list[str] | None = None) -> int:
     for name, bounds in runs:
         start = time.perf_counter()
         if args.workers or args.ray:
-            from kvsched.proofs.distributed import DistributedSearch
+            from kvsched.proofs.distributed import DistributedSearch, report_level
 
             workers = max(args.workers, 1)
             from kvsched.proofs.runner import journal_file
 
             journal = journal_file(args.journal, f"engine {name}")
             search = DistributedSearch(
-                EngineRecipe(bounds), workers=workers, ray=args.ray, partitions=workers, journal=journal
+                EngineRecipe(bounds),
+                workers=workers,
+                ray=args.ray,
+                partitions=workers,
+                journal=journal,
+                report=report_level,
             )
             searched = search.run(bounds.max_states)
             result = search.explorer.outcome(searched)

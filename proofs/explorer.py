@@ -128,14 +128,7 @@ class Explorer(Search):
     def position(self, index: int, node: Node) -> tuple[At, SystemState]:
         """A loadable system is put in the canonical state itself (no renaming); any other is
         replayed along the path, in whatever names that produces."""
-        kept = self.states[index]
-        if self.positioner.loadable:
-            return self.loaded(kept)
-        ops = self.path(index)
-        holder: list[tuple[SystemState, Renaming]] = []
-        self.positioner.park(lambda sut: holder.append(self.replay(sut, ops)))
-        state, renaming = holder[0]
-        return At(kept, state, renaming.inverse()), state
+        return self._reach(self.states[index], self.path(index))
 
     def loaded(self, kept: SystemState) -> tuple[At, SystemState]:
         """Where a loadable system is put for the kept state `kept`: in it, no renaming."""
@@ -173,10 +166,7 @@ class Explorer(Search):
             return None
         return CheckFailure(FailureKind.LIVENESS, f"pages leak after draining: refs={current.pool.refs}")
 
-    # -- on many workers: a kept state is shipped and loaded (a loadable subject only) -----------
-
-    def distributable(self) -> bool:
-        return self.positioner.loadable
+    # -- on many workers: a kept state is shipped, and loaded or reached along its path ----------
 
     def interned(self, state: SystemState) -> SystemState:
         """`state` with its parts interned by the canonicalizer (its key is then the identities of
@@ -190,12 +180,26 @@ class Explorer(Search):
         )
 
     def shipped(self, index: int) -> Any:
-        return self.states[index]
+        """The kept state; and, for a subject that cannot be loaded, its path."""
+        return self.states[index] if self.positioner.loadable else (self.states[index], tuple(self.path(index)))
 
     def arrive(self, shipped: Any, memo: dict[Any, tuple[Any, Any]]) -> tuple[Any, Any, Any]:
-        kept = self.interned(shipped)  # as the single process keeps it: its parts shared
-        at, state = self.loaded(kept)
+        """The kept state loaded, or (a subject that cannot be loaded) reached along its path, as
+        `position` reaches it."""
+        sent, path = (shipped, ()) if self.positioner.loadable else shipped
+        kept = self.interned(sent)  # as the single process keeps it: its parts shared
+        at, state = self._reach(kept, list(path))
         return at, state, kept
+
+    def _reach(self, kept: SystemState, path: list[Any]) -> tuple[At, SystemState]:
+        """Where the kept state is: loaded, or replayed along `path` (a subject that cannot be
+        loaded), in whatever names that produces."""
+        if self.positioner.loadable:
+            return self.loaded(kept)
+        holder: list[tuple[SystemState, Renaming]] = []
+        self.positioner.park(lambda sut: holder.append(self.replay(sut, path)))
+        state, renaming = holder[0]
+        return At(kept, state, renaming.inverse()), state
 
     def sent(self, kept: Any, key: Any) -> Any:
         return kept  # its key names this process's interned parts: the coordinator keys it again

@@ -119,10 +119,10 @@ def run_exploration(
     run: Run, progress: bool, workers: int = 0, ray: str | None = None, journal: str | None = None
 ) -> tuple[Exploration, Row, str]:
     """One exploration; its result, summary row and (on a violation) the runnable program. With
-    `workers` (or `ray`) a spec exploration with no reference runs on them
-    (`kvsched.proofs.distributed`: the same states, counts and counterexample), going on from
-    the journal in directory `journal` if it holds this exploration's last level."""
-    if (workers or ray) and run.reference is None and run.subject is SPEC:
+    `workers` (or `ray`) it runs on them (`kvsched.proofs.distributed`: the same states, counts and
+    counterexample), going on from the journal in directory `journal` if it holds this
+    exploration's last level."""
+    if workers or ray:
         from kvsched.proofs.distributed import DistributedSearch, Level, Recipe
 
         where = "Ray" if ray is not None else f"{max(workers, 1)} workers"
@@ -133,8 +133,9 @@ def run_exploration(
                 f" {level.working + level.walking:.1f}s on {where}"
             )
 
+        reference = None if run.reference is None else run.reference.name
         search = DistributedSearch(
-            Recipe(run.bounds),
+            Recipe(run.bounds, run.subject.name, reference),
             workers=max(workers, 1),
             ray=ray,
             report=report if progress else None,

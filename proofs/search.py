@@ -158,10 +158,6 @@ class Search(ABC):
 
     # -- on many workers (`kvsched.proofs.distributed`) ------------------------------------------
 
-    def distributable(self) -> bool:
-        """A worker can position every state from what `shipped` gives it (default: yes)."""
-        return True
-
     def shipped(self, index: int) -> Any:
         """What a worker needs to position state `index` (default: its path from the start)."""
         return tuple(self.path(index))

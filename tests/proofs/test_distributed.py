@@ -14,8 +14,9 @@ import pytest
 from kvsched.proofs.distributed import VARIANT, Batch, DistributedSearch, NotDistributable, Recipe
 from kvsched.proofs.explorer import Explorer
 from kvsched.proofs.operations import ISSUE, Bounds
+from kvsched.proofs.runner import CI, Run, label
 from kvsched.proofs.search import Searched
-from kvsched.proofs.subject import IMPL, Subject, variant
+from kvsched.proofs.subject import IMPL, SPEC, Subject, variant
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.system import SystemConfig, SystemUnderTest, spec_system
 
@@ -80,9 +81,19 @@ def test_max_states_stops_where_the_single_process_stops() -> None:
     assert summary(spread) == summary(alone)
 
 
-def test_a_subject_that_cannot_be_loaded_is_refused() -> None:
-    with pytest.raises(NotDistributable, match="impl"):
-        DistributedSearch(Recipe(TINY, IMPL.name), workers=1).run()
+def test_impl_in_lockstep_reached_along_its_paths_is_the_single_process() -> None:
+    """impl's systems cannot be loaded with a kept state: a worker replays each state's path."""
+    explorer = Explorer(TINY, IMPL, SPEC)
+    alone = explorer.run()
+    assert alone.complete and alone.violation is None and alone.states > 10
+    search = DistributedSearch(Recipe(TINY, IMPL.name, SPEC.name), workers=2, partitions=2)
+    assert summary(search.run()) == summary(alone)
+    assert search.explorer.via == explorer.via and search.explorer.parent == explorer.parent
+
+
+def test_a_name_that_is_not_a_subject_is_refused() -> None:
+    with pytest.raises(NotDistributable, match="not a Subject"):
+        DistributedSearch(Recipe(TINY, "kvsched.proofs.operations:ISSUE"), workers=1).run()
 
 
 def test_the_proofs_command_refuses_a_negative_worker_count() -> None:
@@ -133,3 +144,23 @@ def test_a_worker_that_dies_has_its_batch_run_again_and_changes_nothing(
     spread = DistributedSearch(Recipe(FOUR, f"{__name__}:DYING"), workers=2).run()
     assert marker.exists(), "no worker died: the test did not test anything"
     assert summary(spread) == summary(alone)
+
+
+# impl's explorations of `kvsched proofs`' CI profile (impl in lockstep with the spec, each state
+# reached along its path). The spec's two (depth 6 at the issue's sizes: 27,385 states; the
+# R2 P3 L2 E1x2 closure: 83,950 states, 200 s in one process) agree too, measured in
+# docs/bench/runs.md; too long for `make proofs`.
+IMPL_RUNS = [run for run in CI if run.subject is IMPL]
+
+
+@pytest.mark.proof
+@pytest.mark.parametrize("run", IMPL_RUNS, ids=lambda run: label(run.subject.name, run.bounds, None))
+def test_impls_explorations_of_the_ci_profile_on_workers_are_the_single_process(run: Run) -> None:
+    """`kvsched proofs --workers 2`'s impl explorations (one owner of the seen-set per worker) give
+    the single process's states, numbering, counts and verdict."""
+    explorer = Explorer(run.bounds, run.subject, run.reference)
+    alone = explorer.run()
+    reference = None if run.reference is None else run.reference.name
+    search = DistributedSearch(Recipe(run.bounds, run.subject.name, reference), workers=2, partitions=2)
+    assert summary(search.run()) == summary(alone)
+    assert search.explorer.via == explorer.via and search.explorer.parent == explorer.parent
