@@ -73,8 +73,8 @@ class Finding:
         return f"{digest.hexdigest()[:16]}.json"
 
 
-def parse_call(line: str) -> tuple[str, tuple[Any, ...]]:
-    """A recorded call `machine.VERB(ARGS)`: its verb and literal arguments (ValueError otherwise)."""
+def method_call(line: str, receiver: str) -> tuple[str, ast.Call]:
+    """A stored line `RECEIVER.NAME(...)`: the name and the call's node (ValueError otherwise)."""
     try:
         node = ast.parse(line.strip(), mode="eval").body
     except SyntaxError as error:
@@ -83,14 +83,21 @@ def parse_call(line: str) -> tuple[str, tuple[Any, ...]]:
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
         and isinstance(node.func.value, ast.Name)
-        and node.func.value.id == "machine"
-        and not node.keywords
+        and node.func.value.id == receiver
     ):
+        raise ValueError(f"{line!r} is not a call {receiver}.NAME(...)")
+    return node.func.attr, node
+
+
+def parse_call(line: str) -> tuple[str, tuple[Any, ...]]:
+    """A recorded call `machine.VERB(ARGS)`: its verb and literal arguments (ValueError otherwise)."""
+    verb, node = method_call(line, "machine")
+    if node.keywords:
         raise ValueError(f"{line!r} is not a call machine.VERB(...)")
-    if node.func.attr not in VERBS:
-        raise ValueError(f"{line!r}: {node.func.attr} is not one of the harness's calls")
+    if verb not in VERBS:
+        raise ValueError(f"{line!r}: {verb} is not one of the harness's calls")
     try:
-        return node.func.attr, tuple(ast.literal_eval(argument) for argument in node.args)
+        return verb, tuple(ast.literal_eval(argument) for argument in node.args)
     except ValueError as error:
         raise ValueError(f"{line!r}: its arguments are not literals") from error
 

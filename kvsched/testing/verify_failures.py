@@ -30,7 +30,7 @@ from typing import Any
 from hypothesis.stateful import INITIALIZE_RULE_MARKER, INVARIANT_MARKER, RULE_MARKER
 
 from kvsched.testing.campaign import CampaignResult, format_program, program_namespace
-from kvsched.testing.failures import BadFinding, FailureStore
+from kvsched.testing.failures import BadFinding, FailureStore, method_call
 from kvsched.testing.machine import KvschedMachine
 from kvsched.testing.system import SystemConfig, SystemFactory
 
@@ -85,20 +85,9 @@ def _value(node: ast.expr) -> Any:
 def parse_line(line: str) -> tuple[str, dict[str, Any]]:
     """A stored line `state.RULE(NAME=VALUE, ...)`: the call's name and arguments (ValueError
     otherwise, also when they do not fit its signature)."""
-    try:
-        node = ast.parse(line.strip(), mode="eval").body
-    except SyntaxError as error:
-        raise ValueError(f"{line!r} is not a call") from error
-    if not (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and isinstance(node.func.value, ast.Name)
-        and node.func.value.id == "state"
-        and not node.args
-        and all(keyword.arg is not None for keyword in node.keywords)
-    ):
+    name, node = method_call(line, "state")
+    if node.args or any(keyword.arg is None for keyword in node.keywords):
         raise ValueError(f"{line!r} is not a call state.RULE(NAME=VALUE, ...)")
-    name = node.func.attr
     if name not in CALLS:
         raise ValueError(f"{line!r}: {name} is not a rule of the machine")
     try:
