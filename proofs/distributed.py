@@ -168,6 +168,7 @@ def explorer_for(recipe: SearchRecipe[Search]) -> Search:
 
 
 Memo = dict[Any, tuple[Any, Any]]  # a path -> where a replay of it got to (`Search.arrive`)
+MEMO_LIMIT = 10_000  # the expanded states' systems a worker keeps for the next level's replays
 _MEMOS: dict[Any, tuple[int, Memo, Memo]] = {}
 
 
@@ -201,8 +202,10 @@ def expand(shard: tuple[SearchRecipe[Search], Sequence[tuple[Any, int]], bool]) 
     numbered: dict[Any, int] = {}  # a successor's key in this worker -> its index in `successors`
     for shipped, depth in states:
         at, state, kept = explorer.arrive(shipped, memo)
-        if events and isinstance(shipped, tuple):  # a path: its children's replays start here
-            expanding[shipped] = at, kept
+        if len(memo) > 4 * MEMO_LIMIT:
+            memo.clear()  # a level of many misses: its ancestors replayed again, not kept without bound
+        if events and len(expanding) < MEMO_LIMIT:
+            explorer.remember(shipped, at, kept, expanding)
         failure = explorer.check_state(kept)
         if failure is not None or not events:
             expanded.append(Expanded(failure))
@@ -249,7 +252,7 @@ class Cursor:
 
 @dataclass(frozen=True, slots=True)
 class Journal:
-    """A search saved after a level: which search (its recipe and parts), its cursor, levels and
+    """A search saved before a level runs: which search (its recipe and parts), its cursor, levels and
     counts (transitions, checks, tally, complete), its parents, events and depths, and the
     states it keeps as (number, what a worker sent)."""
 
@@ -317,7 +320,8 @@ class DistributedSearch(Generic[S]):
         with contextlib.ExitStack() as stack:
             if self.partitions:
                 directory = None if self.journal is None else f"{self.journal}.seen"
-                self._owners = stack.enter_context(Partitions(self.partitions, ray=self.ray, directory=directory))
+                owners = Partitions(self.partitions, ray=self.ray, directory=directory, resume=saved is not None)
+                self._owners = stack.enter_context(owners)
             violation: Violation | None = None
             if saved is not None:
                 cursor = self._resume(saved)
@@ -392,7 +396,8 @@ class DistributedSearch(Generic[S]):
         return None
 
     def _read_journal(self) -> Journal | None:
-        """The journal's last level of this search (None: no journal, or none written yet)."""
+        """The journal's last level of this search (None: no journal, or none written yet). A
+        journal is a pickle this search wrote, trusted as the code is: give only your own."""
         if self.journal is None or not os.path.exists(self.journal):
             return None
         with open(self.journal, "rb") as file:

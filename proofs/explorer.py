@@ -201,6 +201,9 @@ class Explorer(Search):
         state, renaming = holder[0]
         return At(kept, state, renaming.inverse()), state
 
+    def remember(self, shipped: Any, at: Any, kept: Any, memo: dict[Any, tuple[Any, Any]]) -> None:
+        return None  # its replays start from a fresh system: nothing to keep
+
     def sent(self, kept: Any, key: Any) -> Any:
         return kept  # its key names this process's interned parts: the coordinator keys it again
 

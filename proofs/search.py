@@ -183,6 +183,11 @@ class Search(ABC):
                 memo[path[:length]] = at, kept
         return at, kept, kept
 
+    def remember(self, shipped: Any, at: Any, kept: Any, memo: dict[Any, tuple[Any, Any]]) -> None:
+        """At a worker about to expand state `shipped`: keep where it is in `memo`, which its
+        children's replays at the next level start from (default: by its path)."""
+        memo[shipped] = at, kept
+
     def sent(self, kept: Any, key: Any) -> Any:
         """What a worker sends back for a new successor (default: its key, which the coordinator
         keeps as the state: it ships paths, never states)."""

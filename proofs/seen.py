@@ -44,12 +44,15 @@ class Owner:
         self.log = Path(log)
         self.numbers: dict[Any, int] = {}
         if self.log.exists():
-            with self.log.open("rb") as records:
+            with self.log.open("rb+") as records:
+                good = 0
                 while True:
                     try:
                         self._apply(pickle.load(records))
-                    except EOFError:
-                        break
+                    except (EOFError, pickle.UnpicklingError, ValueError, IndexError):
+                        break  # the end, or a record cut short by a death: its command is sent again
+                    good = records.tell()
+                records.truncate(good)
 
     def seen(self, keys: Sequence[Any]) -> list[bool]:
         """For each key, whether it is numbered."""
@@ -97,13 +100,20 @@ def serve(connection: Connection, log: str) -> None:
 class Partitions:
     """The owners of a seen-set's `parts` (see the module docstring)."""
 
-    def __init__(self, parts: int, *, ray: str | None = None, directory: str | None = None) -> None:
+    def __init__(
+        self, parts: int, *, ray: str | None = None, directory: str | None = None, resume: bool = False
+    ) -> None:
+        """`parts` owners logging in `directory` (default: a temporary one, removed at `close`);
+        `resume`: they read back the logs there (else a log left there is removed first)."""
         if parts < 1:
             raise ValueError(f"a seen-set needs 1 or more parts, not {parts}")
         self.parts, self.ray = parts, ray
         self._made = directory is None
         self.directory = Path(tempfile.mkdtemp(prefix="kvsched-seen-") if directory is None else directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            for log in self.directory.glob("part-*.log"):
+                log.unlink()
         self.processes: list[Any] = [None] * parts
         self._connections: list[Connection | None] = [None] * parts
         self._actors: list[Any] = []

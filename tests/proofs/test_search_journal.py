@@ -105,3 +105,15 @@ def test_the_journal_of_another_search_is_refused(tmp_path: Path) -> None:
     DistributedSearch(Recipe(replace(FOUR, max_depth=2)), workers=1, journal=journal).run()
     with pytest.raises(ValueError, match="journal of another search"):
         DistributedSearch(Recipe(FOUR), workers=1, journal=journal).run()
+
+
+def test_owners_logs_left_without_their_journal_are_not_read(tmp_path: Path) -> None:
+    """A search whose journal is gone starts afresh: the owners' logs left beside it would
+    answer that every state was seen."""
+    journal = tmp_path / "search.journal"
+    alone = Explorer(FOUR).run()
+    DistributedSearch(Recipe(FOUR), workers=1, partitions=2, journal=str(journal)).run()
+    journal.unlink()
+    assert any((tmp_path / "search.journal.seen").glob("part-*.log"))
+    search = DistributedSearch(Recipe(FOUR), workers=1, partitions=2, journal=str(journal))
+    assert summary(search.run()) == summary(alone)

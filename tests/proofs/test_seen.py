@@ -4,6 +4,7 @@ replaced from its log, and a search over owners numbering as the single process 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,7 @@ from kvsched.proofs.distributed import DistributedSearch, Recipe
 from kvsched.proofs.engine_explorer import SMALL, EngineExplorer, EngineRecipe, engine_named
 from kvsched.proofs.explorer import Explorer
 from kvsched.proofs.operations import ISSUE
-from kvsched.proofs.seen import Partitions
+from kvsched.proofs.seen import Owner, Partitions
 from kvsched.proofs.subject import variant
 from tests.proofs.test_distributed import FOUR, summary
 from tests.proofs.test_distributed_paths import engine_summary
@@ -88,3 +89,16 @@ def test_owners_as_ray_actors_give_the_single_process_search() -> None:
     pytest.importorskip("ray", reason="make ray installs kvsched[ray] and runs this")
     alone = Explorer(FOUR).run()
     assert summary(DistributedSearch(Recipe(FOUR), ray="local", partitions=2).run()) == summary(alone)
+
+
+def test_a_record_cut_short_by_a_death_is_dropped_and_the_log_goes_on(tmp_path: Path) -> None:
+    log = tmp_path / "part-0.log"
+    owner = Owner(str(log))
+    owner.insert(KEYS[:2], [0, 1])
+    owner.insert(KEYS[2:4], [2, 3])
+    whole = log.read_bytes()
+    log.write_bytes(whole[:-3])  # the second record cut short
+    again = Owner(str(log))
+    assert again.seen(KEYS) == [True, True, False, False, False]
+    again.insert(KEYS[2:], [2, 3, 4])  # sent again, after the cut record's bytes were dropped
+    assert Owner(str(log)).seen(KEYS) == [True] * 5
