@@ -225,6 +225,12 @@ class EngineExplorer(Search):
                 failure = places(outcome.value.preempted, after)
         return failure
 
+    def replayed(self, attempt: Attempt) -> None:
+        """`observe` took the step's KV events from both engines: a replayed step does too."""
+        attempt.child.sut.take_events()
+        if attempt.child.ref is not None:
+            attempt.child.ref.take_events()
+
     def live(self, at: Any, state: Any) -> CheckFailure | None:
         """Every request finishes, with the host tier working and, with one, failing."""
         tiers = TIER_FAULTS if self.config.host_pages else ()

@@ -177,11 +177,17 @@ class Search(ABC):
             kept, _ = self.kept(None, at, self.initial(at))
         for length in range(done + 1, len(path) + 1):
             attempt = self.attempt(at, kept, path[length - 1])
+            self.replayed(attempt)
             kept, _ = self.kept(at, attempt.child, attempt.after)
             at = attempt.child
             if length < len(path):
                 memo[path[:length]] = at, kept
         return at, kept, kept
+
+    def replayed(self, attempt: Attempt) -> None:
+        """A step of a replayed path ran: leave its child's systems as the single process left
+        them, which also ran `observe` on it (default: `observe` changes no system)."""
+        return None
 
     def remember(self, shipped: Any, at: Any, kept: Any, memo: dict[Any, tuple[Any, Any]]) -> None:
         """At a worker about to expand state `shipped`: keep where it is in `memo`, which its

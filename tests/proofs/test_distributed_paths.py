@@ -12,6 +12,7 @@ import pytest
 from kvsched.proofs.component_explorer import ComponentExplorer, ComponentRecipe
 from kvsched.proofs.distributed import DistributedSearch, SearchRecipe
 from kvsched.proofs.engine_explorer import (
+    CACHED,
     HOSTED,
     SMALL,
     EngineExploration,
@@ -106,3 +107,14 @@ def test_the_component_explorer_on_workers_is_the_single_process() -> None:
     assert search_summary(search.run(100_000)) == search_summary(alone)
     explorer: ComponentExplorer = search.explorer
     assert explorer.via == single.via and explorer.parent == single.parent
+
+
+@pytest.mark.proof
+def test_a_broken_event_publisher_gives_the_same_counterexample_on_workers() -> None:
+    """A replayed step takes its KV events as `observe` did in the single process, so a worker's
+    engine publishes what the single process's did (8 s: `make proofs`)."""
+    name = "stored_after_removed"
+    alone = EngineExplorer(CACHED, engine_named(name)).run()
+    assert alone.violation is not None and alone.violation.kind is FailureKind.EVENTS
+    result, _ = spread(EngineRecipe(CACHED, name), 1)
+    assert engine_summary(result) == engine_summary(alone)
