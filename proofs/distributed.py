@@ -49,6 +49,7 @@ import contextlib
 import importlib
 import os
 import pickle
+import re
 import sys
 import time
 from array import array
@@ -574,6 +575,14 @@ class DistributedSearch(Generic[S]):
         result.depth = max(local.depth, default=0)
         result.seconds = time.perf_counter() - started
         return result
+
+
+def journal_file(directory: str | None, name: str) -> str | None:
+    """Where a search named `name` keeps its journal in `directory` (None: no journal)."""
+    if directory is None:
+        return None
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") + ".journal")
 
 
 def explore_on_workers(

@@ -359,11 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, bounds in runs:
         start = time.perf_counter()
         if args.workers or args.ray:
-            from kvsched.proofs.distributed import DistributedSearch, report_level
+            from kvsched.proofs.distributed import DistributedSearch, journal_file, report_level
 
             workers = max(args.workers, 1)
-            from kvsched.proofs.runner import journal_file
-
             journal = journal_file(args.journal, f"engine {name}")
             search = DistributedSearch(
                 EngineRecipe(bounds),

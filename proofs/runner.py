@@ -11,7 +11,6 @@ proofs/MANIFEST.json), except under CI=true (CI's checkout stays clean) unless
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -107,14 +106,6 @@ def _label(run: Run) -> str:
     return label(run.subject.name, run.bounds, run.reference.name if run.reference is not None else None)
 
 
-def journal_file(directory: str | None, name: str) -> str | None:
-    """Where a search named `name` keeps its journal in `directory` (None: no journal)."""
-    if directory is None:
-        return None
-    os.makedirs(directory, exist_ok=True)
-    return os.path.join(directory, re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-") + ".journal")
-
-
 def run_exploration(
     run: Run, progress: bool, workers: int = 0, ray: str | None = None, journal: str | None = None
 ) -> tuple[Exploration, Row, str]:
@@ -123,7 +114,7 @@ def run_exploration(
     counterexample), going on from the journal in directory `journal` if it holds this
     exploration's last level."""
     if workers or ray:
-        from kvsched.proofs.distributed import DistributedSearch, Level, Recipe
+        from kvsched.proofs.distributed import DistributedSearch, Level, Recipe, journal_file
 
         where = "Ray" if ray is not None else f"{max(workers, 1)} workers"
 

@@ -15,12 +15,13 @@ from kvsched.proofs.engine_explorer import (
     CACHED,
     HOSTED,
     SMALL,
+    EngineBounds,
     EngineExploration,
     EngineExplorer,
     EngineRecipe,
     engine_named,
 )
-from kvsched.proofs.search import Search, Searched
+from kvsched.proofs.search import Searched
 from kvsched.testing.checks import FailureKind
 from kvsched.testing.registry import COMPONENTS
 
@@ -72,26 +73,26 @@ def test_a_broken_engine_gives_the_same_counterexample_on_workers(name: str, kin
     assert engine_summary(result)[:2] + engine_summary(result)[4:] == engine_summary(alone)[:2] + (kind, alone.path)
 
 
+class ShortReplayExplorer(EngineExplorer):
+    """A worker's explorer that replays each state's path but its last event: it expands the parent."""
+
+    def arrive(self, shipped: Any, memo: dict[Any, tuple[Any, Any]]) -> tuple[Any, Any, Any]:
+        return super().arrive(shipped[:-1], memo)
+
+
 @dataclass(frozen=True, slots=True)
 class ShortReplay:
-    """A worker that replays each state's path but its last event: it expands the parent."""
+    """The recipe of `ShortReplayExplorer` over the spec's engine."""
 
-    recipe: EngineRecipe
+    bounds: EngineBounds
 
-    def build(self) -> Search:
-        explorer = self.recipe.build()
-        replayed = explorer.arrive
-
-        def arrive(shipped: Any, memo: dict[Any, tuple[Any, Any]]) -> tuple[Any, Any, Any]:
-            return replayed(shipped[:-1], memo)
-
-        explorer.arrive = arrive  # type: ignore[method-assign]
-        return explorer
+    def build(self) -> ShortReplayExplorer:
+        return ShortReplayExplorer(self.bounds, engine_named("spec"))
 
 
 def test_a_replay_that_skips_the_last_event_gives_other_states() -> None:
     alone = EngineExplorer(SMALL_FIRST, engine_named("spec")).run()
-    search = DistributedSearch(ShortReplay(EngineRecipe(SMALL_FIRST)), workers=1)
+    search = DistributedSearch(ShortReplay(SMALL_FIRST), workers=1)
     searched = search.run(SMALL_FIRST.max_states)
     assert (searched.states, searched.transitions) != (alone.states, alone.transitions)
 

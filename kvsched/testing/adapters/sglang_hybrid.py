@@ -20,13 +20,13 @@ fall short.
 The view puts both pools in the harness's `pages` ids: the full pool's slots are ids 0 .. F - 1,
 the SWA pool's slot s is id F + s, with F = pages - max(2, 3 * pages // 8) (an SWA pool smaller
 than the full one, as SGLang sizes it, so that either pool may be the one short); ids 0 and F (the
-dummies) are reserved. A request's full table is its row; its window table is the row's SWA slots, the null page 0 where
-a position has none (slid out of the window, or a hit's position the tree keeps as a tombstone). A
-tree page's key names its component: (salt, tokens) for full KV, ("swa", salt, tokens) for window
-KV. A full tree page's holders are its node's lock count, as in `sglang`. A window page's holders are
-the window tables that hold it: SGLang locks a hit's window, not every position a row maps, and
-whether the tree takes a page a window still reads is what the read check (GHOST) sees, the slot
-then free or another's and the mapping cleared.
+dummies) are reserved. A request's full table is its row; its window table is the row's SWA
+slots, the null page 0 where a position has none (slid out of the window, or a hit's position
+the tree keeps as a tombstone). A tree page's key names its component: (salt, tokens) for full
+KV, ("swa", salt, tokens) for window KV. A full tree page's holders are its node's lock count, as
+in `sglang`. A window page's holders are the window tables that hold it: SGLang locks a hit's
+window, not every position a row maps, and whether the tree takes a page a window still reads is
+what the read check (GHOST) sees, the slot then free or another's and the mapping cleared.
 """
 
 from __future__ import annotations
