@@ -65,11 +65,15 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings --strict counts
 
 ## Tests, contracts, proofs, the impl mutant corpus and the engine variants' search: the CI gate.
-verify: test contracts proofs mutants engine-search
+verify: test contracts proofs mutants engine-search groups-search
 
 ## The engine machine finds every broken engine from scratch (KVSCHED_UPDATE_GOLDEN=1: re-pin).
 engine-search: setup
 	KVSCHED_ENGINE_SEARCH=1 $(PYTEST) -q tests/engine/test_variants.py -k finds
+
+## The KV groups machine hunts the two upstream variants it takes longest to find (two minutes each).
+groups-search: setup
+	KVSCHED_GROUPS_SEARCH=1 $(PYTEST) -q -m proof tests/impl/test_kv_groups.py -k every_other
 
 ## The CrossHair gate on every contract and twin pair, then on the broken targets (each must fail).
 contracts: setup
