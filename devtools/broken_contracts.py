@@ -26,7 +26,7 @@ from kvsched.contracts import (
     spec_scheduler,
 )
 from kvsched.contracts.arrays import pure
-from kvsched.impl.lowering import execute_round
+from kvsched.impl.lowering import lower_decode, run_lowered
 from kvsched.impl.page_kernels import ensure_rows, release_pages, retain_pages
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
@@ -176,7 +176,7 @@ class RepeatsAttachScheduler(RequestScheduler):
 
 
 _launch_count_at_most_one = patch_source(
-    execute_round,
+    run_lowered,
     (("if receipt.backend_launches != 1:", "if receipt.backend_launches > 1:"),),
     "a round that reports zero launches passes",
 )
@@ -185,12 +185,12 @@ _launch_count_at_most_one = patch_source(
 class ZeroLaunchScheduler(RequestScheduler):
     """`execute_decode_round` that accepts a backend reporting zero launches."""
 
-    execute_decode_round = swap(RequestScheduler.execute_decode_round, execute_round, _launch_count_at_most_one)
+    execute_decode_round = swap(RequestScheduler.execute_decode_round, run_lowered, _launch_count_at_most_one)
 
 
 # (Not a check that lets a short buffer through: the kernels would write past its end.)
 _items_short_misnamed = patch_source(
-    execute_round,
+    lower_decode,
     (("raise refusals.items_too_small(", "raise refusals.outputs_too_small("),),
     "a short item buffer raises the output buffer's error",
 )
@@ -199,7 +199,7 @@ _items_short_misnamed = patch_source(
 class MisnamedShortItemsScheduler(RequestScheduler):
     """`execute_decode_round` that reports a short item buffer as a short output buffer."""
 
-    execute_decode_round = swap(RequestScheduler.execute_decode_round, execute_round, _items_short_misnamed)
+    execute_decode_round = swap(RequestScheduler.execute_decode_round, lower_decode, _items_short_misnamed)
 
 
 _batch_keeps_earlier_steps = patch_source(

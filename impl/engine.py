@@ -10,16 +10,18 @@ requests, the queue, the page keys and the leases each hold their own state and 
 (`kvsched.impl.engine_running`, `engine_queue`, `engine_keys`, `engine_leases`); the admission
 policy (`engine_admission`), the cache's policy and the relief of pressure (`engine_cache`), the
 copies between the tiers (`engine_host`) and the running batch's work (`engine_batch`: room, the
-round, the chunks, release, preemption, fork) change them. The engine keeps the step.
+admissions, the model's calls and the commit of their answers, release, preemption, fork) change
+them. The engine keeps the step, in the spec's shape: plan (`_plan`), the model's calls
+(`Batch.run_model`), commit (`_commit`), then the copies it started (its last call).
 
 Atomicity, two ways:
-- A step that only decodes (nothing to cancel, prefill or admit) plans, runs the model, then
-  commits: its only change before the model calls is the decode round's write plan, which
-  `undo_decode_round` takes back exactly if a call fails. Every later change follows the last
-  model call. It copies nothing, so its cost does not grow with the pool.
+- A step that only decodes (nothing to cancel, prefill or admit) plans its decode round alone:
+  its only change before the model calls is the round's write plan, which `undo_decode_round`
+  takes back exactly if a call fails. It copies nothing, so its cost does not grow with the pool.
 - Any other step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified parts,
   the running set's `save`, the cache's journal mark, the host tier's snapshot; the queue marks
-  itself) and restores it on any error.
+  itself) and restores it on any error; the cancellations it reports are cleared once it
+  succeeded.
 `to_spec()` is the abstraction function to the spec's `EngineState`.
 """
 
@@ -31,7 +33,7 @@ from typing import Any, ClassVar
 
 from kvsched.impl import checkpoint
 from kvsched.impl.engine_admission import Admission
-from kvsched.impl.engine_batch import Batch, StepTokens
+from kvsched.impl.engine_batch import Answers, Batch, StepPlan, StepTokens
 from kvsched.impl.engine_cache import CachePolicy
 from kvsched.impl.engine_events import CachePublisher
 from kvsched.impl.engine_host import HostCopies
@@ -64,33 +66,22 @@ from kvsched.spec.system import SystemState
 @dataclass(slots=True)
 class Saved:
     """The engine at the start of a step: the certified parts (`parts`), the cache's journal mark,
-    copies of `Engine.STEP_STATE`, the running set's save and the host tier's snapshot (the queue
-    keeps its own: `WaitingQueue.mark`)."""
+    the running set's save and the host tier's snapshot (the queue keeps its own:
+    `WaitingQueue.mark`)."""
 
     parts: checkpoint.Checkpoint
     cache: Mark
-    state: dict[str, Any]
     running: dict[str, Any]  # the running set's save (`RunningSet.save`)
     host: tuple[Any, ...] | None = None  # the host tier's snapshot (None: the engine has none)
-
-
-def _copy(value: Any) -> Any:
-    """A copy deep enough that changing the engine's value leaves it as it is: lists, sets and
-    dicts are copied (their items are ints, never changed in place); ints and None are kept."""
-    if isinstance(value, list | set | dict):
-        return type(value)(value)
-    return value
 
 
 class Engine:
     """The continuous-batching engine over impl's parts; see `kvsched.spec.engine`."""
 
-    # What a failed step puts back, beside the certified parts (`kvsched.impl.checkpoint`) and
-    # the cache (its journal): saved at the start of every step that is not decode-only ...
-    STEP_STATE: ClassVar[tuple[str, ...]] = ("_cancelled",)
-    # Everything else the engine holds, and why a failed step needs none of it back (a test
-    # requires every attribute to be in one of the three).
+    # Everything the engine holds, and how a failed step leaves it as it was (a test requires
+    # every attribute here).
     NOT_RESTORED: ClassVar[Mapping[str, str]] = {
+        "_cancelled": "cleared by a step only once it has succeeded",
         "config": "never changes",
         "model": "never changes",
         "pool": "a certified part: the checkpoint",
@@ -265,39 +256,64 @@ class Engine:
     # -- the step -----------------------------------------------------------------------------
 
     def step(self) -> StepOutput:
-        """One iteration, as the spec's; on any error the engine is exactly as before."""
+        """One iteration, as the spec's `run_step`: the step planned, the model's calls, their
+        answers committed, then the copies it started; on any error the engine is exactly as
+        before."""
         self.cache.settle()
         counters = self.cache.counters(), self.host.counters()
         if self._decodes_only():
-            record = self._decode_step()
-            if record is not None:
-                return self._output(record, counters)
+            round_plan = self._decode_round()
+            if round_plan is not None:
+                try:
+                    plan = StepPlan(Record(), round_plan, self.batch.lower())
+                    answers = self.batch.run_model(plan)
+                except BaseException:
+                    self._undo_round(round_plan)
+                    raise
+                self._commit(plan, answers)
+                return self._output(plan.record, counters)
         issued = self.host.issued
         done = poll_copies(copier(self.model), list(self.host.copies.values()))
         saved = self._step_state = self._save(self._step_state)
         self.queue.mark()
         try:
-            record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
-            self._cancelled = []
-            room = None
-            failed = self.host_copies.complete(done)
-            for slot in failed:  # a promotion failed: its request is preempted
-                self.batch.preempt(slot, record)
-            if not failed:
-                room = self._make_room(record, self._save() if done else saved)
-            if room is not None:
-                plan, chunks = room
-                self.batch.commit_round(self.batch.run_round(plan), record)
-                self.batch.prefill(chunks, record)
-                self._finish_step(record)
-            self.cache_policy.evict(self.config.prefill_reserve_pages - self.pool.free_count())
+            plan = self._plan(done, saved)
+            answers = self.batch.run_model(plan)
+            self._commit(plan, answers)
             self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
         except BaseException:
             self._undo_step(saved)
             raise
         finally:
             self.queue.settle()
-        return self._output(record, counters)
+        self._cancelled = []  # reported by this step, which succeeded
+        return self._output(plan.record, counters)
+
+    def _plan(self, done: dict[int, bool], saved: Saved) -> StepPlan:
+        """The step decided before any model call (the spec's `plan_step`), once the copies
+        `done` reports have completed: room for the running requests (under pressure: relieve
+        it, preempt, and plan nothing more), then the admissions."""
+        record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
+        failed = self.host_copies.complete(done)
+        for slot in failed:  # a promotion failed: its request is preempted, and the step runs nothing
+            self.batch.preempt(slot, record)
+        room = None if failed else self._make_room(record, self._save() if done else saved)
+        if room is None:
+            return StepPlan(record)
+        round_plan, chunks = room
+        count = self.batch.lower()  # the round as the room left it: no newcomer decodes this step
+        return StepPlan(record, round_plan, count, chunks, self.batch.admit(count, chunks))
+
+    def _commit(self, plan: StepPlan, answers: Answers) -> None:
+        """The planned step's answers taken (the spec's `commit_step`): the round's and the
+        chunks' tokens, the pages they completed cached, the finished requests released, and
+        the end-of-step eviction."""
+        if plan.round is not None:
+            self.batch.commit(plan, answers)
+            self.cache_policy.publish_written(plan.record)
+            if plan.record.finishing:
+                self.batch.release(plan.record.finishing)
+        self.cache_policy.evict(self.config.prefill_reserve_pages - self.pool.free_count())
 
     def _undo_step(self, saved: Saved) -> None:
         """A step failed: the engine as it was when it began."""
@@ -315,33 +331,18 @@ class Engine:
             return False  # (a host tier's steps poll and issue copies: the general step)
         return not self.queue or len(self.running.slots) >= self.config.max_batch_size
 
-    def _decode_step(self) -> Record | None:
-        """A step that only decodes: plan the round, run it, commit. None, with nothing changed,
+    def _decode_round(self) -> ArrayWritePlan | None:
+        """A step that only decodes plans its decode round's write plan alone, which a failed
+        model call takes back (`_undo_round`), so it saves nothing. None, with nothing changed,
         when the round does not fit (the general step makes room)."""
         try:
-            plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
+            return self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
         except Exhausted:
             return None  # all or nothing: the plan took no page
-        record = Record()
-        try:
-            count = self.batch.run_round(plan)
-        except BaseException:
-            self._undo_round(plan)
-            raise
-        self.batch.commit_round(count, record)
-        self._finish_step(record)
-        self.cache_policy.evict(self.config.prefill_reserve_pages - self.pool.free_count())
-        return record
 
     def _undo_round(self, plan: ArrayWritePlan) -> None:
         """A decode-only step's round failed: take back its write plan."""
         undo_decode_round(self.scheduler, plan, self.pool)
-
-    def _finish_step(self, record: Record) -> None:
-        """After the step's model calls: cache the pages it completed, release what finished."""
-        self.cache_policy.publish_written(record)
-        if record.finishing:
-            self.batch.release(record.finishing)
 
     def _output(self, record: Record, counters: tuple[tuple[int, ...], tuple[int, ...]]) -> StepOutput:
         return StepOutput(
@@ -357,11 +358,8 @@ class Engine:
     def _save(self, reuse: Saved | None = None) -> Saved:
         """The engine's state; `reuse`, an earlier one, lends its buffers (its arrays)."""
         parts = checkpoint.save(self.pool, self.store, self.scheduler, None if reuse is None else reuse.parts)
-        state: dict[str, Any] = {}
-        for name in self.STEP_STATE:
-            state[name] = _copy(getattr(self, name))
         running = self.running.save(None if reuse is None else reuse.running)
-        return Saved(parts, self.cache.mark(), state, running, host=self.host.snapshot() if self.host.pages else None)
+        return Saved(parts, self.cache.mark(), running, host=self.host.snapshot() if self.host.pages else None)
 
     def _rollback(self, saved: Saved) -> None:
         """Restore `saved` (which stays intact: it may be restored again)."""
@@ -370,8 +368,6 @@ class Engine:
         if saved.host is not None:
             self.host.restore(saved.host)
         self.running.restore(saved.running)
-        for name, value in saved.state.items():
-            setattr(self, name, _copy(value))
 
     def _make_room(self, record: Record, inner: Saved) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
         """The spec's `_make_room` from checkpoint `inner`: room for the running requests, or
@@ -382,7 +378,6 @@ class Engine:
                 room = self.batch.room()
             except Exhausted as error:
                 self._rollback(inner)
-                self._cancelled = []
                 relieved_now = self.cache_policy.relieve(error.needed or 1)
                 if relieved_now == 0 and self.host.copies:
                     return None  # copies in flight free or unpin pages when they complete: wait

@@ -4,12 +4,15 @@ impl's parts.
     room         room for every running request's work this step: the decode round's write plan
                  and each running prefill's chunk (strict priority, then admission, within the
                  tokens the decode round leaves); a request waiting for promotions gets none
-    run_round    the decode round's model calls: its copy-on-write copies, then the round
-    commit_round one kernel appends every sampled token to its row, notes the pages the round
-                 filled and the requests it finished (`kvsched.impl.engine_rows.commit_round`)
-    prefill      admit newcomers into the budget left (`Admission.admit`), then run every chunk:
-                 a chunk that completes its prompt samples the first token, and the request
-                 finishes or decodes
+    admit        admit newcomers into the tokens left (`Admission.admit`), their chunks after
+                 the running ones: the copies every chunk's pages need
+    run_model    a planned step's model calls (`StepPlan`), in the model boundary's order: the
+                 decode round's copy-on-write copies, the round, the chunks' copies, their
+                 prefill; the answers (`Answers`), nothing changed
+    commit       the answers: one kernel appends every sampled token to its row, notes the pages
+                 the round filled and the requests it finished (`commit_round`); each chunk's
+                 tokens are computed, and a chunk that completes its prompt samples the first
+                 token, and the request finishes or decodes
     release      finished requests leave, their pages released in one call
     preempt      the victim (`victim`: lowest priority, latest admitted) leaves and re-enters
                  the queue at the front of its class with its tokens and its pages' keys
@@ -17,12 +20,14 @@ impl's parts.
 
 Its state is two buffers for the round's outputs; the requests are the running set's.
 `StepTokens` is a step's tokens as the output reads them: the round's arrays, read lazily.
+`StepPlan` and `Answers` are the spec's (`kvsched.spec.engine`, `kvsched.spec.engine_calls`) in
+impl's storage: a step decided before the model runs, and what the model answered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -46,7 +51,15 @@ from kvsched.impl.engine_rows import (
 from kvsched.impl.engine_running import Record, RunningSet
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix_cache import PrefixCache
-from kvsched.impl.scheduler import RequestScheduler, finish_slots, get_indexes, get_slots, round_outputs
+from kvsched.impl.scheduler import (
+    RequestScheduler,
+    finish_slots,
+    get_indexes,
+    get_slots,
+    lower_decode_round,
+    round_outputs,
+    run_decode_round,
+)
 from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec.engine_calls import Chunk, call_model, require_prefill_tokens
@@ -54,6 +67,28 @@ from kvsched.spec.engine_config import EngineConfig
 from kvsched.spec.engine_state import Queued
 from kvsched.spec.model import EngineModel, PrefillItem
 from kvsched.spec.sequence import FinishReason
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """A step decided before the model runs: what it did so far (`record`: its cancellations
+    and preemptions), the decode round's write plan (None: the step runs nothing) and the round
+    lowered, the chunks to prefill (each with its request's slot) and the copies their pages
+    need first."""
+
+    record: Record
+    round: ArrayWritePlan | None = None
+    count: int = 0  # the requests the round runs, lowered into the scheduler's round buffers
+    chunks: list[tuple[Chunk, int]] = field(default_factory=list)
+    copies: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(slots=True)
+class Answers:
+    """What the model answered a planned step: the decode round's outputs are in the
+    scheduler's round buffers; each chunk's sampled token."""
+
+    sampled: list[int] = field(default_factory=list)
 
 
 class Batch:
@@ -112,16 +147,19 @@ class Batch:
             budget -= length
         return plan, chunks
 
-    def run_round(self, plan: ArrayWritePlan) -> int:
-        """The decode round's model calls (its copies, then the round): how many requests it ran.
-        A call that fails leaves the slots as the plan left them."""
-        count = get_indexes(self.scheduler)[2]
+    def lower(self) -> int:
+        """Lower the decode round on the state the room left, before any admission: how many
+        requests it runs."""
+        return lower_decode_round(self.scheduler)
+
+    def run_round(self, plan: ArrayWritePlan, count: int) -> None:
+        """The decode round's model calls (its copies, then the round of `count` requests
+        lowered). A call that fails leaves the slots as the plan left them."""
         if count == 0:
-            return 0
+            return
         if plan.copy_sources.shape[0]:
             self.copy_round_pages(copy_pairs(plan))
-        self.scheduler.execute_decode_round(self.model)
-        return count
+        run_decode_round(self.scheduler, self.model, count)
 
     def copy_round_pages(self, pairs: tuple[tuple[int, int], ...]) -> None:
         """The decode round's copy-on-write copies, before the round."""
@@ -157,17 +195,26 @@ class Batch:
         record.finished[request.request_id] = reason
         record.finishing.append(slot)
 
-    def prefill(self, chunks: list[tuple[Chunk, int]], record: Record) -> None:
-        """Run the running requests' chunks and admit newcomers into the budget left (their
-        pages attached and allocated in one call once all are chosen: `Admission.admit`)."""
-        budget = self.admission.token_budget(record.tokens_run) - sum(chunk.length for chunk, _ in chunks)
+    def admit(self, count: int, chunks: list[tuple[Chunk, int]]) -> tuple[tuple[int, int], ...]:
+        """Admit newcomers into the tokens the decode round (of `count` requests) and the running
+        `chunks` leave, their
+        chunks appended (their pages attached and allocated in one call once all are chosen:
+        `Admission.admit`): the copies every chunk's pages need before the chunks run."""
+        budget = self.admission.token_budget(count) - sum(chunk.length for chunk, _ in chunks)
         copies = tuple(pair for chunk, _ in chunks for pair in chunk.copies)
-        copies += self.admission.admit(budget, chunks)
-        if chunks:
-            self._run_chunks(chunks, copies, record)
+        return copies + self.admission.admit(budget, chunks)
 
-    def _run_chunks(self, chunks: list[tuple[Chunk, int]], copies: tuple[tuple[int, int], ...], record: Record) -> None:
-        """The chunks' copies, then their prefill; take the sampled tokens."""
+    def run_model(self, plan: StepPlan) -> Answers:
+        """The planned step's model calls, in order: the decode round (its copies, then the
+        round), the chunks' copies, their prefill. A call that fails leaves the engine as the
+        plan left it."""
+        if plan.round is None:
+            return Answers()
+        self.run_round(plan.round, plan.count)
+        return Answers(self._prefill(plan.chunks, plan.copies) if plan.chunks else [])
+
+    def _prefill(self, chunks: list[tuple[Chunk, int]], copies: tuple[tuple[int, int], ...]) -> list[int]:
+        """The chunks' copies, then their prefill: each chunk's sampled token."""
         if copies:
             call_model(lambda: self.model.copy_pages(copies))
         items = [
@@ -181,8 +228,13 @@ class Batch:
             for chunk, slot in chunks
         ]
         answer = call_model(lambda: self.model.execute_prefill(items))
-        sampled = require_prefill_tokens(answer, len(items))
-        for (chunk, slot), token in zip(chunks, sampled, strict=True):
+        return require_prefill_tokens(answer, len(items))
+
+    def commit(self, plan: StepPlan, answers: Answers) -> None:
+        """Take the model's `answers` to the planned step: the round's tokens, then the chunks'."""
+        record = plan.record
+        self.commit_round(plan.count, record)
+        for (chunk, slot), token in zip(plan.chunks, answers.sampled, strict=True):
             computed = chunk.start + chunk.length
             record.chunks.append((slot, chunk.start, computed))
             record.tokens_run += chunk.length

@@ -171,7 +171,23 @@ def execute_round(
 ) -> RaggedBatchReceipt:
     """Run one round over the slots (`decoding` of them in DECODE) with the given scratch, the
     bound pool's reference counts (None: no pool bound, so no request was ever admitted) and
-    page size (0: none bound)."""
+    page size (0: none bound): `lower_decode`, then `run_lowered`."""
+    count = lower_decode(slots, decoding, round_slots, refs, page_size, items, block_tables, outputs)
+    return run_lowered(slots, count, round_slots, backend, items, block_tables, outputs)
+
+
+def lower_decode(
+    slots: SlotArrays,
+    decoding: int,
+    round_slots: npt.NDArray[np.int64],
+    refs: npt.NDArray[np.uint32] | None,
+    page_size: int,
+    items: ItemArray,
+    block_tables: TableArray,
+    outputs: OutputArray,
+) -> int:
+    """Lower the round over the slots (`decoding` of them in DECODE) into the scratch, each
+    request's slot into `round_slots`: how many it runs. The slots are not changed."""
     width = slots.tables.shape[1]
     if items.shape[0] < decoding:
         raise refusals.items_too_small(items.shape[0], decoding)
@@ -180,7 +196,7 @@ def execute_round(
     if block_tables.shape[0] < decoding * width:
         raise refusals.tables_too_small(block_tables.shape[0], decoding, decoding * width)
     if decoding == 0:
-        return RaggedBatchReceipt()
+        return 0
     assert refs is not None, "requests decode, yet no call bound a pool"
     code, found, page, holders = lower_round(
         slots.states,
@@ -202,10 +218,24 @@ def execute_round(
         target = None if page == NO_PAGE else page
         request_id, token_count = int(slots.request_ids[found]), int(slots.token_counts[found])
         raise refusals.unprepared_write(request_id, found, token_count, page_size or None, target, holders, width)
-    count = found
-    assert count == decoding, "the DECODE count drifted from the slot states"
+    assert found == decoding, "the DECODE count drifted from the slot states"
+    return found
+
+
+def run_lowered(
+    slots: SlotArrays,
+    count: int,
+    round_slots: npt.NDArray[np.int64],
+    backend: Any,
+    items: ItemArray,
+    block_tables: TableArray,
+    outputs: OutputArray,
+) -> RaggedBatchReceipt:
+    """The one backend call of a round `lower_decode` lowered (`count` requests), and its
+    checked answers applied to their slots."""
     if count == 0:
         return RaggedBatchReceipt()
+    width = slots.tables.shape[1]
     out = outputs[:count]
     try:
         receipt = backend.execute_ragged(_read_only(items[:count]), _read_only(block_tables[: count * width]), out)

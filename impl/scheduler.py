@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvsched.abi import ArrayDecodeBackend, empty_items, empty_outputs
-from kvsched.impl.lowering import execute_round, require_disjoint, require_scratch
+from kvsched.impl.lowering import execute_round, lower_decode, require_disjoint, require_scratch, run_lowered
 from kvsched.impl.page_kernels import undo_rows
 from kvsched.impl.pool import BlockPool, get_arrays, release_array, retain_array
 from kvsched.impl.prefix import PrefixKvStore, attach_row
@@ -444,6 +444,22 @@ class RequestScheduler:
 def get_indexes(scheduler: RequestScheduler) -> tuple[dict[int, int], list[int], int]:
     """The scheduler's indexes (slot_of, empty heap, decoding count), for the refinement checks."""
     return scheduler._slot_of, scheduler._empty, scheduler._decoding
+
+
+def lower_decode_round(scheduler: RequestScheduler) -> int:
+    """`execute_decode_round`'s first half, for an engine that plans its round before its other
+    changes: the round lowered into the scheduler's own buffers, how many requests it runs."""
+    refs = None if scheduler._pool.bound is None else get_arrays(scheduler._pool.bound).refs
+    buffers = scheduler._items, scheduler._tables, scheduler._outputs
+    rounds = (scheduler._slots, scheduler._decoding, scheduler._round_slots, refs, scheduler._page_size or 0)
+    return lower_decode(*rounds, *buffers)
+
+
+def run_decode_round(scheduler: RequestScheduler, backend: ArrayDecodeBackend, count: int) -> RaggedBatchReceipt:
+    """`execute_decode_round`'s second half: the round `lower_decode_round` lowered (`count`
+    requests) run with one backend call, its answers applied."""
+    buffers = scheduler._items, scheduler._tables, scheduler._outputs
+    return run_lowered(scheduler._slots, count, scheduler._round_slots, backend, *buffers)
 
 
 def get_slots(scheduler: RequestScheduler) -> SlotArrays:

@@ -18,9 +18,9 @@ Python function: impl's kernels give identical results in both modes.
 it calls, it calls `replacement` wherever it called `target`; everything else stays shared.
 The real impl modules are never modified: the copies live in their own namespaces.
 
-    RequestScheduler.execute_decode_round -> execute_round -> lower_round
+    RequestScheduler.execute_decode_round -> execute_round -> lower_decode -> lower_round
     swap(execute_decode_round, lower_round, patched)
-        == execute_decode_round' -> execute_round' -> patched
+        == execute_decode_round' -> execute_round' -> lower_decode' -> patched
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""impl's engine checkpoint cannot miss a field: every attribute the engine holds is either put
-back by a failed step or listed with the reason it needs not be, and an engine that forgets one
-of the restored fields fails atomicity."""
+"""impl's engine checkpoint cannot miss a field: every attribute the engine holds is listed with
+how a failed step leaves it as it was, and an engine that forgets one of them fails atomicity."""
 
 from __future__ import annotations
 
@@ -9,6 +8,8 @@ from dataclasses import replace
 import pytest
 
 from kvsched import impl
+from kvsched.impl.engine import Saved
+from kvsched.impl.engine_batch import StepPlan
 from kvsched.impl.engine_queue import WaitingQueue
 from kvsched.impl.engine_running import RunningSet
 from kvsched.spec import EngineRequest, KvschedError
@@ -34,16 +35,41 @@ def busy_engine(engine_type: type[impl.Engine]) -> tuple[impl.Engine, HarnessMod
     return engine, model
 
 
-def failed_step_keeps_the_state(engine_type: type[impl.Engine]) -> bool:
-    engine, model = busy_engine(engine_type)
+HOSTED = replace(SMALL, pages=6, prefix_caching=True, host_pages=8, prefill_reserve_pages=2)
+
+
+def hosted_engine(engine_type: type[impl.Engine]) -> tuple[impl.Engine, HarnessModel]:
+    """An engine with a host tier whose next step completes a prefill and demotes a page: its
+    copy's start, the step's last call, fails after the step has committed its tokens."""
+    model = HarnessModel(HOSTED.page_size)
+    engine = engine_type(HOSTED, model)
+    engine.submit(EngineRequest(1, (1, 2, 3, 4, 5), 2))
+    for _ in range(2):
+        engine.step()
+    engine.submit(EngineRequest(2, (11, 12, 13, 14, 15), 3))
+    engine.step()
+    model.copy_fails = True
+    return engine, model
+
+
+def failed_step_keeps_the_state(engine_type: type[impl.Engine], *, hosted: bool = False) -> bool:
+    engine, model = hosted_engine(engine_type) if hosted else busy_engine(engine_type)
     before = engine.to_spec()
-    model.prefill_fails = True
+    model.prefill_fails = not hosted
     with pytest.raises(KvschedError):
         engine.step()
     try:
         return engine.to_spec() == before
     except AssertionError:  # the state is not even consistent (a slot indexed, its request gone)
         return False
+
+
+def test_the_hosted_step_commits_before_its_copy_fails() -> None:
+    engine, model = hosted_engine(impl.Engine)
+    model.copy_fails = False
+    issued = engine.host.issued
+    output = engine.step()
+    assert output.tokens and engine.host.issued > issued
 
 
 def test_the_failing_step_decodes_and_admits_before_it_fails() -> None:
@@ -53,30 +79,36 @@ def test_the_failing_step_decodes_and_admits_before_it_fails() -> None:
     assert any(entry.decoding for entry in engine.to_spec().running)
 
 
-def test_every_attribute_is_restored_or_says_why_not() -> None:
+def test_every_attribute_says_how_a_failed_step_leaves_it() -> None:
     engine, _ = busy_engine(impl.Engine)
-    restored = set(engine.STEP_STATE)
-    assert not restored & set(engine.NOT_RESTORED)
-    assert len(engine.STEP_STATE) == len(restored)
-    assert set(vars(engine)) == restored | set(engine.NOT_RESTORED)
+    assert set(vars(engine)) == set(engine.NOT_RESTORED)
     part = set(RunningSet.STEP_STATE)  # the running set, a part the checkpoint saves
     assert not part & set(RunningSet.NOT_RESTORED) and len(RunningSet.STEP_STATE) == len(part)
     assert set(RunningSet.__slots__) == part | set(RunningSet.NOT_RESTORED)
 
 
-def test_a_failed_step_puts_everything_back() -> None:
-    assert failed_step_keeps_the_state(impl.Engine)
+@pytest.mark.parametrize("hosted", [False, True], ids=["prefill fails", "copy start fails"])
+def test_a_failed_step_puts_everything_back(hosted: bool) -> None:
+    assert failed_step_keeps_the_state(impl.Engine, hosted=hosted)
 
 
-def test_an_engine_that_forgets_a_field_fails() -> None:
+def test_an_engine_that_clears_its_cancellations_before_the_step_succeeds_fails() -> None:
     class Forgetful(impl.Engine):
-        STEP_STATE = tuple(name for name in impl.Engine.STEP_STATE if name != "_cancelled")
+        def _plan(self, done: dict[int, bool], saved: Saved) -> StepPlan:
+            plan = super()._plan(done, saved)
+            self._cancelled = []  # reported before the step has succeeded
+            return plan
 
     assert not failed_step_keeps_the_state(Forgetful)
 
 
-@pytest.mark.parametrize("forgotten", ["admissions", "slots", "fields"])
-def test_a_running_set_that_forgets_a_field_fails(forgotten: str) -> None:
+@pytest.mark.parametrize(
+    ("forgotten", "hosted"),
+    # A model call fails before anything is committed: only the plan's changes (admissions)
+    # need putting back; the copies' start fails once the step has committed its tokens.
+    [("admissions", False), ("slots", False), ("fields", True)],
+)
+def test_a_running_set_that_forgets_a_field_fails(forgotten: str, hosted: bool) -> None:
     class ForgetfulSet(RunningSet):
         __slots__ = ()
         STEP_STATE = tuple(name for name in RunningSet.STEP_STATE if name != forgotten)
@@ -86,7 +118,7 @@ def test_a_running_set_that_forgets_a_field_fails(forgotten: str) -> None:
             super().__init__(config, model)
             self.running.__class__ = ForgetfulSet
 
-    assert not failed_step_keeps_the_state(Forgetful)
+    assert not failed_step_keeps_the_state(Forgetful, hosted=hosted)
 
 
 def test_an_engine_that_forgets_the_queue_fails() -> None:

@@ -322,7 +322,7 @@ def _refused_round(flavor: Flavor, backend: Any) -> tuple[object, object]:
 @pytest.mark.parametrize("backend", [_NotAReceipt(), HarnessBackend(Fault.WRONG_BATCH)], ids=["int", "size"])
 def test_a_round_refused_for_its_receipt_says_what_the_spec_says(backend: Any) -> None:
     """A receipt that is not one, or counts the wrong batch size, is refused with the spec's
-    message. (Kills `lowering.execute_round` naming `type(None)` for the receipt's type, and
+    message. (Kills `lowering.run_lowered` naming `type(None)` for the receipt's type, and
     raising `OutputIdentityMismatch(None)` for a wrong batch size.)"""
     spec_flavor, impl_flavor = flavors()
     expected = _refused_round(spec_flavor, backend)

@@ -10,7 +10,7 @@ import pytest
 
 from devtools import mutants
 from devtools.mutants_corpus import COMPONENTS, MUTANTS, Mutant
-from kvsched.impl.lowering import execute_round, lower_round
+from kvsched.impl.lowering import execute_round, lower_decode, lower_round
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.scheduler import RequestScheduler
@@ -93,8 +93,10 @@ def test_swap_rebinds_only_the_copies() -> None:
     method = swap(RequestScheduler.execute_decode_round, lower_round, patched)
     assert method is not RequestScheduler.execute_decode_round
     copied_round = method.__globals__["execute_round"]
-    assert copied_round is not execute_round and copied_round.__globals__["lower_round"] is patched
-    assert execute_round.__globals__["lower_round"] is lower_round
+    copied_lower = copied_round.__globals__["lower_decode"]
+    assert copied_round is not execute_round and copied_lower is not lower_decode
+    assert copied_lower.__globals__["lower_round"] is patched
+    assert lower_decode.__globals__["lower_round"] is lower_round
     with pytest.raises(ValueError, match="never calls"):
         swap(BlockPool.allocate, lower_round, patched)
 
