@@ -1,6 +1,6 @@
 """The model calls one engine step makes, as values, and the one function that makes them.
 
-A step is planned before the model runs (`kvsched.spec.engine.plan_step`): its calls are then a
+A step is planned before the model runs (`kvsched.spec.engine_step.plan_step`): its calls are then a
 value, `ModelCalls`, and `run_model` makes them in the model boundary's order
 (`kvsched.spec.model`) and returns the checked answers, `ModelAnswers`:
 

@@ -12,8 +12,8 @@ import pytest
 from kvsched import spec
 from kvsched.spec import EngineRequest
 from kvsched.spec.batch import RaggedBatchItem, RaggedBatchOutput, RaggedBatchReceipt
-from kvsched.spec.engine import commit_step, plan_step, run_step
 from kvsched.spec.engine_calls import NO_ANSWERS, ModelCalls, run_model
+from kvsched.spec.engine_step import commit_step, plan_step, run_step
 from kvsched.spec.errors import BackendFailed
 from kvsched.spec.model import NullModel, PrefillItem
 from tests.engine.support import SMALL
