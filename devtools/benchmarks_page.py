@@ -177,6 +177,26 @@ def peers(report: dict[str, Any]) -> str:
     )
 
 
+def step_phases(report: dict[str, Any]) -> str:
+    rows = report["rows"]
+    labels = list(rows[0]["phases_us"])
+    body = [[label, *(us(row["phases_us"][label]) for row in rows)] for label in labels]
+    body.append(["**the step, timed by phase**", *(f"**{us(row['step_timed_us'])}**" for row in rows)])
+    body.append(["the step, bare", *(us(row["step_us"]) for row in rows)])
+    return section(
+        "Where a steady decode step's time goes",
+        "`python -m devtools.step_phases`: the peer benchmarks' W3 through impl's engine with its null"
+        " model (R requests of 512 prompt tokens, 128 new, prefix caching on, SHA-256 keys), each phase of"
+        " a step that only decodes timed by the thread's CPU time, µs per steady step (every request decoded"
+        " one token, none finished), over three runs. Each phase is its method wrapped for the run; the rest"
+        " is the step less its phases (its own glue, and the wrappers' cost); the bare step is timed in runs"
+        " without the wrappers, so their cost is the difference. Keying and"
+        " caching is the filled pages' share: every 16th step fills a page of each request.",
+        report,
+        table(["phase", *(f"R = {row['requests']}" for row in rows)], body),
+    )
+
+
 def scale_table(rows: list[dict[str, Any]]) -> str:
     """Scale: impl's steady step with 128-token prompts and prefix caching over a pool that just
     fits R requests and over an H200-sized one, and the memory the engine holds."""
@@ -491,6 +511,7 @@ SECTIONS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("check-defaults.json", check_defaults),
     ("engine.json", engine),
     ("peers.json", peers),
+    ("step-phases.json", step_phases),
     ("thrash.json", thrash),
     ("thrash-vllm.json", thrash_vllm),
     ("tiers.json", tiers),
