@@ -4,7 +4,7 @@ its null model, each phase of a step that only decodes timed by the thread's CPU
 
     python -m devtools.step_phases [--requests 128 256] [--runs 3] [--json docs/bench/step-phases.json]
 
-A step that only decodes is the engine's plan (`prepare_decode_round`, the round lowered), the
+A step that only decodes is the engine's plan (its room: `prepare_decode_round`; the round lowered), the
 model's call and its answers applied, the commit (`commit_round`: tokens appended, filled pages
 and finished requests noted; the filled pages keyed and cached; the end-of-step eviction) and its
 output. Each phase is timed by wrapping its method for the run (the engine's code is not
@@ -35,7 +35,7 @@ OUT = Path(__file__).resolve().parents[1] / "docs" / "bench" / "step-phases.json
 
 # (phase, the class whose method is timed, the method); in the order a step runs them
 PHASES: tuple[tuple[str, type, str], ...] = (
-    ("plan: prepare_decode_round", Engine, "_decode_round"),
+    ("plan: room (prepare_decode_round)", Batch, "room"),
     ("plan: lower the round", Batch, "lower"),
     ("model: the null model's round", NullModel, "execute_ragged"),
     ("model: the call, its answers applied", Batch, "run_model"),

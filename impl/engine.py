@@ -14,14 +14,14 @@ admissions, the model's calls and the commit of their answers, release, preempti
 them. The engine keeps the step, in the spec's shape: plan (`_plan`), the model's calls
 (`Batch.run_model`), commit (`_commit`), then the copies it started (its last call).
 
-Atomicity, two ways:
-- A step that only decodes (nothing to cancel, prefill or admit) plans its decode round alone:
-  its only change before the model calls is the round's write plan, which `undo_decode_round`
-  takes back exactly if a call fails. It copies nothing, so its cost does not grow with the pool.
-- Any other step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified parts,
-  the running set's `save`, the cache's journal mark, the host tier's snapshot; the queue marks
-  itself) and restores it on any error; the cancellations it reports are cleared once it
-  succeeded.
+Atomicity: a step that can admit nobody (the queue is empty or the batch full) and has no host
+tier takes no checkpoint. Its only change before the model calls is its room (`Batch.room`: the
+decode round's write plan and each running prefill's chunk, all or nothing), which `undo_room`
+takes back exactly if a call fails (each page back in its place on the free stack); a step that
+relieves pressure runs no model call and, without a host tier, has no call left that can fail.
+Any other step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified parts, the
+running set's `save`, the cache's journal mark, the host tier's snapshot; the queue marks itself)
+and restores it on any error. The cancellations a step reports are cleared once it succeeded.
 `to_spec()` is the abstraction function to the spec's `EngineState`.
 """
 
@@ -46,7 +46,7 @@ from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool
 from kvsched.impl.prefix import PrefixKvStore
 from kvsched.impl.prefix_cache import Mark, PrefixCache
-from kvsched.impl.scheduler import RequestScheduler, undo_decode_round
+from kvsched.impl.scheduler import RequestScheduler
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec import refusals
 from kvsched.spec.domain import require_u64
@@ -261,23 +261,15 @@ class Engine:
         before."""
         self.cache.settle()
         counters = self.cache.counters(), self.host.counters()
-        if self._decodes_only():
-            round_plan = self._decode_round()
-            if round_plan is not None:
-                try:
-                    plan = StepPlan(Record(), round_plan, self.batch.lower())
-                    answers = self.batch.run_model(plan)
-                except BaseException:
-                    self._undo_round(round_plan)
-                    raise
-                self._commit(plan, answers)
-                return self._output(plan.record, counters)
         issued = self.host.issued
-        done = poll_copies(copier(self.model), list(self.host.copies.values()))
-        saved = self._step_state = self._save(self._step_state)
+        done = poll_copies(copier(self.model), list(self.host.copies.values())) if self.host.copies else {}
+        admits = bool(self.queue) and len(self.running.slots) < self.config.max_batch_size
+        saved = None  # a step that can admit nobody, with no host tier, takes back its room alone
+        if admits or self.host.pages:
+            saved = self._step_state = self._save(self._step_state)
         self.queue.mark()
         try:
-            plan = self._plan(done, saved)
+            plan = self._plan(done, admits)
             answers = self.batch.run_model(plan)
             self._commit(plan, answers)
             self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
@@ -289,20 +281,22 @@ class Engine:
         self._cancelled = []  # reported by this step, which succeeded
         return self._output(plan.record, counters)
 
-    def _plan(self, done: dict[int, bool], saved: Saved) -> StepPlan:
+    def _plan(self, done: dict[int, bool], admits: bool) -> StepPlan:
         """The step decided before any model call (the spec's `plan_step`), once the copies
         `done` reports have completed: room for the running requests (under pressure: relieve
-        it, preempt, and plan nothing more), then the admissions."""
+        it, preempt, and plan nothing more), then the admissions (when the queue holds someone
+        and a seat is free: `admits`)."""
         record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
         failed = self.host_copies.complete(done)
         for slot in failed:  # a promotion failed: its request is preempted, and the step runs nothing
             self.batch.preempt(slot, record)
-        room = None if failed else self._make_room(record, self._save() if done else saved)
+        room = None if failed else self._make_room(record)
         if room is None:
             return StepPlan(record)
         round_plan, chunks = room
         count = self.batch.lower()  # the round as the room left it: no newcomer decodes this step
-        return StepPlan(record, round_plan, count, chunks, self.batch.admit(count, chunks))
+        copies = self.batch.admit(count, chunks, newcomers=admits)
+        return StepPlan(record, round_plan, count, chunks, copies)
 
     def _commit(self, plan: StepPlan, answers: Answers) -> None:
         """The planned step's answers taken (the spec's `commit_step`): the round's and the
@@ -315,34 +309,22 @@ class Engine:
                 self.batch.release(plan.record.finishing)
         self.cache_policy.evict(self.config.prefill_reserve_pages - self.pool.free_count())
 
-    def _undo_step(self, saved: Saved) -> None:
-        """A step failed: the engine as it was when it began."""
-        self._rollback(saved)
+    def _undo_step(self, saved: Saved | None) -> None:
+        """A step failed: the engine as it was when it began. A step that could admit nobody,
+        with no host tier, took no checkpoint: its plan is only the room it took."""
+        if saved is None:
+            self._undo_room()
+        else:
+            self._rollback(saved)
         self.queue.undo()
+
+    def _undo_room(self) -> None:
+        """A failed step that took no checkpoint: its room taken back (`Batch.undo_room`)."""
+        self.batch.undo_room()
 
     def _issue_copies(self, copies: list[Copy]) -> None:
         """Start the step's new copies between the tiers: one call, its last (all or none)."""
         issue_copies(copier(self.model), copies)
-
-    def _decodes_only(self) -> bool:
-        """This step can only decode: nothing to cancel or prefill, and nobody it could admit
-        (the queue is empty or the batch full)."""
-        if self._cancelled or self.running.prefilling or self.host.pages:
-            return False  # (a host tier's steps poll and issue copies: the general step)
-        return not self.queue or len(self.running.slots) >= self.config.max_batch_size
-
-    def _decode_round(self) -> ArrayWritePlan | None:
-        """A step that only decodes plans its decode round's write plan alone, which a failed
-        model call takes back (`_undo_round`), so it saves nothing. None, with nothing changed,
-        when the round does not fit (the general step makes room)."""
-        try:
-            return self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
-        except Exhausted:
-            return None  # all or nothing: the plan took no page
-
-    def _undo_round(self, plan: ArrayWritePlan) -> None:
-        """A decode-only step's round failed: take back its write plan."""
-        undo_decode_round(self.scheduler, plan, self.pool)
 
     def _output(self, record: Record, counters: tuple[tuple[int, ...], tuple[int, ...]]) -> StepOutput:
         return StepOutput(
@@ -368,16 +350,17 @@ class Engine:
         if saved.host is not None:
             self.host.restore(saved.host)
         self.running.restore(saved.running)
+        self.batch.taken, self.batch.ran = None, 0  # the room the step took is gone with it
 
-    def _make_room(self, record: Record, inner: Saved) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
-        """The spec's `_make_room` from checkpoint `inner`: room for the running requests, or
-        relieve the pressure and do nothing more this step (None)."""
+    def _make_room(self, record: Record) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
+        """The spec's `make_room`: room for the running requests, or relieve the pressure and do
+        nothing more this step (None). A room that runs short takes nothing (`Batch.room`), and
+        one found after relief is taken back: the step that freed pages writes none of them."""
         relieved = False
         while True:
             try:
                 room = self.batch.room()
             except Exhausted as error:
-                self._rollback(inner)
                 relieved_now = self.cache_policy.relieve(error.needed or 1)
                 if relieved_now == 0 and self.host.copies:
                     return None  # copies in flight free or unpin pages when they complete: wait
@@ -387,9 +370,8 @@ class Engine:
                         raise
                     self.batch.preempt(slot, record)
                 relieved = True
-                inner = self._save()
                 continue
             if relieved:
-                self._rollback(inner)
+                self.batch.undo_room()
                 return None
             return room

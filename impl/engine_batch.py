@@ -18,7 +18,8 @@ impl's parts.
                  the queue at the front of its class with its tokens and its pages' keys
     fork         a child that shares every page of its parent, copy-on-write
 
-Its state is two buffers for the round's outputs; the requests are the running set's.
+Its state is two buffers for the round's outputs and the room a step took until it commits
+(`taken`, which `undo_room` takes back); the requests are the running set's.
 `StepTokens` is a step's tokens as the output reads them: the round's arrays, read lazily.
 `StepPlan` and `Answers` are the spec's (`kvsched.spec.engine`, `kvsched.spec.engine_calls`) in
 impl's storage: a step decided before the model runs, and what the model answered.
@@ -59,12 +60,15 @@ from kvsched.impl.scheduler import (
     lower_decode_round,
     round_outputs,
     run_decode_round,
+    unapply_decode_round,
+    undo_writes,
 )
 from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec.engine_calls import Chunk, call_model, require_prefill_tokens
 from kvsched.spec.engine_config import EngineConfig
 from kvsched.spec.engine_state import Queued
+from kvsched.spec.errors import Exhausted
 from kvsched.spec.model import EngineModel, PrefillItem
 from kvsched.spec.sequence import FinishReason
 
@@ -105,8 +109,10 @@ class Batch:
         "model",
         "pool",
         "queue",
+        "ran",
         "running",
         "scheduler",
+        "taken",
     )
 
     def __init__(
@@ -126,26 +132,56 @@ class Batch:
         self.cache: PrefixCache = admission.cache
         self.filled = np.zeros((config.requests, FILLED), dtype=np.int64)  # a round's filled pages
         self.done = np.zeros(config.requests, dtype=np.intp)  # a round's outputs that finished
+        # the room a step took and has not committed: the round's plan, and each chunk's plan,
+        # slot and count before it
+        self.taken: tuple[ArrayWritePlan, list[tuple[ArrayWritePlan, int, int]]] | None = None
+        self.ran = 0  # the requests of the round run and applied to their slots, until the commit
 
     def room(self) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]]:
-        """Room for the running requests' work: the decode round's plan and the running
-        prefills' chunks (`Exhausted` when the pool cannot give it)."""
+        """Room for the running requests' work, all or nothing: the decode round's plan and the
+        running prefills' chunks (`Exhausted`, nothing changed, when the pool cannot give it).
+        The room stays `taken` until the step commits or `undo_room` takes it back."""
         plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
         budget = self.admission.token_budget(get_indexes(self.scheduler)[2])
-        chunks = []
-        for slot in sorted(self.running.prefilling, key=self.running.prefill_order):
-            if self.host_copies.waits(slot):
-                continue  # it computes nothing until its promotions complete
-            if budget == 0:
-                break
-            request = self.running.requests[slot]
-            assert request is not None
-            computed = int(self.running.fields[slot, COMPUTED])
-            length = min(self.config.chunk_size, int(self.running.fields[slot, LENGTH]) - computed, budget)
-            room = self.scheduler.record_chunk(request.request_id, length, self.pool)
-            chunks.append((Chunk(request.request_id, computed, length, copy_pairs(room)), slot))
-            budget -= length
+        chunks: list[tuple[Chunk, int]] = []
+        self.taken = plan, []
+        counts = get_slots(self.scheduler).token_counts
+        try:
+            for slot in sorted(self.running.prefilling, key=self.running.prefill_order):
+                if self.host_copies.waits(slot):
+                    continue  # it computes nothing until its promotions complete
+                if budget == 0:
+                    break
+                request = self.running.requests[slot]
+                assert request is not None
+                computed = int(self.running.fields[slot, COMPUTED])
+                length = min(self.config.chunk_size, int(self.running.fields[slot, LENGTH]) - computed, budget)
+                count = int(counts[slot])
+                room = self.scheduler.record_chunk(request.request_id, length, self.pool)
+                self.taken[1].append((room, slot, count))
+                chunks.append((Chunk(request.request_id, computed, length, copy_pairs(room)), slot))
+                budget -= length
+        except Exhausted:
+            self.undo_room()
+            raise
         return plan, chunks
+
+    def undo_room(self) -> None:
+        """Take back the room `room` took, if it is still taken: the round's answers if it ran,
+        then each chunk's pages and count, the latest first, then the decode round's plan
+        (`undo_writes`: every page back in its place on the free stack)."""
+        if self.ran:  # the round ran and a later call failed: its answers first
+            unapply_decode_round(self.scheduler, self.ran)
+            self.ran = 0
+        if self.taken is None:
+            return
+        plan, recorded = self.taken
+        counts = get_slots(self.scheduler).token_counts
+        for room, slot, count in reversed(recorded):
+            undo_writes(self.scheduler, room, self.pool)
+            counts[slot] = count
+        undo_writes(self.scheduler, plan, self.pool)
+        self.taken = None
 
     def lower(self) -> int:
         """Lower the decode round on the state the room left, before any admission: how many
@@ -160,6 +196,7 @@ class Batch:
         if plan.copy_sources.shape[0]:
             self.copy_round_pages(copy_pairs(plan))
         run_decode_round(self.scheduler, self.model, count)
+        self.ran = count
 
     def copy_round_pages(self, pairs: tuple[tuple[int, int], ...]) -> None:
         """The decode round's copy-on-write copies, before the round."""
@@ -195,13 +232,15 @@ class Batch:
         record.finished[request.request_id] = reason
         record.finishing.append(slot)
 
-    def admit(self, count: int, chunks: list[tuple[Chunk, int]]) -> tuple[tuple[int, int], ...]:
-        """Admit newcomers into the tokens the decode round (of `count` requests) and the running
-        `chunks` leave, their
-        chunks appended (their pages attached and allocated in one call once all are chosen:
+    def admit(self, count: int, chunks: list[tuple[Chunk, int]], *, newcomers: bool) -> tuple[tuple[int, int], ...]:
+        """Admit newcomers (with `newcomers`: the queue holds someone and a seat is free) into the
+        tokens the decode round (of `count` requests) and the running `chunks` leave, their chunks
+        appended (their pages attached and allocated in one call once all are chosen:
         `Admission.admit`): the copies every chunk's pages need before the chunks run."""
-        budget = self.admission.token_budget(count) - sum(chunk.length for chunk, _ in chunks)
         copies = tuple(pair for chunk, _ in chunks for pair in chunk.copies)
+        if not newcomers:
+            return copies
+        budget = self.admission.token_budget(count) - sum(chunk.length for chunk, _ in chunks)
         return copies + self.admission.admit(budget, chunks)
 
     def run_model(self, plan: StepPlan) -> Answers:
@@ -232,6 +271,7 @@ class Batch:
 
     def commit(self, plan: StepPlan, answers: Answers) -> None:
         """Take the model's `answers` to the planned step: the round's tokens, then the chunks'."""
+        self.taken, self.ran = None, 0
         record = plan.record
         self.commit_round(plan.count, record)
         for (chunk, slot), token in zip(plan.chunks, answers.sampled, strict=True):

@@ -462,6 +462,15 @@ def run_decode_round(scheduler: RequestScheduler, backend: ArrayDecodeBackend, c
     return run_lowered(scheduler._slots, count, scheduler._round_slots, backend, *buffers)
 
 
+def unapply_decode_round(scheduler: RequestScheduler, count: int) -> None:
+    """Take back what `run_decode_round` applied to the `count` slots of the round it ran: each
+    slot's input token and count as its lowered item names them (the token stays ready: the
+    round needed it so)."""
+    items, slots = scheduler._items[:count], scheduler._round_slots[:count]
+    scheduler._slots.next_tokens[slots] = items["token_id"]
+    scheduler._slots.token_counts[slots] = items["position"]
+
+
 def get_slots(scheduler: RequestScheduler) -> SlotArrays:
     """The scheduler's slot arrays, for the refinement checks."""
     return scheduler._slots
@@ -532,10 +541,11 @@ def seat_newcomers(
     return run_steps(slots, pool, buffers, count, step_pages, None)
 
 
-def undo_decode_round(scheduler: RequestScheduler, plan: ArrayWritePlan, pool: BlockPool) -> None:
-    """Take back `plan`, the scheduler's latest `prepare_decode_round` over `pool`, when nothing
-    has changed since: each page it took goes back to its place on the free stack, each table
-    entry to what it was, each copy's source regains its reference (`undo_rows`, newest first)."""
+def undo_writes(scheduler: RequestScheduler, plan: ArrayWritePlan, pool: BlockPool) -> None:
+    """Take back `plan` (a `prepare_decode_round`'s or a `record_chunk`'s over `pool`), when
+    nothing has changed since but later plans already taken back: each page it took goes back to
+    its place on the free stack, each table entry to what it was, each copy's source regains its
+    reference (`undo_rows`, newest first). A chunk's count is the caller's to put back."""
     refs, _, top, _ = get_arrays(pool)
     tables = scheduler._slots.tables
     undo_rows(tables, plan.slots, plan.logical_pages, len(plan), refs, top, plan.kinds, plan.pages, plan.sources)

@@ -33,7 +33,6 @@ from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool, release_array
 from kvsched.impl.prefix_cache import PrefixCache
 from kvsched.impl.scheduler import Newcomer, get_slots
-from kvsched.impl.writes import ArrayWritePlan
 from kvsched.spec.engine_calls import call_model, copy_batches
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, salt_of
 from kvsched.spec.engine_events import Published, Publisher
@@ -211,8 +210,15 @@ def keep_failed_step(self: Engine, saved: Saved) -> None:
     """A failed step is not undone."""
 
 
-def keep_failed_round(self: Engine, plan: ArrayWritePlan) -> None:
-    """A failed decode round's new pages stay mapped."""
+def keep_failed_room(self: Engine) -> None:
+    """A failed step's room stays taken: its new pages stay mapped."""
+
+
+def keep_round_answers(self: Batch) -> None:
+    """A failed step takes its room back but not its decode round's answers: the decoding
+    requests' counts and input tokens stay where the round left them."""
+    self.ran = 0
+    Batch.undo_room(self)
 
 
 def cache_when_seated(self: Admission, newcomers: list[Newcomer]) -> tuple[tuple[int, int], ...]:
@@ -345,11 +351,20 @@ ENGINE_VARIANTS = (
     ),
     EngineVariant(
         "failed_round_kept",
-        "a model failure in a step that only decodes leaves the round's new pages mapped",
-        "_undo_round",
-        keep_failed_round,
+        "a model failure in a step that can admit nobody leaves the room's new pages mapped",
+        "_undo_room",
+        keep_failed_room,
         FailureKind.LOCKSTEP,
         FailureKind.ATOMICITY,
+    ),
+    EngineVariant(
+        "round_answers_kept",
+        "a prefill that fails after the step's decode round ran keeps the round's answers in the slots",
+        "undo_room",
+        keep_round_answers,
+        FailureKind.LOCKSTEP,
+        FailureKind.ATOMICITY,
+        target=Batch,
     ),
     EngineVariant(
         "publish_on_allocation",

@@ -385,9 +385,14 @@ CATALOGUE: tuple[Bug, ...] = (
     ),
     Bug(
         "failed-round-kept",
-        "A model failure in a step that only decodes leaves the round's new pages mapped.",
+        "A model failure in a step that can admit nobody leaves the room's new pages mapped.",
         engine="failed_round_kept",
         contracts=("impl_engine_step",),
+    ),
+    Bug(
+        "round-answers-kept",
+        "A prefill that fails after the step's decode round ran keeps the round's answers in the slots.",
+        engine="round_answers_kept",
     ),
     # -- the automatic prefix cache ------------------------------------------------------------
     Bug(

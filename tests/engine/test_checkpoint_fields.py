@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from kvsched import impl
-from kvsched.impl.engine import Saved
+from kvsched.impl import checkpoint
 from kvsched.impl.engine_batch import StepPlan
 from kvsched.impl.engine_queue import WaitingQueue
 from kvsched.impl.engine_running import RunningSet
@@ -94,8 +94,8 @@ def test_a_failed_step_puts_everything_back(hosted: bool) -> None:
 
 def test_an_engine_that_clears_its_cancellations_before_the_step_succeeds_fails() -> None:
     class Forgetful(impl.Engine):
-        def _plan(self, done: dict[int, bool], saved: Saved) -> StepPlan:
-            plan = super()._plan(done, saved)
+        def _plan(self, done: dict[int, bool], admits: bool) -> StepPlan:
+            plan = super()._plan(done, admits)
             self._cancelled = []  # reported before the step has succeeded
             return plan
 
@@ -134,3 +134,36 @@ def test_an_engine_that_forgets_the_queue_fails() -> None:
             self.queue.__class__ = UnmarkedQueue
 
     assert not failed_step_keeps_the_state(Forgetful)
+
+
+def test_a_step_that_can_admit_nobody_takes_no_checkpoint_and_a_failed_one_puts_its_room_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the queue empty, a step that decodes one request and prefills another's next chunk
+    saves nothing; when its prefill call fails (its decode round has run), its room and the
+    round's answers are taken back exactly, and the step run again gives what a twin that never
+    failed gives."""
+    engines = []
+    for _ in range(2):
+        model = HarnessModel(CONFIG.page_size)
+        engine = impl.Engine(CONFIG, model)
+        engine.submit(EngineRequest(1, (1, 2, 3), 6))
+        engine.submit(EngineRequest(2, tuple(range(10, 20)), 2))  # ten tokens: chunks of four
+        engine.step()
+        engine.step()
+        engines.append((engine, model))
+    (engine, model), (twin, _) = engines
+    state = engine.to_spec()
+    assert not state.queue and {entry.decoding for entry in state.running} == {True, False}
+
+    def no_checkpoint(*_: object) -> None:
+        raise AssertionError("a step that can admit nobody took a checkpoint")
+
+    monkeypatch.setattr(checkpoint, "save", no_checkpoint)
+    model.prefill_fails = True
+    with pytest.raises(KvschedError):
+        engine.step()
+    assert engine.to_spec() == state
+    model.prefill_fails = False
+    assert engine.step() == twin.step()
+    assert engine.to_spec() == twin.to_spec()

@@ -105,13 +105,13 @@ def test_a_prefix_sharing_pages_with_the_last_request_is_dropped_not_the_request
     its whole sequence while the idle-but-shared entry keeps two pages, and preempting it (the last
     request) only readmits it to the same pages, forever. Removing the entry lets it finish."""
     from kvsched.impl.engine_cache import CachePolicy
-    from kvsched.spec import engine as spec_engine
+    from kvsched.spec import engine_step as spec_step
     from kvsched.spec.identity import PrefixIdentity
     from kvsched.testing.engine_machine import SHAPES
     from kvsched.testing.engine_model import HarnessModel
 
-    if not fixed and flavour is spec:  # the spec's cache part, as the spec's engine imports it
-        monkeypatch.setattr(spec_engine, "drop_for_the_last", lambda work: False)
+    if not fixed and flavour is spec:  # the spec's cache part, as the spec's step imports it
+        monkeypatch.setattr(spec_step, "drop_for_the_last", lambda work: False)
     elif not fixed:  # impl's cache part
         monkeypatch.setattr(CachePolicy, "drop_for_the_last", lambda self: False)
     config = SHAPES["whole_prompt_cached"]
