@@ -272,7 +272,8 @@ class Engine:
             plan = self._plan(done, admits)
             answers = self.batch.run_model(plan)
             self._commit(plan, answers)
-            self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
+            if self.host.pages:
+                self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
         except BaseException:
             self._undo_step(saved)
             raise

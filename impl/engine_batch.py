@@ -142,9 +142,11 @@ class Batch:
         running prefills' chunks (`Exhausted`, nothing changed, when the pool cannot give it).
         The room stays `taken` until the step commits or `undo_room` takes it back."""
         plan = self.scheduler.prepare_decode_round(self.pool, self.config.page_size)
-        budget = self.admission.token_budget(get_indexes(self.scheduler)[2])
         chunks: list[tuple[Chunk, int]] = []
         self.taken = plan, []
+        if not self.running.prefilling:
+            return plan, chunks
+        budget = self.admission.token_budget(get_indexes(self.scheduler)[2])
         counts = get_slots(self.scheduler).token_counts
         try:
             for slot in sorted(self.running.prefilling, key=self.running.prefill_order):
@@ -237,7 +239,7 @@ class Batch:
         tokens the decode round (of `count` requests) and the running `chunks` leave, their chunks
         appended (their pages attached and allocated in one call once all are chosen:
         `Admission.admit`): the copies every chunk's pages need before the chunks run."""
-        copies = tuple(pair for chunk, _ in chunks for pair in chunk.copies)
+        copies = tuple(pair for chunk, _ in chunks for pair in chunk.copies) if chunks else ()
         if not newcomers:
             return copies
         budget = self.admission.token_budget(count) - sum(chunk.length for chunk, _ in chunks)
