@@ -97,7 +97,7 @@ class Engine:
         "cache_policy": "a part with no state of its own",
         "host_copies": "a part with no state of its own",
         "admission": "a part whose state is one step's, set before it is read",
-        "batch": "a part whose state is one round's output buffers",
+        "batch": "a part: its round's output buffers, and the room a step took, which a failed step takes back",
         "events": "the publisher reads the caches between steps; a failed step changed nothing it reads",
     }
 

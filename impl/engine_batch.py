@@ -1,14 +1,16 @@
 """The running batch's work in impl's engine: the spec's `kvsched.spec.engine_running` over
 impl's parts.
 
-    room         room for every running request's work this step: the decode round's write plan
-                 and each running prefill's chunk (strict priority, then admission, within the
-                 tokens the decode round leaves); a request waiting for promotions gets none
+    room         room for every running request's work this step, all or nothing: the decode
+                 round's write plan and each running prefill's chunk (strict priority, then
+                 admission, within the tokens the decode round leaves); a request waiting for
+                 promotions gets none. `undo_room` takes it back until the step commits
     admit        admit newcomers into the tokens left (`Admission.admit`), their chunks after
                  the running ones: the copies every chunk's pages need
     run_model    a planned step's model calls (`StepPlan`), in the model boundary's order: the
                  decode round's copy-on-write copies, the round, the chunks' copies, their
-                 prefill; the answers (`Answers`), nothing changed
+                 prefill; the answers (`Answers`). The round's are applied to its slots as it
+                 returns (the scheduler's round), and `undo_room` takes them back too
     commit       the answers: one kernel appends every sampled token to its row, notes the pages
                  the round filled and the requests it finished (`commit_round`); each chunk's
                  tokens are computed, and a chunk that completes its prompt samples the first
@@ -18,10 +20,11 @@ impl's parts.
                  the queue at the front of its class with its tokens and its pages' keys
     fork         a child that shares every page of its parent, copy-on-write
 
-Its state is two buffers for the round's outputs and the room a step took until it commits
-(`taken`, which `undo_room` takes back); the requests are the running set's.
+Its state is two buffers for the round's outputs, and the room a step took and the round it ran
+until the step commits (`taken`, `ran`: what `undo_room` takes back); the requests are the
+running set's.
 `StepTokens` is a step's tokens as the output reads them: the round's arrays, read lazily.
-`StepPlan` and `Answers` are the spec's (`kvsched.spec.engine`, `kvsched.spec.engine_calls`) in
+`StepPlan` and `Answers` are the spec's (`kvsched.spec.engine_step`, `kvsched.spec.engine_calls`) in
 impl's storage: a step decided before the model runs, and what the model answered.
 """
 
@@ -192,7 +195,8 @@ class Batch:
 
     def run_round(self, plan: ArrayWritePlan, count: int) -> None:
         """The decode round's model calls (its copies, then the round of `count` requests
-        lowered). A call that fails leaves the slots as the plan left them."""
+        lowered), its answers applied to their slots (`ran`). A call that fails leaves the slots
+        as the plan left them."""
         if count == 0:
             return
         if plan.copy_sources.shape[0]:
@@ -248,7 +252,8 @@ class Batch:
     def run_model(self, plan: StepPlan) -> Answers:
         """The planned step's model calls, in order: the decode round (its copies, then the
         round), the chunks' copies, their prefill. A call that fails leaves the engine as the
-        plan left it."""
+        plan left it, but for the round's answers if the round ran (`ran`: `undo_room` takes
+        them back)."""
         if plan.round is None:
             return Answers()
         self.run_round(plan.round, plan.count)
