@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Sequence
+from operator import countOf
 from typing import cast
 
 from kvsched.spec.domain import require_u32
@@ -57,7 +58,7 @@ def _from_bytes(data: bytes) -> array[int]:
 
 def _from_ints(tokens: Sequence[object]) -> tuple[array[int], bool]:
     """The tokens packed, and whether each was a plain int (not a bool, not a numpy scalar)."""
-    if set(map(type, tokens)) <= {int}:  # plain ints: array checks each one's range in C
+    if countOf(map(type, tokens), int) == len(tokens):  # plain ints: array checks each one's range in C
         try:
             return array(_U32, tokens), True  # type: ignore[arg-type]  # plain ints, checked just above
         except OverflowError:
