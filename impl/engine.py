@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 from kvsched.impl import checkpoint
 from kvsched.impl.engine_admission import Admission
-from kvsched.impl.engine_batch import Answers, Batch, StepPlan, StepTokens
+from kvsched.impl.engine_batch import Batch, StepPlan, StepTokens
 from kvsched.impl.engine_cache import CachePolicy
 from kvsched.impl.engine_events import CachePublisher
 from kvsched.impl.engine_host import HostCopies
@@ -270,8 +270,8 @@ class Engine:
         self.queue.mark()
         try:
             plan = self._plan(done, admits)
-            answers = self.batch.run_model(plan)
-            self._commit(plan, answers)
+            sampled = self.batch.run_model(plan)
+            self._commit(plan, sampled)
             if self.host.pages:
                 self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
         except BaseException:
@@ -299,12 +299,12 @@ class Engine:
         copies = self.batch.admit(count, chunks, newcomers=admits)
         return StepPlan(record, round_plan, count, chunks, copies)
 
-    def _commit(self, plan: StepPlan, answers: Answers) -> None:
+    def _commit(self, plan: StepPlan, sampled: list[int]) -> None:
         """The planned step's answers taken (the spec's `commit_step`): the round's and the
-        chunks' tokens, the pages they completed cached, the finished requests released, and
+        chunks' tokens (`sampled`), the pages they completed cached, the finished requests released, and
         the end-of-step eviction."""
         if plan.round is not None:
-            self.batch.commit(plan, answers)
+            self.batch.commit(plan, sampled)
             self.cache_policy.publish_written(plan.record)
             if plan.record.finishing:
                 self.batch.release(plan.record.finishing)
@@ -351,7 +351,7 @@ class Engine:
         if saved.host is not None:
             self.host.restore(saved.host)
         self.running.restore(saved.running)
-        self.batch.taken, self.batch.ran = None, 0  # the room the step took is gone with it
+        self.batch.forget_room()  # the room the step took is gone with the restored parts
 
     def _make_room(self, record: Record) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
         """The spec's `make_room`: room for the running requests, or relieve the pressure and do

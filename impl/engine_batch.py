@@ -9,8 +9,8 @@ impl's parts.
                  the running ones: the copies every chunk's pages need
     run_model    a planned step's model calls (`StepPlan`), in the model boundary's order: the
                  decode round's copy-on-write copies, the round, the chunks' copies, their
-                 prefill; the answers (`Answers`). The round's are applied to its slots as it
-                 returns (the scheduler's round), and `undo_room` takes them back too
+                 prefill: each chunk's sampled token (the round's answers are applied to its
+                 slots as it returns, the scheduler's round, and `undo_room` takes them back too)
     commit       the answers: one kernel appends every sampled token to its row, notes the pages
                  the round filled and the requests it finished (`commit_round`); each chunk's
                  tokens are computed, and a chunk that completes its prompt samples the first
@@ -24,8 +24,8 @@ Its state is two buffers for the round's outputs, and the room a step took and t
 until the step commits (`taken`, `ran`: what `undo_room` takes back); the requests are the
 running set's.
 `StepTokens` is a step's tokens as the output reads them: the round's arrays, read lazily.
-`StepPlan` and `Answers` are the spec's (`kvsched.spec.engine_step`, `kvsched.spec.engine_calls`) in
-impl's storage: a step decided before the model runs, and what the model answered.
+`StepPlan` is the spec's (`kvsched.spec.engine_step`) in impl's storage: a step decided before
+the model runs.
 """
 
 from __future__ import annotations
@@ -88,14 +88,6 @@ class StepPlan:
     count: int = 0  # the requests the round runs, lowered into the scheduler's round buffers
     chunks: list[tuple[Chunk, int]] = field(default_factory=list)
     copies: tuple[tuple[int, int], ...] = ()
-
-
-@dataclass(slots=True)
-class Answers:
-    """What the model answered a planned step: the decode round's outputs are in the
-    scheduler's round buffers; each chunk's sampled token."""
-
-    sampled: list[int] = field(default_factory=list)
 
 
 class Batch:
@@ -177,16 +169,18 @@ class Batch:
         (`undo_writes`: every page back in its place on the free stack)."""
         if self.ran:  # the round ran and a later call failed: its answers first
             unapply_decode_round(self.scheduler, self.ran)
-            self.ran = 0
-        if self.taken is None:
-            return
-        plan, recorded = self.taken
-        counts = get_slots(self.scheduler).token_counts
-        for room, slot, count in reversed(recorded):
-            undo_writes(self.scheduler, room, self.pool)
-            counts[slot] = count
-        undo_writes(self.scheduler, plan, self.pool)
-        self.taken = None
+        if self.taken is not None:
+            plan, recorded = self.taken
+            counts = get_slots(self.scheduler).token_counts
+            for room, slot, count in reversed(recorded):
+                undo_writes(self.scheduler, room, self.pool)
+                counts[slot] = count
+            undo_writes(self.scheduler, plan, self.pool)
+        self.forget_room()
+
+    def forget_room(self) -> None:
+        """The room is the step's for good (it committed) or is gone with a restored checkpoint."""
+        self.taken, self.ran = None, 0
 
     def lower(self) -> int:
         """Lower the decode round on the state the room left, before any admission: how many
@@ -249,15 +243,15 @@ class Batch:
         budget = self.admission.token_budget(count) - sum(chunk.length for chunk, _ in chunks)
         return copies + self.admission.admit(budget, chunks)
 
-    def run_model(self, plan: StepPlan) -> Answers:
+    def run_model(self, plan: StepPlan) -> list[int]:
         """The planned step's model calls, in order: the decode round (its copies, then the
         round), the chunks' copies, their prefill. A call that fails leaves the engine as the
         plan left it, but for the round's answers if the round ran (`ran`: `undo_room` takes
-        them back)."""
+        them back): each chunk's sampled token."""
         if plan.round is None:
-            return Answers()
+            return []
         self.run_round(plan.round, plan.count)
-        return Answers(self._prefill(plan.chunks, plan.copies) if plan.chunks else [])
+        return self._prefill(plan.chunks, plan.copies) if plan.chunks else []
 
     def _prefill(self, chunks: list[tuple[Chunk, int]], copies: tuple[tuple[int, int], ...]) -> list[int]:
         """The chunks' copies, then their prefill: each chunk's sampled token."""
@@ -276,12 +270,13 @@ class Batch:
         answer = call_model(lambda: self.model.execute_prefill(items))
         return require_prefill_tokens(answer, len(items))
 
-    def commit(self, plan: StepPlan, answers: Answers) -> None:
-        """Take the model's `answers` to the planned step: the round's tokens, then the chunks'."""
-        self.taken, self.ran = None, 0
+    def commit(self, plan: StepPlan, sampled: list[int]) -> None:
+        """Take the model's answers to the planned step: the round's tokens (in the scheduler's
+        round buffers), then the chunks' (`sampled`)."""
+        self.forget_room()
         record = plan.record
         self.commit_round(plan.count, record)
-        for (chunk, slot), token in zip(plan.chunks, answers.sampled, strict=True):
+        for (chunk, slot), token in zip(plan.chunks, sampled, strict=True):
             computed = chunk.start + chunk.length
             record.chunks.append((slot, chunk.start, computed))
             record.tokens_run += chunk.length
