@@ -66,7 +66,7 @@ def unmapped_before(batch: Batch, starts: npt.NDArray[np.int32], page_size: int)
         batch.block_table[entry] = INVALID_BLOCK
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(shape=SHAPES, seed=st.integers(0, 2**32 - 1))
 def test_a_window_is_read_from_its_start_on_every_device(shape: dict[str, Any], seed: int, cuda_mode: str) -> None:
     batch, starts = windowed(np.random.default_rng(seed), shape)
