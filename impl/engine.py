@@ -14,14 +14,18 @@ admissions, the model's calls and the commit of their answers, release, preempti
 them. The engine keeps the step, in the spec's shape: plan (`_plan`), the model's calls
 (`Batch.run_model`), commit (`_commit`), then the copies it started (its last call).
 
-Atomicity: a step that can admit nobody (the queue is empty or the batch full) and has no host
-tier takes no checkpoint. Its only change before the model calls is its room (`Batch.room`: the
-decode round's write plan and each running prefill's chunk, all or nothing), which `undo_room`
-takes back exactly if a call fails (each page back in its place on the free stack); a step that
-relieves pressure runs no model call and, without a host tier, has no call left that can fail.
-Any other step starts from a checkpoint (`kvsched.impl.checkpoint` for the certified parts, the
-running set's `save`, the cache's journal mark, the host tier's snapshot; the queue marks itself)
-and restores it on any error. The cancellations a step reports are cleared once it succeeded.
+Atomicity: an engine without a host tier takes no checkpoint. A step's changes before its
+model calls are its plan's: its room (`Batch.room`: the decode round's write plan and each
+running prefill's chunk, all or nothing) and its admissions (`Admission.admit`, which only take
+pages: what the queue's front is short of is relieved at the commit). If a call fails,
+`Batch.undo_room` takes them back exactly (the admissions, the round's answers, the chunks, the
+round: each page back in its place on the free stack), the cache's journal its lookups' counts,
+the queue its pops; a step that relieves pressure runs no model call, and after the commit no
+call is left that can fail. With a host tier, a step starts from a checkpoint
+(`kvsched.impl.checkpoint` for the certified parts, the running set's `save`, the cache's journal
+mark, the host tier's snapshot; the queue marks itself) and restores it on any error: its copies
+complete before its plan and start after its commit. The cancellations a step reports are
+cleared once it succeeded.
 `to_spec()` is the abstraction function to the spec's `EngineState`.
 """
 
@@ -84,19 +88,19 @@ class Engine:
         "_cancelled": "cleared by a step only once it has succeeded",
         "config": "never changes",
         "model": "never changes",
-        "pool": "a certified part: the checkpoint",
-        "store": "a certified part: the checkpoint",
-        "scheduler": "a certified part: the checkpoint",
-        "cache": "its journal: mark and undo",
+        "pool": "a certified part: the plan's pages put back in place (with a host tier: the checkpoint)",
+        "store": "a certified part: the admissions' recency put back (with a host tier: the checkpoint)",
+        "scheduler": "a certified part: the room and admissions taken back (with a host tier: the checkpoint)",
+        "cache": "its journal: mark and undo (its counts; with a host tier, its pages too)",
         "host": "its snapshot, saved with the checkpoint",
-        "running": "a part: saved with the checkpoint (`RunningSet.save`)",
+        "running": "a part: the admissions' rows let go (with a host tier: saved, `RunningSet.save`)",
         "keys": "a part: a slot's keys name its tokens; a failed admission's are replaced by the slot's next",
-        "_step_state": "the last checkpoint, whose buffers the next reuses",
+        "_step_state": "with a host tier, the last checkpoint, whose buffers the next reuses",
         "queue": "a part: marked when a step begins, it copies itself when the step first changes it",
         "leases": "a part changed by lease and end_lease only, never by a step",
         "cache_policy": "a part with no state of its own",
         "host_copies": "a part with no state of its own",
-        "admission": "a part whose state is one step's, set before it is read",
+        "admission": "a part whose state is one step's, set before it is read; its admissions taken back",
         "batch": "a part: its round's output buffers, and the room a step took, which a failed step takes back",
         "events": "the publisher reads the caches between steps; a failed step changed nothing it reads",
     }
@@ -264,9 +268,10 @@ class Engine:
         issued = self.host.issued
         done = poll_copies(copier(self.model), list(self.host.copies.values())) if self.host.copies else {}
         admits = bool(self.queue) and len(self.running.slots) < self.config.max_batch_size
-        saved = None  # a step that can admit nobody, with no host tier, takes back its room alone
-        if admits or self.host.pages:
+        saved = None  # without a host tier, a failed step takes back its room and admissions
+        if self.host.pages:
             saved = self._step_state = self._save(self._step_state)
+        mark = self.cache.mark()
         self.queue.mark()
         try:
             plan = self._plan(done, admits)
@@ -275,7 +280,7 @@ class Engine:
             if self.host.pages:
                 self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
         except BaseException:
-            self._undo_step(saved)
+            self._undo_step(saved, mark)
             raise
         finally:
             self.queue.settle()
@@ -296,31 +301,36 @@ class Engine:
             return StepPlan(record)
         round_plan, chunks = room
         count = self.batch.lower()  # the round as the room left it: no newcomer decodes this step
-        copies = self.batch.admit(count, chunks, newcomers=admits)
-        return StepPlan(record, round_plan, count, chunks, copies)
+        copies, shortfall = self.batch.admit(count, chunks, newcomers=admits)
+        return StepPlan(record, round_plan, count, chunks, copies, shortfall)
 
     def _commit(self, plan: StepPlan, sampled: list[int]) -> None:
         """The planned step's answers taken (the spec's `commit_step`): the round's and the
-        chunks' tokens (`sampled`), the pages they completed cached, the finished requests released, and
-        the end-of-step eviction."""
+        chunks' tokens (`sampled`), the pages they completed cached, the finished requests released,
+        the relief the queue's front was short of, and the end-of-step eviction."""
         if plan.round is not None:
             self.batch.commit(plan, sampled)
             self.cache_policy.publish_written(plan.record)
             if plan.record.finishing:
                 self.batch.release(plan.record.finishing)
+        if plan.shortfall is not None:
+            self.cache_policy.relieve(plan.shortfall.pages, keep=plan.shortfall.keep)
         self.cache_policy.evict(self.config.prefill_reserve_pages - self.pool.free_count())
 
-    def _undo_step(self, saved: Saved | None) -> None:
-        """A step failed: the engine as it was when it began. A step that could admit nobody,
-        with no host tier, took no checkpoint: its plan is only the room it took."""
+    def _undo_step(self, saved: Saved | None, mark: Mark) -> None:
+        """A step failed: the engine as it was when it began. Without a host tier the step took
+        no checkpoint: its plan is the room and the admissions it took (`Batch.undo_room`) and
+        the cache's lookups (its journal)."""
         if saved is None:
             self._undo_room()
+            self.cache.undo(mark)
         else:
             self._rollback(saved)
         self.queue.undo()
 
     def _undo_room(self) -> None:
-        """A failed step that took no checkpoint: its room taken back (`Batch.undo_room`)."""
+        """A failed step that took no checkpoint: its room and admissions taken back
+        (`Batch.undo_room`)."""
         self.batch.undo_room()
 
     def _issue_copies(self, copies: list[Copy]) -> None:

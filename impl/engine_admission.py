@@ -8,9 +8,13 @@ parts.
                  one, else the cache's hits, else a host run to promote), its first chunk, and
                  its pages, attached and allocated for all newcomers in one call (`seat`)
 
-A newcomer short of free pages stops the admissions and relieves the pressure for a later step
-(the step writes no page it freed). The part's state is one step's: the running prefills' pages
-past their chunks (`committed`, summed once a step) and the newcomers' host runs until seated.
+A newcomer short of free pages stops the admissions: the step relieves what it is short of at
+its end (`Shortfall`), once its model calls have succeeded, so admitting only takes pages.
+`undo` takes a step's admissions back exactly (the newest first: their chunks' pages back in
+place on the free stack, the pages they attached let go, the store's recency, their slots and
+rows), for a step that fails after admitting. The part's state is one step's: the running
+prefills' pages past their chunks (`committed`, summed once a step), the newcomers' host runs
+until seated, and the admissions seated until the step commits or takes them back (`seated`).
 """
 
 from __future__ import annotations
@@ -27,10 +31,18 @@ from kvsched.impl.engine_rows import COMPUTED, LENGTH, NO_TOKEN
 from kvsched.impl.engine_running import RunningSet
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool
-from kvsched.impl.prefix import PrefixKvStore
+from kvsched.impl.prefix import PrefixKvStore, Recency, recency_of, restore_recency
 from kvsched.impl.prefix_cache import PrefixCache
-from kvsched.impl.scheduler import Newcomer, RequestScheduler, claim_slot, get_slots, seat_newcomers
+from kvsched.impl.scheduler import (
+    Newcomer,
+    RequestScheduler,
+    claim_slot,
+    get_slots,
+    seat_newcomers,
+    unseat_newcomers,
+)
 from kvsched.impl.writes import ArrayWritePlan
+from kvsched.spec.engine_admission import Shortfall
 from kvsched.spec.engine_calls import Chunk, chunk_pages
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, admission_pages, fits, pages_for
 from kvsched.spec.engine_state import Queued
@@ -41,12 +53,13 @@ Pairs = tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
-class Shortfall:
-    """An admission short of free pages: how many it needs, and the cached pages it would hit
-    (which relief must not evict)."""
+class Seated:
+    """A step's admissions, seated: their slots in order, the write plan of their chunks and
+    the store's recency before their named prefixes were attached (what `Admission.undo` needs)."""
 
-    pages: int
-    keep: list[int]
+    slots: list[int]
+    plan: ArrayWritePlan
+    recency: Recency
 
 
 class Admission:
@@ -65,6 +78,7 @@ class Admission:
         "queue",
         "running",
         "scheduler",
+        "seated",
         "store",
     )
 
@@ -86,6 +100,7 @@ class Admission:
         self.host: HostTier = policy.host
         self.committed: int | None = None  # this step's running prefills' pages past their chunks
         self.fetching: dict[int, list[tuple[Key, int, int]]] = {}  # newcomer slot -> its host run, until seated
+        self.seated: Seated | None = None  # this step's admissions, until it commits or takes them back
 
     def never_fits(self, request: EngineRequest) -> str | None:
         """Why `request` can never run on this engine (`fits`), or None."""
@@ -95,43 +110,57 @@ class Admission:
         """The tokens the step's prefill chunks may take, `decoding` requests decoding."""
         return self.config.max_batched_tokens - decoding
 
-    def admit(self, budget: int, chunks: list[tuple[Chunk, int]]) -> Pairs:
+    def admit(self, budget: int, chunks: list[tuple[Chunk, int]]) -> tuple[Pairs, Shortfall | None]:
         """Admit newcomers into `budget` tokens beside the running prefills' `chunks`, appending
         each newcomer's chunk (one waiting for its promotions has none): the copies their pages
-        need before the chunks run."""
+        need before the chunks run, and what the queue's front was short of (relieved at the
+        step's end), if that stopped the admissions."""
         self.committed = None
         self.fetching.clear()
-        copies: Pairs = ()
         newcomers: list[Newcomer] = []
         claimed = 0  # the free pages the newcomers' chunks take
+        shortfall = None
         while budget:
             admitted = self._admit_front(budget, self.pool.free_count() - claimed, newcomers, chunks)
-            if admitted is None:
-                break
-            if isinstance(admitted, Shortfall):  # relieve the pressure for a later step, after seating
-                copies = self.seat(newcomers)
-                newcomers = []
-                self.policy.relieve(admitted.pages, keep=admitted.keep)
+            if admitted is None or isinstance(admitted, Shortfall):
+                shortfall = admitted
                 break
             if admitted[1] not in self.fetching:  # else it waits for its promotions
                 chunks.append(admitted)
             budget -= admitted[0].length
             claimed += len(newcomers[-1].pages)
-        return copies + self.seat(newcomers)
+        return self.seat(newcomers), shortfall
 
     def seat(self, newcomers: list[Newcomer]) -> Pairs:
         """Attach and allocate the newcomers' pages, and promote into those of the ones that
         found pages in the host tier; the copies their chunks need."""
         if not newcomers:
             return ()
-        copies = copy_pairs(seat_newcomers(self.scheduler, newcomers, self.store, self.pool))
+        recency = recency_of(self.store, [newcomer.identity for newcomer in newcomers])
+        plan = seat_newcomers(self.scheduler, newcomers, self.store, self.pool)
+        self.seated = Seated([newcomer.slot for newcomer in newcomers], plan, recency)
         tables = get_slots(self.scheduler).tables
         for newcomer in newcomers:
             run = self.fetching.pop(newcomer.slot, None)
             if run is not None:
                 pages = [int(tables[newcomer.slot, depth]) for depth in newcomer.pages]
                 self.copies.promote(newcomer.slot, self.running.request(newcomer.slot).request_id, pages, run)
-        return copies
+        return copy_pairs(plan)
+
+    def undo(self) -> None:
+        """Take back the step's admissions, if it seated any, when nothing has changed since but
+        later changes already taken back: their chunks' pages back in place on the free stack,
+        the pages they attached let go, the store's recency as it was, their slots empty and
+        their rows gone, the newest first (the queue and the cache undo their own parts). Not
+        for newcomers that promote (an engine with a host tier restores a checkpoint)."""
+        seated, self.seated = self.seated, None
+        if seated is None:
+            return
+        unseat_newcomers(self.scheduler, seated.slots, seated.plan, self.pool)
+        restore_recency(self.store, seated.recency)
+        for slot in reversed(seated.slots):
+            self.running.leave(slot)
+        self.running.admissions -= len(seated.slots)
 
     def guarded(self, free: int) -> bool:
         """The memory guard stops admissions: fewer than `prefill_reserve_pages` are `free` while
@@ -175,7 +204,7 @@ class Admission:
         pages = chunk_pages(cached + fetched, length, page_size)
         needed = max(len(fetch) + len(pages), self._admission_pages(length_of, cached, free, chunks))
         if needed > free:
-            return Shortfall(needed, hit)  # relieved for a later step: this one writes no freed page
+            return Shortfall(needed, tuple(hit))  # relieved at the step's end: this one writes no freed page
         request_id = request.request_id
         slot = claim_slot(self.scheduler, request_id)
         if fetch:  # fresh pages for the host run, counted; it waits for their promotions (`seat`)

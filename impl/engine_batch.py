@@ -68,6 +68,7 @@ from kvsched.impl.scheduler import (
 )
 from kvsched.impl.slots import PREFILL
 from kvsched.impl.writes import ArrayWritePlan
+from kvsched.spec.engine_admission import Shortfall
 from kvsched.spec.engine_calls import Chunk, call_model, require_prefill_tokens
 from kvsched.spec.engine_config import EngineConfig
 from kvsched.spec.engine_state import Queued
@@ -80,14 +81,15 @@ from kvsched.spec.sequence import FinishReason
 class StepPlan:
     """A step decided before the model runs: what it did so far (`record`: its cancellations
     and preemptions), the decode round's write plan (None: the step runs nothing) and the round
-    lowered, the chunks to prefill (each with its request's slot) and the copies their pages
-    need first."""
+    lowered, the chunks to prefill (each with its request's slot), the copies their pages
+    need first, and the pages the queue's front was short of."""
 
     record: Record
     round: ArrayWritePlan | None = None
     count: int = 0  # the requests the round runs, lowered into the scheduler's round buffers
     chunks: list[tuple[Chunk, int]] = field(default_factory=list)
     copies: tuple[tuple[int, int], ...] = ()
+    shortfall: Shortfall | None = None  # what the queue's front was short of: relieved at the commit
 
 
 class Batch:
@@ -164,9 +166,11 @@ class Batch:
         return plan, chunks
 
     def undo_room(self) -> None:
-        """Take back the room `room` took, if it is still taken: the round's answers if it ran,
-        then each chunk's pages and count, the latest first, then the decode round's plan
-        (`undo_writes`: every page back in its place on the free stack)."""
+        """Take back the room `room` took and the admissions after it, if they are still taken:
+        the admissions (`Admission.undo`), the round's answers if it ran, then each chunk's
+        pages and count, the latest first, then the decode round's plan (`undo_writes`: every
+        page back in its place on the free stack)."""
+        self.admission.undo()
         if self.ran:  # the round ran and a later call failed: its answers first
             unapply_decode_round(self.scheduler, self.ran)
         if self.taken is not None:
@@ -179,8 +183,10 @@ class Batch:
         self.forget_room()
 
     def forget_room(self) -> None:
-        """The room is the step's for good (it committed) or is gone with a restored checkpoint."""
+        """The room and the admissions are the step's for good (it committed) or are gone with a
+        restored checkpoint."""
         self.taken, self.ran = None, 0
+        self.admission.seated = None
 
     def lower(self) -> int:
         """Lower the decode round on the state the room left, before any admission: how many
@@ -232,16 +238,20 @@ class Batch:
         record.finished[request.request_id] = reason
         record.finishing.append(slot)
 
-    def admit(self, count: int, chunks: list[tuple[Chunk, int]], *, newcomers: bool) -> tuple[tuple[int, int], ...]:
+    def admit(
+        self, count: int, chunks: list[tuple[Chunk, int]], *, newcomers: bool
+    ) -> tuple[tuple[tuple[int, int], ...], Shortfall | None]:
         """Admit newcomers (with `newcomers`: the queue holds someone and a seat is free) into the
         tokens the decode round (of `count` requests) and the running `chunks` leave, their chunks
         appended (their pages attached and allocated in one call once all are chosen:
-        `Admission.admit`): the copies every chunk's pages need before the chunks run."""
+        `Admission.admit`): the copies every chunk's pages need before the chunks run, and what
+        the queue's front was short of."""
         copies = tuple(pair for chunk, _ in chunks for pair in chunk.copies) if chunks else ()
         if not newcomers:
-            return copies
+            return copies, None
         budget = self.admission.token_budget(count) - sum(chunk.length for chunk, _ in chunks)
-        return copies + self.admission.admit(budget, chunks)
+        admitted, shortfall = self.admission.admit(budget, chunks)
+        return copies + admitted, shortfall
 
     def run_model(self, plan: StepPlan) -> list[int]:
         """The planned step's model calls, in order: the decode round (its copies, then the

@@ -15,6 +15,8 @@ The part holds no state of its own: it changes the engine's cache, pool, store a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from kvsched.impl.engine_keys import PageKeys
@@ -85,20 +87,20 @@ class CachePolicy:
         parents = [slots[slot][depth - 1] if depth else None for _, slot, depth, _ in filled]
         self.cache.insert(self.pool, keys, [row[3] for row in filled], [row[2] for row in filled], parents)
 
-    def evict(self, pages: int, keep: list[int] | None = None) -> int:
+    def evict(self, pages: int, keep: Sequence[int] = ()) -> int:
         """Evict `pages` cached pages (none of `keep`), or demote what the host tier wants: how
         many left the device's cache."""
         if pages <= 0 or not self.config.prefix_caching:
             return 0
         demoted = 0
         if self.host.pages:
-            for page in self.cache.victims(self.pool, pages, keep or ()).tolist():
+            for page in self.cache.victims(self.pool, pages, keep).tolist():
                 key, depth, parent = self.cache.entry(page)
                 if self.host.wants(page, key):
                     self.hold_demoted(page)
                     self.host.demote(page, key, depth, parent)
                     demoted += 1
-        evicted = self.cache.evict(self.pool, pages - demoted, keep or ())
+        evicted = self.cache.evict(self.pool, pages - demoted, keep)
         if evicted and self.host.refused:
             self.host.keep_refused(self.cache.cached_mask())
         return demoted + evicted
@@ -107,13 +109,13 @@ class CachePolicy:
         """The demotion's copy holds its device page until it completes."""
         self.pool.retain(page)
 
-    def relieve(self, pages: int, keep: list[int] | None = None) -> int:
+    def relieve(self, pages: int, keep: Sequence[int] = ()) -> int:
         """Free pages for a later step: evict cached pages, else reclaim idle named prefixes."""
         evicted = self.evict(max(pages - self.pool.free_count(), 1), keep)
         if evicted:
             return evicted
         spare = self.cache.cached_mask().astype(np.uint32) if self.config.prefix_caching else None
-        return self.store.reclaim(self.pool, pages, spare, keep or ())  # `keep`: reused, never counted freed
+        return self.store.reclaim(self.pool, pages, spare, keep)  # `keep`: reused, never counted freed
 
     def drop_for_the_last(self) -> bool:
         """With one request left to preempt, remove a published prefix that alone holds a page it

@@ -300,6 +300,25 @@ def attach_row(store: PrefixKvStore, identity: PrefixIdentity, row: TableRow, po
     return int(store._token_counts[entry])
 
 
+Recency = tuple[int, list[tuple[int, int]]]  # the store's clock, and (entry, last use) pairs
+
+
+def recency_of(store: PrefixKvStore, identities: list[PrefixIdentity | None]) -> Recency:
+    """The store's clock and the last use of each entry `identities` name (None names none):
+    what `restore_recency` puts back after those entries are attached."""
+    index = store._index
+    entries = [index[identity] for identity in identities if identity is not None and identity in index]
+    return store._clock, [(entry, int(store._last_used[entry])) for entry in entries]
+
+
+def restore_recency(store: PrefixKvStore, recency: Recency) -> None:
+    """Put back the recency `recency_of` read (the first reading of an entry read twice wins)."""
+    clock, entries = recency
+    for entry, last_used in reversed(entries):
+        store._last_used[entry] = last_used
+    store._clock = clock
+
+
 @jit
 def find_idle_lru(
     pages: npt.NDArray[np.uint32],

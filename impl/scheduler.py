@@ -551,6 +551,16 @@ def undo_writes(scheduler: RequestScheduler, plan: ArrayWritePlan, pool: BlockPo
     undo_rows(tables, plan.slots, plan.logical_pages, len(plan), refs, top, plan.kinds, plan.pages, plan.sources)
 
 
+def unseat_newcomers(scheduler: RequestScheduler, slots: list[int], plan: ArrayWritePlan, pool: BlockPool) -> None:
+    """Take back `claim_slot` and `seat_newcomers` of the newcomers in `slots` (whose chunks
+    took `plan`), when nothing has changed since but later changes already taken back: the
+    chunks' pages back in place on the free stack (`undo_writes`), then the pages the newcomers
+    attached let go (the store or the cache holds each too, so none is freed) and their slots
+    empty (`finish_slots`)."""
+    undo_writes(scheduler, plan, pool)
+    finish_slots(scheduler, slots, pool)
+
+
 def finish_slots(scheduler: RequestScheduler, slots: list[int], pool: BlockPool) -> None:
     """`finish` of the live request in each of `slots`, in order, with one kernel call for all
     their pages (released row by row, in logical order, as `finish` releases them)."""

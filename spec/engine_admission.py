@@ -6,7 +6,9 @@ now: a batch seat, the token budget, a state slot, free pages for the chunk, the
 "whole_prompt", while anything runs the free pages must hold the rest of its whole sequence and
 the pages every running prefill still needs past this step's chunks). Admission stops at the
 first request that cannot be admitted, keeping its place: nobody is preempted for a newcomer;
-pages are relieved for it (evicted, or idle prefixes reclaimed) and a later step admits it.
+what it is short of (`Shortfall`) is relieved for it at the step's end, once the model's calls
+have succeeded (evicted, or idle prefixes reclaimed), and a later step admits it. So admission
+only takes pages: a step's plan never gives one back.
 
 A newcomer attaches, in order: a published prefix it names (only when the rest of its sequence
 fits the first chunk; a full hit recomputes the last prompt token, so every request prefills at
@@ -18,10 +20,10 @@ waits for those copies and computes nothing meanwhile).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kvsched.spec import host_tier
 from kvsched.spec import prefix_cache as cache_ops
-from kvsched.spec.engine_cache import relieve
 from kvsched.spec.engine_calls import Chunk, chunk_pages, plan_copies
 from kvsched.spec.engine_config import EngineRequest, admission_pages, pages_for, salt_of
 from kvsched.spec.engine_host import promote
@@ -31,10 +33,20 @@ from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.page_keys import Key, page_keys
 
 
-def admit(work: Work, budget: int, chunks: Sequence[Chunk]) -> Chunk | None:
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """The queue's front, not admitted for want of free pages: how many pages it asks to be free,
+    and the cached pages it would hit (which the relief at the step's end must not evict)."""
+
+    pages: int
+    keep: tuple[int, ...]
+
+
+def admit(work: Work, budget: int, chunks: Sequence[Chunk]) -> Chunk | Shortfall | None:
     """Admit the queue's front request within `budget` tokens, beside the running prefills'
-    `chunks`: its first chunk (of length 0 while it waits for promotions); None when it is not
-    admitted (see the module docstring)."""
+    `chunks`: its first chunk (of length 0 while it waits for promotions); a `Shortfall` when
+    only free pages are missing; None when it is not admitted otherwise (see the module
+    docstring)."""
     config = work.config
     if not work.queue or len(work.running) >= config.max_batch_size:
         return None
@@ -58,8 +70,7 @@ def admit(work: Work, budget: int, chunks: Sequence[Chunk]) -> Chunk | None:
     pages = chunk_pages(cached + fetched, length, page_size)
     needed = max(len(fetch) + len(pages), _admission_pages(work, length_of, cached, chunks))
     if needed > free:
-        relieve(work, needed, keep=hit)  # for a later step: this one writes no freed page
-        return None
+        return Shortfall(needed, tuple(hit))  # relieved at the step's end, for a later step
     request_id = request.request_id
     admission = work.scheduler.admit_with_prefix(request_id, identity, work.store, work.pool)
     if config.prefix_caching:

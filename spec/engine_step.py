@@ -29,8 +29,8 @@ runs (1-3), `run_model` makes the model calls that plan names (4, `kvsched.spec.
    anything runs, the free pages must hold the rest of the newcomer's whole sequence and the
    pages every running prefill still needs past this step's chunks, so admitted prompts do not
    preempt each other's prefills); admission stops at the first request that cannot be
-   admitted, keeping its place (idle prefixes are reclaimed for it, and a later step admits
-   it). A published prefix is attached only when the rest of the sequence fits the first
+   admitted, keeping its place (what it is short of is relieved at the step's end, 7, and a
+   later step admits it). A published prefix is attached only when the rest of the sequence fits the first
    chunk; a full hit recomputes the last prompt token, so every request prefills at least one
    token and samples from its own logits. Each chunk (a running prefill's or an admission's,
    already made room for and counted by one `record_chunk`) becomes one prefill item.
@@ -44,8 +44,10 @@ runs (1-3), `run_model` makes the model calls that plan names (4, `kvsched.spec.
    this step completed were cached before those releases (after the model calls succeeded, so
    a cached page's KV is written), admissions (3) attached the longest cached run of their
    pages, and the step ends by evicting cached pages until `prefill_reserve_pages` are free, for
-   the next step (a step never writes a page it freed, evicted ones included). Under pressure
-   (2) eviction comes before reclaiming named prefixes and before preemption.
+   the next step (a step never writes a page it freed, evicted ones included). Before that
+   eviction, the pages an admission was short of (3) are relieved: cached pages evicted, else
+   idle named prefixes reclaimed. Under pressure (2) eviction comes before reclaiming named
+   prefixes and before preemption.
 
 Whatever a step raises, `state` is a value and so unchanged; with a host tier, its new copies
 are started by its last call (see the engine's atomicity, `kvsched.spec.engine`).
@@ -55,7 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsched.spec.engine_admission import admit
+from kvsched.spec.engine_admission import Shortfall, admit
 from kvsched.spec.engine_cache import drop_for_the_last, evict, publish_written, relieve
 from kvsched.spec.engine_calls import (
     NO_ANSWERS,
@@ -95,7 +97,8 @@ class StepPlan:
     """A step decided before the model runs: the engine after making room, preempting and
     admitting (no model call has changed it), the calls to make (None: the step only relieved
     pressure and runs nothing), its prefill chunks in call order, the cancellations and
-    preemptions it reports, and the cache's and host tier's counts before it."""
+    preemptions it reports, the cache's and host tier's counts before it, and what the queue's
+    front was short of (relieved once the calls succeed)."""
 
     state: EngineState
     calls: ModelCalls | None
@@ -104,6 +107,7 @@ class StepPlan:
     preempted: tuple[int, ...]
     stats: CacheStats
     host: HostStats
+    shortfall: Shortfall | None = None
 
 
 def plan_step(state: EngineState, config: EngineConfig, done: dict[int, bool] | None = None) -> StepPlan:
@@ -121,9 +125,11 @@ def plan_step(state: EngineState, config: EngineConfig, done: dict[int, bool] | 
     plan, chunks = room
     items, tables = lower_round(work.scheduler.state, work.pool.state, config.page_size)
     budget = config.max_batched_tokens - len(items) - sum(chunk.length for chunk in chunks)
+    shortfall = None
     while budget:
         chunk = admit(work, budget, chunks)
-        if chunk is None:
+        if chunk is None or isinstance(chunk, Shortfall):
+            shortfall = chunk
             break
         if chunk.length:  # else it waits for its promotions
             chunks.append(chunk)
@@ -135,7 +141,7 @@ def plan_step(state: EngineState, config: EngineConfig, done: dict[int, bool] | 
         tuple(pair for chunk in chunks for pair in chunk.copies),
         tuple(prefill_item(work, chunk) for chunk in chunks),
     )
-    return StepPlan(work.state, calls, tuple(chunks), cancelled, tuple(preempted), stats, host)
+    return StepPlan(work.state, calls, tuple(chunks), cancelled, tuple(preempted), stats, host, shortfall)
 
 
 def make_room(work: Work, preempted: list[int]) -> tuple[WritePlan, list[Chunk]] | None:
@@ -169,7 +175,8 @@ def make_room(work: Work, preempted: list[int]) -> tuple[WritePlan, list[Chunk]]
 def commit_step(plan: StepPlan, answers: ModelAnswers, config: EngineConfig) -> tuple[EngineState, StepOutput]:
     """The engine after a planned step whose model calls answered `answers`, and its output:
     the round's tokens, the chunks' computed tokens and samples, the cache's new pages, the
-    finished requests' release, and the end-of-step eviction."""
+    finished requests' release, the relief the queue's front was short of, and the end-of-step
+    eviction."""
     work = Work.of(plan.state, config)
     record = StepRecord(finished=dict.fromkeys(plan.cancelled, FinishReason.CANCELLED), preempted=list(plan.preempted))
     if plan.calls is not None:
@@ -178,6 +185,8 @@ def commit_step(plan: StepPlan, answers: ModelAnswers, config: EngineConfig) -> 
         publish_written(work, record)
         for request_id in record.finishing:
             release(work, work.entry(request_id))
+    if plan.shortfall is not None:
+        relieve(work, plan.shortfall.pages, keep=plan.shortfall.keep)
     evict(work, config.prefill_reserve_pages - work.pool.free_count())
     output = StepOutput(
         tokens={request_id: tuple(tokens) for request_id, tokens in record.tokens.items()},

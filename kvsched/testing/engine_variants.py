@@ -31,7 +31,7 @@ from kvsched.impl.engine_queue import WaitingQueue
 from kvsched.impl.engine_running import RunningSet
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool, release_array
-from kvsched.impl.prefix_cache import PrefixCache
+from kvsched.impl.prefix_cache import Mark, PrefixCache
 from kvsched.impl.scheduler import Newcomer, get_slots
 from kvsched.spec.engine_calls import call_model, copy_batches
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, salt_of
@@ -206,7 +206,7 @@ def skip_round_copies(self: Batch, pairs: tuple[tuple[int, int], ...]) -> None:
     """The decode round's copy-on-write copies never reach the model."""
 
 
-def keep_failed_step(self: Engine, saved: Saved) -> None:
+def keep_failed_step(self: Engine, saved: Saved | None, mark: Mark) -> None:
     """A failed step is not undone."""
 
 
@@ -219,6 +219,12 @@ def keep_round_answers(self: Batch) -> None:
     requests' counts and input tokens stay where the round left them."""
     self.ran = 0
     Batch.undo_room(self)
+
+
+def keep_admissions(self: Admission) -> None:
+    """A failed step forgets its admissions instead of taking them back: the newcomers keep
+    their slots and pages, and the queue gets them back too."""
+    self.seated = None
 
 
 def cache_when_seated(self: Admission, newcomers: list[Newcomer]) -> tuple[tuple[int, int], ...]:
@@ -351,7 +357,7 @@ ENGINE_VARIANTS = (
     ),
     EngineVariant(
         "failed_round_kept",
-        "a model failure in a step that can admit nobody leaves the room's new pages mapped",
+        "a model failure in a step without a host tier leaves the room's new pages mapped",
         "_undo_room",
         keep_failed_room,
         FailureKind.LOCKSTEP,
@@ -365,6 +371,15 @@ ENGINE_VARIANTS = (
         FailureKind.LOCKSTEP,
         FailureKind.ATOMICITY,
         target=Batch,
+    ),
+    EngineVariant(
+        "admissions_kept",
+        "a prefill that fails after the step admitted keeps the newcomers seated, and queued again",
+        "undo",
+        keep_admissions,
+        FailureKind.LOCKSTEP,
+        FailureKind.ATOMICITY,
+        target=Admission,
     ),
     EngineVariant(
         "publish_on_allocation",

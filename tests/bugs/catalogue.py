@@ -385,7 +385,7 @@ CATALOGUE: tuple[Bug, ...] = (
     ),
     Bug(
         "failed-round-kept",
-        "A model failure in a step that can admit nobody leaves the room's new pages mapped.",
+        "A model failure in a step without a host tier leaves the room's new pages mapped.",
         engine="failed_round_kept",
         contracts=("impl_engine_step",),
     ),
@@ -393,6 +393,11 @@ CATALOGUE: tuple[Bug, ...] = (
         "round-answers-kept",
         "A prefill that fails after the step's decode round ran keeps the round's answers in the slots.",
         engine="round_answers_kept",
+    ),
+    Bug(
+        "admissions-kept",
+        "A prefill that fails after the step admitted keeps the newcomers seated, and queued again.",
+        engine="admissions_kept",
     ),
     # -- the automatic prefix cache ------------------------------------------------------------
     Bug(
