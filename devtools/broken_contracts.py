@@ -266,7 +266,7 @@ impl_round = rebind(pair_systems.impl_round, impl_system=system_with(scheduler_c
 impl_round_buffers = rebind(
     pair_systems.impl_round_buffers, impl_system=system_with(scheduler_class=MisnamedShortItemsScheduler)
 )
-# impl's engine whose step without a host tier keeps its room's pages when the model fails
+# impl's engine whose step keeps its room's pages when the model fails
 _ROUND_KEPT = next(variant for variant in ENGINE_VARIANTS if variant.name == "failed_round_kept")
 impl_engine_step = rebind(pair_systems.impl_engine_step, Engine=_ROUND_KEPT.factory())
 

@@ -14,17 +14,15 @@ admissions, the model's calls and the commit of their answers, release, preempti
 them. The engine keeps the step, in the spec's shape: plan (`_plan`), the model's calls
 (`Batch.run_model`), commit (`_commit`), then the copies it started (its last call).
 
-Atomicity: an engine without a host tier takes no checkpoint. A step's changes before its
-model calls are its plan's: its room (`Batch.room`: the decode round's write plan and each
-running prefill's chunk, all or nothing) and its admissions (`Admission.admit`, which only take
-pages: what the queue's front is short of is relieved at the commit). If a call fails,
-`Batch.undo_room` takes them back exactly (the admissions, the round's answers, the chunks, the
-round: each page back in its place on the free stack), the cache's journal its lookups' counts,
-the queue its pops; a step that relieves pressure runs no model call, and after the commit no
-call is left that can fail. With a host tier, a step starts from a checkpoint
-(`kvsched.impl.checkpoint` for the certified parts, the running set's `save`, the cache's journal
-mark, the host tier's snapshot; the queue marks itself) and restores it on any error: its copies
-complete before its plan and start after its commit. The cancellations a step reports are
+Atomicity: a step takes no checkpoint. Its changes before its model calls are its plan's, and
+the plan only takes pages: its room (`Batch.room`: the decode round's write plan and each running
+prefill's chunk, all or nothing) and its admissions (`Admission.admit`; what the queue's front is
+short of is relieved at the commit, and the promotions it plans are issued there). If a call
+fails, `Batch.undo_room` takes them back exactly (the admissions, the round's answers, the
+chunks, the round: each page back in its place on the free stack), the cache's journal its
+lookups' counts, the queue its pops. A step that relieves pressure runs no model call; after the
+model calls a step stands: the copies the model reported done are applied by the commit, and
+copies the model cannot start fail (`_start_copies`). The cancellations a step reports are
 cleared once it succeeded.
 `to_spec()` is the abstraction function to the spec's `EngineState`.
 """
@@ -32,10 +30,8 @@ cleared once it succeeded.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from kvsched.impl import checkpoint
 from kvsched.impl.engine_admission import Admission
 from kvsched.impl.engine_batch import Batch, StepPlan, StepTokens
 from kvsched.impl.engine_cache import CachePolicy
@@ -57,7 +53,7 @@ from kvsched.spec.domain import require_u64
 from kvsched.spec.engine_calls import Chunk, copier, issue_copies, poll_copies
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, StepOutput, pages_for
 from kvsched.spec.engine_state import EngineState, Queued, external_holds
-from kvsched.spec.errors import Exhausted
+from kvsched.spec.errors import BackendFailed, Exhausted
 from kvsched.spec.host_tier import Copy
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.kv_events import EventBatch, Snapshot
@@ -67,35 +63,22 @@ from kvsched.spec.sequence import FinishReason
 from kvsched.spec.system import SystemState
 
 
-@dataclass(slots=True)
-class Saved:
-    """The engine at the start of a step: the certified parts (`parts`), the cache's journal mark,
-    the running set's save and the host tier's snapshot (the queue keeps its own:
-    `WaitingQueue.mark`)."""
-
-    parts: checkpoint.Checkpoint
-    cache: Mark
-    running: dict[str, Any]  # the running set's save (`RunningSet.save`)
-    host: tuple[Any, ...] | None = None  # the host tier's snapshot (None: the engine has none)
-
-
 class Engine:
     """The continuous-batching engine over impl's parts; see `kvsched.spec.engine`."""
 
     # Everything the engine holds, and how a failed step leaves it as it was (a test requires
     # every attribute here).
-    NOT_RESTORED: ClassVar[Mapping[str, str]] = {
+    ON_FAILURE: ClassVar[Mapping[str, str]] = {
         "_cancelled": "cleared by a step only once it has succeeded",
         "config": "never changes",
         "model": "never changes",
-        "pool": "a certified part: the plan's pages put back in place (with a host tier: the checkpoint)",
-        "store": "a certified part: the admissions' recency put back (with a host tier: the checkpoint)",
-        "scheduler": "a certified part: the room and admissions taken back (with a host tier: the checkpoint)",
-        "cache": "its journal: mark and undo (its counts; with a host tier, its pages too)",
-        "host": "its snapshot, saved with the checkpoint",
-        "running": "a part: the admissions' rows let go (with a host tier: saved, `RunningSet.save`)",
+        "pool": "a certified part: the plan's pages put back in place, the latest first",
+        "store": "a certified part: the admissions' recency put back",
+        "scheduler": "a certified part: the room and the admissions taken back",
+        "cache": "its journal: its lookups' counts put back (the plan changes nothing else)",
+        "host": "the plan changes nothing: completions and promotions are the commit's",
+        "running": "a part: the admissions' rows let go (the plan writes no other row)",
         "keys": "a part: a slot's keys name its tokens; a failed admission's are replaced by the slot's next",
-        "_step_state": "with a host tier, the last checkpoint, whose buffers the next reuses",
         "queue": "a part: marked when a step begins, it copies itself when the step first changes it",
         "leases": "a part changed by lease and end_lease only, never by a step",
         "cache_policy": "a part with no state of its own",
@@ -120,7 +103,6 @@ class Engine:
         self._cancelled: list[int] = []
         self.cache = PrefixCache(config.pages)
         self.keys = PageKeys(config, self.running.tokens)
-        self._step_state: Saved | None = None  # the last step's checkpoint, whose buffers the next reuses
         self.host = HostTier(config.host_pages)
         self.events = CachePublisher(name, epoch, config.page_size, self.cache, self.host)
         self.leases = Leases()
@@ -261,42 +243,36 @@ class Engine:
 
     def step(self) -> StepOutput:
         """One iteration, as the spec's `run_step`: the step planned, the model's calls, their
-        answers committed, then the copies it started; on any error the engine is exactly as
-        before."""
+        answers committed, then the copies it started; an error before the commit leaves the
+        engine exactly as before."""
         self.cache.settle()
         counters = self.cache.counters(), self.host.counters()
         issued = self.host.issued
         done = poll_copies(copier(self.model), list(self.host.copies.values())) if self.host.copies else {}
         admits = bool(self.queue) and len(self.running.slots) < self.config.max_batch_size
-        saved = None  # without a host tier, a failed step takes back its room and admissions
-        if self.host.pages:
-            saved = self._step_state = self._save(self._step_state)
         mark = self.cache.mark()
         self.queue.mark()
         try:
-            plan = self._plan(done, admits)
+            plan = self._plan(admits)
             sampled = self.batch.run_model(plan)
-            self._commit(plan, sampled)
-            if self.host.pages:
-                self._issue_copies([copy for tid, copy in self.host.copies.items() if tid >= issued])
         except BaseException:
-            self._undo_step(saved, mark)
+            self._undo_plan(mark)
             raise
         finally:
             self.queue.settle()
+        self._commit(plan, sampled, done)
+        if self.host.pages:
+            self._start_copies([copy for tid, copy in self.host.copies.items() if tid >= issued], plan.record)
         self._cancelled = []  # reported by this step, which succeeded
         return self._output(plan.record, counters)
 
-    def _plan(self, done: dict[int, bool], admits: bool) -> StepPlan:
-        """The step decided before any model call (the spec's `plan_step`), once the copies
-        `done` reports have completed: room for the running requests (under pressure: relieve
-        it, preempt, and plan nothing more), then the admissions (when the queue holds someone
-        and a seat is free: `admits`)."""
+    def _plan(self, admits: bool) -> StepPlan:
+        """The step decided before any model call (the spec's `plan_step`): room for the running
+        requests (under pressure: relieve it, preempt, and plan nothing more), then the
+        admissions (when the queue holds someone and a seat is free: `admits`). It only takes
+        pages."""
         record = Record(finished=dict.fromkeys(self._cancelled, FinishReason.CANCELLED))
-        failed = self.host_copies.complete(done)
-        for slot in failed:  # a promotion failed: its request is preempted, and the step runs nothing
-            self.batch.preempt(slot, record)
-        room = None if failed else self._make_room(record)
+        room = self._make_room(record)
         if room is None:
             return StepPlan(record)
         round_plan, chunks = room
@@ -304,10 +280,15 @@ class Engine:
         copies, shortfall = self.batch.admit(count, chunks, newcomers=admits)
         return StepPlan(record, round_plan, count, chunks, copies, shortfall)
 
-    def _commit(self, plan: StepPlan, sampled: list[int]) -> None:
-        """The planned step's answers taken (the spec's `commit_step`): the round's and the
-        chunks' tokens (`sampled`), the pages they completed cached, the finished requests released,
-        the relief the queue's front was short of, and the end-of-step eviction."""
+    def _commit(self, plan: StepPlan, sampled: list[int], done: dict[int, bool]) -> None:
+        """The planned step's answers taken (the spec's `commit_step`): the newcomers'
+        promotions issued, the copies `done` reports applied (a failed promotion preempts its
+        request), the round's and the chunks' tokens (`sampled`), the pages they completed
+        cached, the finished requests released, the relief the queue's front was short of, and
+        the end-of-step eviction."""
+        self.admission.promote()
+        for slot in self.host_copies.complete(done):
+            self.batch.preempt(slot, plan.record)
         if plan.round is not None:
             self.batch.commit(plan, sampled)
             self.cache_policy.publish_written(plan.record)
@@ -317,24 +298,29 @@ class Engine:
             self.cache_policy.relieve(plan.shortfall.pages, keep=plan.shortfall.keep)
         self.cache_policy.evict(self.config.prefill_reserve_pages - self.pool.free_count())
 
-    def _undo_step(self, saved: Saved | None, mark: Mark) -> None:
-        """A step failed: the engine as it was when it began. Without a host tier the step took
-        no checkpoint: its plan is the room and the admissions it took (`Batch.undo_room`) and
-        the cache's lookups (its journal)."""
-        if saved is None:
-            self._undo_room()
-            self.cache.undo(mark)
-        else:
-            self._rollback(saved)
+    def _undo_plan(self, mark: Mark) -> None:
+        """A step failed before its commit: the engine as it was when it began. Its plan is the
+        room and the admissions it took (`Batch.undo_room`), the cache's lookups (its journal,
+        from `mark`) and the queue's pops."""
+        self._undo_room()
+        self.cache.undo(mark)
         self.queue.undo()
 
     def _undo_room(self) -> None:
-        """A failed step that took no checkpoint: its room and admissions taken back
-        (`Batch.undo_room`)."""
+        """The plan's room and admissions taken back (`Batch.undo_room`)."""
         self.batch.undo_room()
 
+    def _start_copies(self, copies: list[Copy], record: Record) -> None:
+        """Start the committed step's new copies between the tiers: one call, its last (all or
+        none). When it raises, none started: each fails at once (the spec's `start_copies`)."""
+        try:
+            self._issue_copies(copies)
+        except BackendFailed:
+            for slot in self.host_copies.complete(dict.fromkeys((copy.transfer_id for copy in copies), False)):
+                self.batch.preempt(slot, record)
+
     def _issue_copies(self, copies: list[Copy]) -> None:
-        """Start the step's new copies between the tiers: one call, its last (all or none)."""
+        """The one call that starts `copies`: all or none."""
         issue_copies(copier(self.model), copies)
 
     def _output(self, record: Record, counters: tuple[tuple[int, ...], tuple[int, ...]]) -> StepOutput:
@@ -347,21 +333,6 @@ class Engine:
             cache=self.cache.since(counters[0]),
             host=self.host.since(counters[1]),
         )
-
-    def _save(self, reuse: Saved | None = None) -> Saved:
-        """The engine's state; `reuse`, an earlier one, lends its buffers (its arrays)."""
-        parts = checkpoint.save(self.pool, self.store, self.scheduler, None if reuse is None else reuse.parts)
-        running = self.running.save(None if reuse is None else reuse.running)
-        return Saved(parts, self.cache.mark(), running, host=self.host.snapshot() if self.host.pages else None)
-
-    def _rollback(self, saved: Saved) -> None:
-        """Restore `saved` (which stays intact: it may be restored again)."""
-        checkpoint.restore(saved.parts, self.pool, self.store, self.scheduler)
-        self.cache.undo(saved.cache)
-        if saved.host is not None:
-            self.host.restore(saved.host)
-        self.running.restore(saved.running)
-        self.batch.forget_room()  # the room the step took is gone with the restored parts
 
     def _make_room(self, record: Record) -> tuple[ArrayWritePlan, list[tuple[Chunk, int]]] | None:
         """The spec's `make_room`: room for the running requests, or relieve the pressure and do

@@ -75,6 +75,7 @@ class Admission:
         "keys",
         "policy",
         "pool",
+        "promotions",
         "queue",
         "running",
         "scheduler",
@@ -100,6 +101,7 @@ class Admission:
         self.host: HostTier = policy.host
         self.committed: int | None = None  # this step's running prefills' pages past their chunks
         self.fetching: dict[int, list[tuple[Key, int, int]]] = {}  # newcomer slot -> its host run, until seated
+        self.promotions: list[tuple[int, list[int], list[tuple[Key, int, int]]]] = []  # seated, until the commit
         self.seated: Seated | None = None  # this step's admissions, until it commits or takes them back
 
     def never_fits(self, request: EngineRequest) -> str | None:
@@ -117,6 +119,7 @@ class Admission:
         step's end), if that stopped the admissions."""
         self.committed = None
         self.fetching.clear()
+        self.promotions.clear()
         newcomers: list[Newcomer] = []
         claimed = 0  # the free pages the newcomers' chunks take
         shortfall = None
@@ -132,8 +135,9 @@ class Admission:
         return self.seat(newcomers), shortfall
 
     def seat(self, newcomers: list[Newcomer]) -> Pairs:
-        """Attach and allocate the newcomers' pages, and promote into those of the ones that
-        found pages in the host tier; the copies their chunks need."""
+        """Attach and allocate the newcomers' pages, and plan the promotions into those of the
+        ones that found pages in the host tier (`promote`, at the commit); the copies their
+        chunks need."""
         if not newcomers:
             return ()
         recency = recency_of(self.store, [newcomer.identity for newcomer in newcomers])
@@ -144,16 +148,23 @@ class Admission:
             run = self.fetching.pop(newcomer.slot, None)
             if run is not None:
                 pages = [int(tables[newcomer.slot, depth]) for depth in newcomer.pages]
-                self.copies.promote(newcomer.slot, self.running.request(newcomer.slot).request_id, pages, run)
+                self.promotions.append((newcomer.slot, pages, run))
         return copy_pairs(plan)
+
+    def promote(self) -> None:
+        """Issue the promotions the step's admissions planned (the commit's first change)."""
+        for slot, pages, run in self.promotions:
+            self.copies.promote(slot, self.running.request(slot).request_id, pages, run)
+        self.promotions.clear()
 
     def undo(self) -> None:
         """Take back the step's admissions, if it seated any, when nothing has changed since but
         later changes already taken back: their chunks' pages back in place on the free stack,
         the pages they attached let go, the store's recency as it was, their slots empty and
-        their rows gone, the newest first (the queue and the cache undo their own parts). Not
-        for newcomers that promote (an engine with a host tier restores a checkpoint)."""
+        their rows gone, the newest first (the queue and the cache undo their own parts); the
+        promotions they planned are never issued."""
         seated, self.seated = self.seated, None
+        self.promotions.clear()
         if seated is None:
             return
         unseat_newcomers(self.scheduler, seated.slots, seated.plan, self.pool)
@@ -207,7 +218,7 @@ class Admission:
             return Shortfall(needed, tuple(hit))  # relieved at the step's end: this one writes no freed page
         request_id = request.request_id
         slot = claim_slot(self.scheduler, request_id)
-        if fetch:  # fresh pages for the host run, counted; it waits for their promotions (`seat`)
+        if fetch:  # fresh pages for the host run, counted; it waits for their promotions (`promote`)
             pages, counted, length = range(cached // page_size, cached // page_size + len(fetch)), fetched, 0
             self.fetching[slot] = fetch
         else:

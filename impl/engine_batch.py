@@ -183,8 +183,7 @@ class Batch:
         self.forget_room()
 
     def forget_room(self) -> None:
-        """The room and the admissions are the step's for good (it committed) or are gone with a
-        restored checkpoint."""
+        """The room and the admissions are the step's for good (it committed) or taken back."""
         self.taken, self.ran = None, 0
         self.admission.seated = None
 

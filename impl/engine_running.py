@@ -12,9 +12,8 @@ knows of it beyond the scheduler.
 
 `to_spec()` is its part of the spec's `EngineState` (`running`, `state_slots`, `admissions`).
 `Record` is what a step has done so far (the spec's `StepRecord`).
-A step that is not decode-only saves the part (`save`) and a failed one puts it back
-(`restore`): everything but the token rows, which a step writes only in slots that were empty
-when it began (finished requests leave at its end, and a step that preempts admits nobody).
+A step's plan changes the part only by its admissions, which a failed step lets go (`leave`,
+`Admission.undo`): a newcomer writes only its own row, of a slot empty when the step began.
 """
 
 from __future__ import annotations
@@ -48,20 +47,17 @@ class RunningSet:
         "waiting",
     )
 
-    # What a failed step puts back (every attribute but `tokens`: see the module docstring).
-    STEP_STATE: ClassVar[tuple[str, ...]] = (
-        "fields",
-        "requests",
-        "slots",
-        "prefilling",
-        "waiting",
-        "admissions",
-        "state_owners",
-        "state_free",
-    )
-    # ... and why it needs no more (a test requires every attribute to be in one of the two).
-    NOT_RESTORED: ClassVar[Mapping[str, str]] = {
-        "tokens": "a step writes only the rows of slots that were empty when it began",
+    # How a failed step leaves each attribute as it was (a test requires every attribute here).
+    ON_FAILURE: ClassVar[Mapping[str, str]] = {
+        "tokens": "the plan writes only its newcomers' rows, of slots empty when it began",
+        "fields": "the plan writes only its newcomers' rows, of slots empty when it began",
+        "requests": "a newcomer's entry, let go (`leave`)",
+        "slots": "a newcomer's entry, let go (`leave`)",
+        "prefilling": "a newcomer's entry, let go (`leave`)",
+        "waiting": "written at the commit only (the promotions)",
+        "admissions": "counted back by `Admission.undo`",
+        "state_owners": "a newcomer's state slot, freed (`leave`)",
+        "state_free": "a newcomer's state slot, freed (`leave`)",
     }
 
     def __init__(self, config: EngineConfig) -> None:
@@ -145,36 +141,6 @@ class RunningSet:
     def victim_order(self, slot: int) -> tuple[int, int]:
         """Preemption order: the smallest is preempted first (lowest priority, latest admitted)."""
         return (self.request(slot).priority, -int(self.fields[slot, ADMITTED]))
-
-    # -- a step's checkpoint ----------------------------------------------------------------------
-
-    def save(self, reuse: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The part as a failed step puts it back; `reuse`, an earlier save, lends its arrays."""
-        saved: dict[str, Any] = {}
-        for name in self.STEP_STATE:
-            value = getattr(self, name)
-            if isinstance(value, np.ndarray):
-                if reuse is not None:
-                    np.copyto(reuse[name], value)
-                    saved[name] = reuse[name]
-                else:
-                    saved[name] = value.copy()
-            elif isinstance(value, list | set | dict):
-                saved[name] = type(value)(value)  # their items are never changed in place
-            else:
-                saved[name] = value
-        return saved
-
-    def restore(self, saved: dict[str, Any]) -> None:
-        """Put back a `save` (which stays intact: it may be restored again)."""
-        for name, value in saved.items():
-            current = getattr(self, name)
-            if isinstance(current, np.ndarray):
-                np.copyto(current, value)  # in place: views of it stay views
-            elif isinstance(value, list | set | dict):
-                setattr(self, name, type(value)(value))
-            else:
-                setattr(self, name, value)
 
 
 NOTHING = np.zeros(0, dtype=np.uint64)  # no round ran: no ids, no tokens

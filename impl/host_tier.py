@@ -3,9 +3,9 @@
 Storage: the free stack (a list, top last); the cache as a dict key -> (page, depth, parent) in least
 recently used order (a use moves the key to the end); the keys by cached page; the copies in
 flight by id (issue order); how many copies read or write each host page; the keys being
-demoted; the refused device pages (a list: few, in order of failure). `snapshot()` and
-`restore()` let a failed step put it back; `to_spec()` is the abstraction function to the
-spec's `HostState`.
+demoted; the refused device pages (a list: few, in order of failure). A step's plan changes none
+of it (its completions and promotions are its commit's); `to_spec()` is the abstraction function
+to the spec's `HostState`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class HostTier:
         self._stats = [0, 0, 0, 0]
         self.refused: list[int] = []  # device pages whose demotion failed, still cached on the device
 
-    # -- the abstraction and rollback ---------------------------------------------------------
+    # -- the abstraction ------------------------------------------------------------------
 
     def to_spec(self) -> HostState:
         """The abstraction function: this tier as the spec's `HostState`."""
@@ -50,27 +50,6 @@ class HostTier:
             HostStats(*self._stats),
             tuple(self.refused),
         )
-
-    def snapshot(self) -> tuple[Any, ...]:
-        """Everything, copied: `restore` puts it back."""
-        return (
-            list(self._free),
-            dict(self._cache),
-            dict(self._keys),
-            dict(self.copies),
-            Counter(self._users),
-            set(self._demoting),
-            self.issued,
-            list(self._stats),
-            list(self.refused),
-        )
-
-    def restore(self, saved: tuple[Any, ...]) -> None:
-        """Back to `saved` (which stays intact: it may be restored again)."""
-        free, cache, keys, copies, users, demoting, issued, stats, refused = saved
-        self._free, self._cache, self._keys, self.copies = list(free), dict(cache), dict(keys), dict(copies)
-        self._users, self._demoting, self.issued, self._stats = Counter(users), set(demoting), issued, list(stats)
-        self.refused = list(refused)
 
     def counters(self) -> tuple[int, ...]:
         return tuple(self._stats)

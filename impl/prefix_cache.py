@@ -90,7 +90,7 @@ class PrefixCache:
         return (len(self._journal), self.clock, tuple(self._stats))
 
     def undo(self, mark: Mark) -> None:
-        """Undo every change since `mark` (the pool's references are the pool checkpoint's)."""
+        """Undo every change since `mark` (the pool's references are the pool's to put back)."""
         length, clock, stats = mark
         journal = self._journal
         while len(journal) > length:

@@ -32,9 +32,11 @@ applies their answers. The engine holds the state `run_step` returns, and only t
 Atomicity: `submit` and `cancel` change nothing on error; a model failure inside `step` (typed
 `BackendFailed`, or the round's identity errors) leaves the engine exactly as before the step,
 so it can be retried: the plan and the commit are values and the engine never held them. With a
-host tier, a step's new copies are started by its last call, one `start_copies` that starts all
-or none (`kvsched.spec.model.CopyBackend`): once it returns they are the engine's state, and
-when it raises none runs, so no copy the backend runs is one the engine forgot. A failing tier
+host tier, a step's new copies are started by its last call, after the commit, one
+`start_copies` that starts all or none (`kvsched.spec.model.CopyBackend`): once it returns they
+are the engine's state; when it raises none runs and each fails at once (a failed promotion
+preempts its request), while the step stands. So no copy the backend runs is one the engine
+forgot, and no step is undone after its commit. A failing tier
 degrades and never stalls: a page whose demotion failed is evicted, not demoted again, and a
 failed host page is handed out last (`kvsched.spec.host_tier`).
 Determinism: a request's tokens depend only on its own tokens (greedy), whether it ran alone,

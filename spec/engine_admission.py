@@ -26,7 +26,7 @@ from kvsched.spec import host_tier
 from kvsched.spec import prefix_cache as cache_ops
 from kvsched.spec.engine_calls import Chunk, chunk_pages, plan_copies
 from kvsched.spec.engine_config import EngineRequest, admission_pages, pages_for, salt_of
-from kvsched.spec.engine_host import promote
+from kvsched.spec.engine_host import Promotion
 from kvsched.spec.engine_state import Running, sequence_of
 from kvsched.spec.engine_work import Work
 from kvsched.spec.identity import PrefixIdentity
@@ -42,11 +42,11 @@ class Shortfall:
     keep: tuple[int, ...]
 
 
-def admit(work: Work, budget: int, chunks: Sequence[Chunk]) -> Chunk | Shortfall | None:
+def admit(work: Work, budget: int, chunks: Sequence[Chunk]) -> Chunk | Promotion | Shortfall | None:
     """Admit the queue's front request within `budget` tokens, beside the running prefills'
-    `chunks`: its first chunk (of length 0 while it waits for promotions); a `Shortfall` when
-    only free pages are missing; None when it is not admitted otherwise (see the module
-    docstring)."""
+    `chunks`: its first chunk, or the promotion it waits for (issued at the commit); a
+    `Shortfall` when only free pages are missing; None when it is not admitted otherwise (see
+    the module docstring)."""
     config = work.config
     if not work.queue or len(work.running) >= config.max_batch_size:
         return None
@@ -77,21 +77,23 @@ def admit(work: Work, budget: int, chunks: Sequence[Chunk]) -> Chunk | Shortfall
         if hit:
             work.scheduler.attach_pages(request_id, hit, work.pool)
         work.cache = cache_ops.count_query(work.cache, length_of, len(hit) * page_size)
-    waiting: tuple[int, ...] = ()
+    promotion = None
     if fetch:  # fresh pages for the host run, counted; it waits for their promotions
         work.scheduler.record_chunk(request_id, fetched, work.pool)
-        waiting = promote(work, request_id, fetch, cached // page_size)
-        plan, length = None, 0
+        promotion = Promotion(request_id, fetch, cached // page_size)
+        plan = None
     elif admission.prefix_tokens + len(hit) * page_size == cached:
         plan = work.scheduler.record_chunk(request_id, length, work.pool)
     else:  # a full hit recomputes its last prompt token, which the prefix already counts
         plan = work.scheduler.ensure_writable_batch([request_id] * len(pages), pages, work.pool)
     if slot is not None:
         work.own_state_slot(slot, request_id)
-    entry = Running(request, front.generated, cached + fetched, False, work.admissions, slot, waiting)
+    entry = Running(request, front.generated, cached + fetched, False, work.admissions, slot)
     work.admissions += 1
     work.running = (*work.running, entry)
     work.queue = work.queue[1:]
+    if promotion is not None:
+        return promotion
     return Chunk(request_id, cached + fetched, length, () if plan is None else plan_copies(plan))
 
 

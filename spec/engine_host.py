@@ -1,11 +1,13 @@
 """The host tier in the engine: promotions into an admission's pages, and the copies the model
 reports done.
 
-    promote          copy host pages into a newcomer's fresh pages (each held by its copy);
-                     the request waits, computing nothing, until every copy completes
-    complete_copies  apply the copies the model reports, in issue order: a promotion that
-                     completed joins the device cache and its request waits for one copy fewer;
-                     one that failed preempts its request (it recomputes)
+    promote          issue a newcomer's planned promotion (`Promotion`) at the commit: copy host
+                     pages into its fresh pages (each held by its copy); the request waits,
+                     computing nothing, until every copy completes
+    complete_copies  apply the copies the model reported at the step's start, once its model
+                     calls succeeded (the commit), in issue order: a promotion that completed
+                     joins the device cache and its request waits for one copy fewer; one that
+                     failed preempts its request (it recomputes)
     readable         a running request whose written pages all hold their KV (it waits for no
                      copy): what `publish` and `lease` read
 
@@ -15,6 +17,9 @@ stack); a copy in flight holds its device page in the pool (the system's `extern
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from kvsched.spec import host_tier, refusals
 from kvsched.spec import prefix_cache as cache_ops
 from kvsched.spec.engine_running import preempt
@@ -23,24 +28,35 @@ from kvsched.spec.engine_work import Work
 from kvsched.spec.host_tier import PROMOTE
 
 
-def promote(work: Work, request_id: int, fetch: tuple[host_tier.HostPage, ...], first: int) -> tuple[int, ...]:
-    """Copy the host pages `fetch` into the request's pages from logical page `first` (each
-    held by its copy); the copies' ids."""
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """A newcomer's host run, planned at its admission and issued at the commit: its request,
+    the host pages to copy, and the logical page the first of them goes to."""
+
+    request_id: int
+    fetch: tuple[host_tier.HostPage, ...]
+    first: int
+
+
+def promote(work: Work, promotion: Promotion) -> None:
+    """Issue `promotion`: copy its host pages into its request's fresh pages from its first
+    logical page (each held by its copy); the request waits for those copies."""
+    request_id = promotion.request_id
     table = work.scheduler.page_table(request_id)
     waiting = []
-    for depth, entry in enumerate(fetch, start=first):
+    for depth, entry in enumerate(promotion.fetch, start=promotion.first):
         page = table[depth]
         assert page is not None
         work.pool.retain(page)  # the copy's hold
         work.host, transfer_id = host_tier.promote(work.host, entry, page, request_id)
         waiting.append(transfer_id)
-    work.host = host_tier.count_hit(work.host, len(fetch) * work.config.page_size)
-    return tuple(waiting)
+    work.host = host_tier.count_hit(work.host, len(promotion.fetch) * work.config.page_size)
+    work.replace(work.entry(request_id), waiting=tuple(waiting))
 
 
-def complete_copies(work: Work, done: dict[int, bool], preempted: list[int]) -> bool:
-    """Apply the copies `done` reports (see `kvsched.spec.host_tier`). Whether a failed
-    promotion preempted a request (then the step runs nothing)."""
+def complete_copies(work: Work, done: Mapping[int, bool], preempted: list[int]) -> None:
+    """Apply the copies `done` reports (see `kvsched.spec.host_tier`), in issue order; a request
+    whose promotion failed is preempted (appended to `preempted`), the latest first."""
     failed: list[int] = []
     for copy in work.host.copies:
         ok = done.get(copy.transfer_id)
@@ -60,7 +76,6 @@ def complete_copies(work: Work, done: dict[int, bool], preempted: list[int]) -> 
             failed.append(entry.request.request_id)
     for entry in sorted(map(work.entry, failed), key=victim_order):  # the latest first: places kept
         preempt(work, entry, preempted)
-    return bool(failed)
 
 
 def _waiting_on(work: Work, request_id: int | None, transfer_id: int) -> Running | None:

@@ -49,13 +49,17 @@ runs (1-3), `run_model` makes the model calls that plan names (4, `kvsched.spec.
    idle named prefixes reclaimed. Under pressure (2) eviction comes before reclaiming named
    prefixes and before preemption.
 
-Whatever a step raises, `state` is a value and so unchanged; with a host tier, its new copies
-are started by its last call (see the engine's atomicity, `kvsched.spec.engine`).
+Whatever a step raises, `state` is a value and so unchanged. With a host tier, the copies the
+model reports done when the step begins are applied by its commit (5-7), and its new copies are
+started by its last call, after the commit: a call that raises started none, and each of them
+fails at once (`start_copies`) while the step stands (see the engine's atomicity,
+`kvsched.spec.engine`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from kvsched.spec.engine_admission import Shortfall, admit
 from kvsched.spec.engine_cache import drop_for_the_last, evict, publish_written, relieve
@@ -71,7 +75,7 @@ from kvsched.spec.engine_calls import (
     run_model,
 )
 from kvsched.spec.engine_config import EngineConfig, StepOutput
-from kvsched.spec.engine_host import complete_copies
+from kvsched.spec.engine_host import Promotion, complete_copies, promote
 from kvsched.spec.engine_running import (
     StepRecord,
     preempt,
@@ -83,7 +87,7 @@ from kvsched.spec.engine_running import (
 )
 from kvsched.spec.engine_state import EngineState, victim
 from kvsched.spec.engine_work import Work
-from kvsched.spec.errors import Exhausted
+from kvsched.spec.errors import BackendFailed, Exhausted
 from kvsched.spec.host_tier import HostStats
 from kvsched.spec.model import EngineModel
 from kvsched.spec.plan import WritePlan
@@ -97,8 +101,9 @@ class StepPlan:
     """A step decided before the model runs: the engine after making room, preempting and
     admitting (no model call has changed it), the calls to make (None: the step only relieved
     pressure and runs nothing), its prefill chunks in call order, the cancellations and
-    preemptions it reports, the cache's and host tier's counts before it, and what the queue's
-    front was short of (relieved once the calls succeed)."""
+    preemptions it reports, the cache's and host tier's counts before it, what the queue's
+    front was short of (relieved once the calls succeed), the copies the model reported done
+    and the newcomers' promotions (both applied once the calls succeed)."""
 
     state: EngineState
     calls: ModelCalls | None
@@ -108,31 +113,38 @@ class StepPlan:
     stats: CacheStats
     host: HostStats
     shortfall: Shortfall | None = None
+    done: Mapping[int, bool] = field(default_factory=dict)
+    promotions: tuple[Promotion, ...] = ()
 
 
 def plan_step(state: EngineState, config: EngineConfig, done: dict[int, bool] | None = None) -> StepPlan:
-    """The step `state` takes, decided before any model call (see the module docstring), once
-    the copies `done` reports have completed: room for the running requests (under pressure:
-    relieve it, preempt, and plan nothing more), the decode round lowered, the admissions and
-    every chunk's prefill item."""
+    """The step `state` takes, decided before any model call (see the module docstring), with
+    the copies `done` reports kept for the commit: room for the running requests (under
+    pressure: relieve it, preempt, and plan nothing more), the decode round lowered, the
+    admissions and every chunk's prefill item. The plan only takes pages: none it gives back is
+    written in the step (a relief runs nothing; a shortfall and the copies are the commit's)."""
     work = Work.of(state, config)
     stats, host, cancelled = work.cache.stats, work.host.stats, work.cancelled
     work.cancelled = ()
+    done = done or {}
     preempted: list[int] = []
-    room = None if complete_copies(work, done or {}, preempted) else make_room(work, preempted)
+    room = make_room(work, preempted)
     if room is None:
-        return StepPlan(work.state, None, (), cancelled, tuple(preempted), stats, host)
+        return StepPlan(work.state, None, (), cancelled, tuple(preempted), stats, host, None, done)
     plan, chunks = room
     items, tables = lower_round(work.scheduler.state, work.pool.state, config.page_size)
     budget = config.max_batched_tokens - len(items) - sum(chunk.length for chunk in chunks)
     shortfall = None
+    promotions: list[Promotion] = []
     while budget:
         chunk = admit(work, budget, chunks)
         if chunk is None or isinstance(chunk, Shortfall):
             shortfall = chunk
             break
-        if chunk.length:  # else it waits for its promotions
-            chunks.append(chunk)
+        if isinstance(chunk, Promotion):  # it waits for its promotions, issued at the commit
+            promotions.append(chunk)
+            continue
+        chunks.append(chunk)
         budget -= chunk.length
     calls = ModelCalls(
         plan_copies(plan) if items else (),
@@ -141,7 +153,9 @@ def plan_step(state: EngineState, config: EngineConfig, done: dict[int, bool] | 
         tuple(pair for chunk in chunks for pair in chunk.copies),
         tuple(prefill_item(work, chunk) for chunk in chunks),
     )
-    return StepPlan(work.state, calls, tuple(chunks), cancelled, tuple(preempted), stats, host, shortfall)
+    return StepPlan(
+        work.state, calls, tuple(chunks), cancelled, tuple(preempted), stats, host, shortfall, done, tuple(promotions)
+    )
 
 
 def make_room(work: Work, preempted: list[int]) -> tuple[WritePlan, list[Chunk]] | None:
@@ -174,11 +188,15 @@ def make_room(work: Work, preempted: list[int]) -> tuple[WritePlan, list[Chunk]]
 
 def commit_step(plan: StepPlan, answers: ModelAnswers, config: EngineConfig) -> tuple[EngineState, StepOutput]:
     """The engine after a planned step whose model calls answered `answers`, and its output:
-    the round's tokens, the chunks' computed tokens and samples, the cache's new pages, the
-    finished requests' release, the relief the queue's front was short of, and the end-of-step
-    eviction."""
+    the newcomers' promotions issued, the copies the model reported done applied (a failed
+    promotion preempts its request), the round's
+    tokens, the chunks' computed tokens and samples, the cache's new pages, the finished
+    requests' release, the relief the queue's front was short of, and the end-of-step eviction."""
     work = Work.of(plan.state, config)
     record = StepRecord(finished=dict.fromkeys(plan.cancelled, FinishReason.CANCELLED), preempted=list(plan.preempted))
+    for promotion in plan.promotions:
+        promote(work, promotion)
+    complete_copies(work, plan.done, record.preempted)
     if plan.calls is not None:
         take_round(work, answers.outputs, record)
         take_prefills(work, plan.chunks, answers.sampled, record)
@@ -200,13 +218,37 @@ def commit_step(plan: StepPlan, answers: ModelAnswers, config: EngineConfig) -> 
     return work.state, output
 
 
+def start_copies(
+    plan: StepPlan, state: EngineState, output: StepOutput, issued: int, config: EngineConfig, model: EngineModel
+) -> tuple[EngineState, StepOutput]:
+    """Start the committed step's new copies (those from transfer id `issued` on) in one call,
+    its last. A call that raises started none of them (the protocol: all or nothing): each is
+    failed at once, as if the model had reported it failed (a failed demotion's page is refused,
+    a failed promotion preempts its request), and the step stands, its output saying so."""
+    new = [copy for copy in state.host.copies if copy.transfer_id >= issued]
+    try:
+        issue_copies(copier(model), new)
+    except BackendFailed:
+        work = Work.of(state, config)
+        preempted = list(output.preempted)
+        complete_copies(work, dict.fromkeys((copy.transfer_id for copy in new), False), preempted)
+        return work.state, replace(
+            output,
+            preempted=tuple(preempted),
+            pages_in_use=config.pages - work.pool.free_count(),
+            cache=work.cache.stats - plan.stats,
+            host=work.host.stats - plan.host,
+        )
+    return state, output
+
+
 def run_step(state: EngineState, config: EngineConfig, model: EngineModel) -> tuple[EngineState, StepOutput]:
-    """One step as a function on values: plan it, make its model calls, commit their answers.
-    Whatever it raises, `state` is a value and so unchanged: a failed step is undone by
-    keeping the state the caller already has."""
+    """One step as a function on values: plan it, make its model calls, commit their answers,
+    start its copies. Whatever it raises, `state` is a value and so unchanged: a failed step is
+    undone by keeping the state the caller already has. Once its model calls have succeeded it
+    stands: copies the model cannot start fail (`start_copies`)."""
     done = poll_copies(copier(model), state.host.copies)
     plan = plan_step(state, config, done)
     answers = NO_ANSWERS if plan.calls is None else run_model(plan.calls, model)
     after, output = commit_step(plan, answers, config)
-    issue_copies(copier(model), [copy for copy in after.host.copies if copy.transfer_id >= state.host.issued])
-    return after, output
+    return start_copies(plan, after, output, state.host.issued, config, model)

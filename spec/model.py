@@ -12,7 +12,8 @@ the host, asynchronously (`CopyBackend`): at the start of each step the engine a
 in flight are done (`copies_done`), and at its end starts all of the step's new ones in one call
 (`start_copies`), after every other call of the step. A copy is issued in one step and reported
 done in a later one. One call makes a step's copies all or nothing: when it raises, none was
-started and the step is undone exactly; once it returns, the copies are the engine's state.
+started and each fails at once (the step, committed, stands); once it returns, the copies are
+the engine's state.
 
 A copy is made before anything writes its destination. `execute_prefill` computes each item's
 tokens at positions `start, start + 1, ...` into the pages its table maps and answers, per item
@@ -92,10 +93,11 @@ class CopyBackend(Protocol):
         of one step, in one call, the step's last. The engine holds every page named until its
         copy is reported done; nothing reads a destination or writes a source meanwhile.
 
-        All or nothing: raise only when no copy was started, and the engine is left exactly as
-        before the step. A backend that started some copies and cannot start the rest must not
-        raise: it returns, and reports the rest failed (`copies_done`), so the engine keeps
-        holding the pages of every copy that may still write."""
+        All or nothing: raise only when no copy was started; the engine then fails each of them
+        at once (as if `copies_done` had said False). A backend that started some copies and
+        cannot start the rest must not raise: it returns, and reports the rest failed
+        (`copies_done`), so the engine keeps holding the pages of every copy that may still
+        write."""
         ...
 
     def copies_done(self, transfer_ids: Sequence[int]) -> Sequence[bool | None]:

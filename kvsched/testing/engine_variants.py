@@ -19,7 +19,7 @@ from typing import Any, Protocol, cast
 
 import numpy as np
 
-from kvsched.impl.engine import Engine, Saved
+from kvsched.impl.engine import Engine
 from kvsched.impl.engine_admission import Admission
 from kvsched.impl.engine_batch import Batch
 from kvsched.impl.engine_cache import CachePolicy
@@ -114,7 +114,8 @@ class TwoCallCopier(Protocol):
 
 def issue_copies_in_two_calls(self: Engine, copies: list[Copy]) -> None:
     """The copy protocol before `start_copies`: the promotions, then the demotions, in two calls.
-    When the second raises, the step is undone and forgets the promotions the first started."""
+    When the second raises, the engine takes every copy for not started and fails them all: the
+    promotions the first call started run on, into pages the engine lets go."""
     model = cast(TwoCallCopier, self.model)
     to_device, to_host = copy_batches(copies)
     if to_device:
@@ -206,7 +207,7 @@ def skip_round_copies(self: Batch, pairs: tuple[tuple[int, int], ...]) -> None:
     """The decode round's copy-on-write copies never reach the model."""
 
 
-def keep_failed_step(self: Engine, saved: Saved | None, mark: Mark) -> None:
+def keep_failed_step(self: Engine, mark: Mark) -> None:
     """A failed step is not undone."""
 
 
@@ -350,14 +351,14 @@ ENGINE_VARIANTS = (
     EngineVariant(
         "failed_step_kept",
         "a model failure leaves the step's allocations and tokens behind",
-        "_undo_step",
+        "_undo_plan",
         keep_failed_step,
         FailureKind.LOCKSTEP,
         FailureKind.ATOMICITY,
     ),
     EngineVariant(
         "failed_round_kept",
-        "a model failure in a step without a host tier leaves the room's new pages mapped",
+        "a model failure leaves the room's new pages mapped",
         "_undo_room",
         keep_failed_room,
         FailureKind.LOCKSTEP,
@@ -493,8 +494,8 @@ ENGINE_VARIANTS = (
     ),
     EngineVariant(
         "copies_issued_in_two_calls",
-        "a step starts its promotions, then fails to start its demotions and is undone: the promotions"
-        " it forgot land on pages the engine hands to a newcomer (kvsched's own copy protocol, 12-06)",
+        "a step starts its promotions, then fails to start its demotions and fails every copy: the"
+        " promotions it forgot land on pages the engine hands to a newcomer (kvsched's own copy protocol, 12-06)",
         "_issue_copies",
         issue_copies_in_two_calls,
         FailureKind.LOCKSTEP,  # a step that starts promotions alone fails in the spec, not in it

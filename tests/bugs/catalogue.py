@@ -385,7 +385,7 @@ CATALOGUE: tuple[Bug, ...] = (
     ),
     Bug(
         "failed-round-kept",
-        "A model failure in a step without a host tier leaves the room's new pages mapped.",
+        "A model failure leaves the room's new pages mapped.",
         engine="failed_round_kept",
         contracts=("impl_engine_step",),
     ),

@@ -4,8 +4,8 @@ By hand, on spec and impl alike: with every copy to the host failing, the reques
 pages finishes, each cached page tried once and then evicted (kvsched stalled here before
 2026-12-06: 10,000 steps, 29,997 demotions, the request never served); one bad host page is
 freed to the bottom of the free stack, so the next demotion gets another; and a step whose
-`start_copies` raises is undone exactly and started nothing, so cancelling the request it was
-admitting hands its pages to a newcomer that no late copy writes. The liveness drains under a
+`start_copies` raises started nothing and stands, each of its copies failed at once, so
+cancelling the request it was admitting hands its pages to a newcomer that no late copy writes. The liveness drains under a
 failing tier each fail an engine that stalls under it.
 """
 
@@ -21,7 +21,6 @@ import pytest
 from kvsched import impl
 from kvsched.impl.host_tier import HostTier
 from kvsched.spec import EngineRequest
-from kvsched.spec.errors import BackendFailed
 from kvsched.spec.model import HostCopy
 from kvsched.testing.engine_liveness import drained
 from kvsched.testing.engine_model import BAD_PAGE, FAILING, WORKING, HarnessModel
@@ -84,7 +83,11 @@ def test_a_bad_host_page_goes_to_the_bottom_of_the_free_stack(flavour: Any) -> N
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
-def test_a_step_whose_copies_fail_to_start_is_undone_and_started_none(flavour: Any) -> None:
+def test_a_step_whose_copies_fail_to_start_stands_and_fails_them(flavour: Any) -> None:
+    """`start_copies` raises having started none: the step that committed stands, each of its
+    new copies fails at once (the promotion's request is preempted, to recompute; the demotion's
+    host page is freed), and no copy the engine let go of runs, so a newcomer after a cancel gets
+    its own tokens."""
     model = Backend(flavour)
     engine = flavour.Engine(replace(HOSTED, prefill_reserve_pages=4), model)
     run(engine, EngineRequest(1, FIRST, 1))
@@ -92,12 +95,16 @@ def test_a_step_whose_copies_fail_to_start_is_undone_and_started_none(flavour: A
     engine.submit(EngineRequest(3, FIRST + (11,), 2))
     model.refuse = True
     before = engine.to_spec()
-    with pytest.raises(BackendFailed, match="the copy engine is busy"):
-        engine.step()
+    output = engine.step()
     to_device, to_host = model.attempts[-1]
     assert to_device and to_host  # it asked for promotions and demotions at once, and got neither
-    assert engine.to_spec() == before and not model.host_page.keys() & {c.transfer_id for c in to_device}
-    engine.cancel(3)  # the caller's reaction: its pages go back, and no copy will land on them
+    started = {copy.transfer_id for copy in [*to_device, *to_host]}
+    after = engine.to_spec()
+    assert output.preempted == (3,) and output.host.failed == len(started)  # every copy failed at once
+    assert not started & {copy.transfer_id for copy in after.host.copies}
+    assert after.host.issued == before.host.issued + len(started) and not model.host_page.keys() & started
+    model.refuse = False
+    engine.cancel(3)  # its pages are free, and no copy will land on them
     newcomer = (4, 4, 3, 3, 2, 2, 1)
     tokens = run(engine, EngineRequest(4, newcomer, 3))
     plain = replace(HOSTED, host_pages=0, prefix_caching=False)

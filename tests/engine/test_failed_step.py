@@ -1,7 +1,7 @@
-"""A failed step leaves impl's engine as it was, and cannot miss a field: every attribute the
-engine holds is listed with how a failed step leaves it as it was, and an engine that forgets one
-of them fails atomicity. Without a host tier a step takes no checkpoint: it takes back its room
-and its admissions; with one, it restores a checkpoint."""
+"""A failed step leaves impl's engine as it was, with no checkpoint, and cannot miss a field:
+every attribute the engine and its running set hold is listed with how a failed step leaves it as
+it was, a step takes back its room and admissions exactly, and an engine that forgets one part of
+that fails atomicity."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from dataclasses import replace
 import pytest
 
 from kvsched import impl
-from kvsched.impl import checkpoint
 from kvsched.impl.engine_admission import Admission
 from kvsched.impl.engine_batch import StepPlan
 from kvsched.impl.engine_queue import WaitingQueue
@@ -20,10 +19,13 @@ from kvsched.impl.prefix import restore_recency
 from kvsched.impl.scheduler import unseat_newcomers
 from kvsched.spec import EngineRequest, KvschedError
 from kvsched.spec.engine_config import EngineConfig
+from kvsched.spec.host_tier import DEMOTE, PROMOTE
 from kvsched.spec.identity import PrefixIdentity
 from kvsched.spec.model import EngineModel
 from kvsched.testing.engine_model import HarnessModel
 from tests.engine.support import SMALL
+from tests.engine.test_host_tier import FIRST, OTHER, run
+from tests.engine.test_host_tier import HOSTED as HOSTED_TIER
 
 CONFIG = replace(SMALL, prefix_caching=True)
 
@@ -46,9 +48,8 @@ HOSTED = replace(SMALL, pages=8, prefix_caching=True, host_pages=8, prefill_rese
 
 
 def hosted_engine(engine_type: type[impl.Engine]) -> tuple[impl.Engine, HarnessModel]:
-    """An engine with a host tier whose next step completes a prefill, admits a newcomer and
-    demotes a page: its copy's start, the step's last call, fails after the step has committed
-    its tokens."""
+    """An engine with a host tier whose next step decodes, admits a newcomer and demotes a
+    page (its prefill call fails, when armed, after the decode round ran)."""
     model = HarnessModel(HOSTED.page_size)
     engine = engine_type(HOSTED, model)
     engine.submit(EngineRequest(1, (1, 2, 3, 4, 5), 2))
@@ -57,14 +58,13 @@ def hosted_engine(engine_type: type[impl.Engine]) -> tuple[impl.Engine, HarnessM
     engine.submit(EngineRequest(2, (11, 12, 13, 14, 15), 3))
     engine.step()
     engine.submit(EngineRequest(3, (21, 22), 2))
-    model.copy_fails = True
     return engine, model
 
 
 def failed_step_keeps_the_state(engine_type: type[impl.Engine], *, hosted: bool = False) -> bool:
     engine, model = hosted_engine(engine_type) if hosted else busy_engine(engine_type)
     before = engine.to_spec()
-    model.prefill_fails = not hosted
+    model.prefill_fails = True
     with pytest.raises(KvschedError):
         engine.step()
     try:
@@ -73,12 +73,11 @@ def failed_step_keeps_the_state(engine_type: type[impl.Engine], *, hosted: bool 
         return False
 
 
-def test_the_hosted_step_commits_before_its_copy_fails() -> None:
-    engine, model = hosted_engine(impl.Engine)
-    model.copy_fails = False
+def test_the_hosted_step_decodes_admits_and_demotes() -> None:
+    engine, _ = hosted_engine(impl.Engine)
     issued = engine.host.issued
     output = engine.step()
-    assert output.tokens and engine.host.issued > issued
+    assert output.tokens and engine.host.issued > issued and 3 in engine.running.slots
 
 
 def test_the_failing_step_decodes_and_admits_before_it_fails() -> None:
@@ -90,42 +89,23 @@ def test_the_failing_step_decodes_and_admits_before_it_fails() -> None:
 
 def test_every_attribute_says_how_a_failed_step_leaves_it() -> None:
     engine, _ = busy_engine(impl.Engine)
-    assert set(vars(engine)) == set(engine.NOT_RESTORED)
-    part = set(RunningSet.STEP_STATE)  # the running set, a part the checkpoint saves
-    assert not part & set(RunningSet.NOT_RESTORED) and len(RunningSet.STEP_STATE) == len(part)
-    assert set(RunningSet.__slots__) == part | set(RunningSet.NOT_RESTORED)
+    assert set(vars(engine)) == set(engine.ON_FAILURE)
+    assert set(RunningSet.__slots__) == set(RunningSet.ON_FAILURE)
 
 
-@pytest.mark.parametrize("hosted", [False, True], ids=["prefill fails", "copy start fails"])
+@pytest.mark.parametrize("hosted", [False, True], ids=["no host tier", "host tier"])
 def test_a_failed_step_puts_everything_back(hosted: bool) -> None:
     assert failed_step_keeps_the_state(impl.Engine, hosted=hosted)
 
 
 def test_an_engine_that_clears_its_cancellations_before_the_step_succeeds_fails() -> None:
     class Forgetful(impl.Engine):
-        def _plan(self, done: dict[int, bool], admits: bool) -> StepPlan:
-            plan = super()._plan(done, admits)
+        def _plan(self, admits: bool) -> StepPlan:
+            plan = super()._plan(admits)
             self._cancelled = []  # reported before the step has succeeded
             return plan
 
     assert not failed_step_keeps_the_state(Forgetful)
-
-
-@pytest.mark.parametrize("forgotten", ["admissions", "slots", "fields"])
-def test_a_running_set_that_forgets_a_field_of_its_checkpoint_fails(forgotten: str) -> None:
-    """With a host tier, the copies' start fails once the step has committed its tokens: the
-    checkpoint (the running set's `save`) must put back every field the step changed."""
-
-    class ForgetfulSet(RunningSet):
-        __slots__ = ()
-        STEP_STATE = tuple(name for name in RunningSet.STEP_STATE if name != forgotten)
-
-    class Forgetful(impl.Engine):
-        def __init__(self, config: EngineConfig, model: EngineModel) -> None:
-            super().__init__(config, model)
-            self.running.__class__ = ForgetfulSet
-
-    assert not failed_step_keeps_the_state(Forgetful, hosted=True)
 
 
 def unseat_kept(admission: Admission) -> None:
@@ -214,43 +194,66 @@ def test_an_engine_that_forgets_the_queue_fails() -> None:
     assert not failed_step_keeps_the_state(Forgetful)
 
 
-@pytest.mark.parametrize("admits", [False, True], ids=["admits nobody", "admits a prefix hit"])
-def test_a_step_without_a_host_tier_takes_no_checkpoint_and_a_failed_one_puts_its_plan_back(
-    admits: bool, monkeypatch: pytest.MonkeyPatch
+PROMOTING = replace(HOSTED_TIER, pages=6, prefill_reserve_pages=1, admission="first_chunk")
+
+
+def twins_promoting() -> list[tuple[impl.Engine, HarnessModel]]:
+    """Two alike engines with a host tier whose next step admits a newcomer that promotes its
+    pages from the host tier and one that prefills, and demotes a page."""
+    engines = []
+    for _ in range(2):
+        model = HarnessModel(PROMOTING.page_size)
+        engine = impl.Engine(PROMOTING, model)
+        run(engine, EngineRequest(1, FIRST, 1))
+        run(engine, EngineRequest(2, OTHER, 1))
+        engine.submit(EngineRequest(3, (*FIRST, 11), 2))
+        engine.submit(EngineRequest(6, (5,), 2))
+        engine.step()
+        engine.step()
+        engines.append((engine, model))
+    return engines
+
+
+def twins_prefilling() -> list[tuple[impl.Engine, HarnessModel]]:
+    """Two alike engines, queue empty, whose next step decodes one request and prefills
+    another's next chunk."""
+    engines = []
+    for _ in range(2):
+        model = HarnessModel(CONFIG.page_size)
+        engine = impl.Engine(CONFIG, model)
+        engine.submit(EngineRequest(1, (1, 2, 3), 6))
+        engine.submit(EngineRequest(2, tuple(range(10, 20)), 2))  # ten tokens: chunks of four
+        engine.step()
+        engine.step()
+        engines.append((engine, model))
+    return engines
+
+
+@pytest.mark.parametrize(
+    "twins", [twins_prefilling, twins_with_a_newcomer, twins_promoting], ids=lambda twins: twins.__name__
+)
+def test_a_failed_step_puts_its_plan_back_and_runs_again_as_its_twin(
+    twins: Callable[[], list[tuple[impl.Engine, HarnessModel]]],
 ) -> None:
-    """Without a host tier a step saves nothing. With the queue empty, a step that decodes one
-    request and prefills another's next chunk; or one that decodes and admits a newcomer naming
-    a published prefix and hitting the cache after it: when its prefill call fails (its decode
-    round has run), its room, the round's answers and its admissions are taken back exactly, and
-    the step run again gives what a twin that never failed gives."""
-    if admits:
-        engines = twins_with_a_newcomer()
-    else:
-        engines = []
-        for _ in range(2):
-            model = HarnessModel(CONFIG.page_size)
-            engine = impl.Engine(CONFIG, model)
-            engine.submit(EngineRequest(1, (1, 2, 3), 6))
-            engine.submit(EngineRequest(2, tuple(range(10, 20)), 2))  # ten tokens: chunks of four
-            engine.step()
-            engine.step()
-            engines.append((engine, model))
-    (engine, model), (twin, _) = engines
+    """A step that decodes and prefills with the queue empty; one that decodes and admits a
+    newcomer naming a published prefix and hitting the cache after it; one with a host tier that
+    admits a newcomer promoting from the host tier beside one that prefills: when its prefill
+    call fails (after its decode round ran, if it has one), its room, the round's answers and its
+    admissions are taken back exactly, no copy was issued, and the step run again gives what a
+    twin that never failed gives."""
+    (engine, model), (twin, _) = twins()
     state = engine.to_spec()
-    assert bool(state.queue) == admits and any(entry.decoding for entry in state.running)
-
-    def no_checkpoint(*_: object) -> None:
-        raise AssertionError("a step without a host tier took a checkpoint")
-
-    monkeypatch.setattr(checkpoint, "save", no_checkpoint)
     model.prefill_fails = True
     with pytest.raises(KvschedError):
         engine.step()
     assert engine.to_spec() == state
     model.prefill_fails = False
+    issued = engine.host.issued
     output = engine.step()
     assert output == twin.step()
     assert engine.to_spec() == twin.to_spec()
-    if admits:
-        assert 2 in output.tokens or 2 in {entry.request.request_id for entry in engine.to_spec().running}
+    if twins is twins_with_a_newcomer:
         assert engine.to_spec().system.store.clock > state.system.store.clock  # the prefix was attached
+    if twins is twins_promoting:
+        kinds = {copy.kind for copy in engine.to_spec().host.copies if copy.transfer_id >= issued}
+        assert kinds == {PROMOTE, DEMOTE} and 6 in output.tokens  # the step promoted, demoted and prefilled
