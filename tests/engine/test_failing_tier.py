@@ -5,8 +5,8 @@ pages finishes, each cached page tried once and then evicted (kvsched stalled he
 2026-12-06: 10,000 steps, 29,997 demotions, the request never served); one bad host page is
 freed to the bottom of the free stack, so the next demotion gets another; and a step whose
 `start_copies` raises started nothing and stands, each of its copies failed at once, so
-cancelling the request it was admitting hands its pages to a newcomer that no late copy writes. The liveness drains under a
-failing tier each fail an engine that stalls under it.
+cancelling the request it was admitting hands its pages to a newcomer that no late copy writes.
+The liveness drains under a failing tier each fail an engine that stalls under it.
 """
 
 from __future__ import annotations
