@@ -1,29 +1,23 @@
 """The continuous-batching engine over impl's certified parts: the spec's `Engine`, built for speed.
 
 Same operations, outputs, errors and order as `kvsched.spec.engine` (read it for the step), over
-`kvsched.impl`'s pool, store and scheduler. What differs is storage. Each running request lives
-in its scheduler slot's row of fixed arrays allocated at construction (`kvsched.impl.engine_rows`:
-its tokens and its fields), so a decode step appends every token and finds every finished
-request in one kernel call, and its `StepOutput.tokens` is a lazy mapping over the round's output
-arrays. The engine is wiring and the step over parts, the spec's in impl's storage: the running
-requests, the queue, the page keys and the leases each hold their own state and `to_spec`
-(`kvsched.impl.engine_running`, `engine_queue`, `engine_keys`, `engine_leases`); the admission
-policy (`engine_admission`), the cache's policy and the relief of pressure (`engine_cache`), the
-copies between the tiers (`engine_host`) and the running batch's work (`engine_batch`: room, the
-admissions, the model's calls and the commit of their answers, release, preemption, fork) change
-them. The engine keeps the step, in the spec's shape: plan (`_plan`), the model's calls
-(`Batch.run_model`), commit (`_commit`), then the copies it started (its last call).
+`kvsched.impl`'s pool, store and scheduler. Each running request lives in its scheduler slot's
+row of fixed arrays (`kvsched.impl.engine_rows`), so a decode step appends every token and finds
+every finished request in one kernel call, and `StepOutput.tokens` is a lazy mapping over the
+round's output arrays. The engine is wiring and the step over parts: the running requests, the
+queue, the page keys and the leases hold their own state and `to_spec` (`engine_running`,
+`engine_queue`, `engine_keys`, `engine_leases`); the admission policy (`engine_admission`), the
+cache's policy and the relief of pressure (`engine_cache`), the copies between the tiers
+(`engine_host`) and the batch's work (`engine_batch`) change them. The step has the spec's
+shape: plan (`_plan`), the model's calls (`Batch.run_model`), commit (`_commit`), then the
+copies it started (its last call).
 
-Atomicity: a step takes no checkpoint. Its changes before its model calls are its plan's, and
-the plan only takes pages: its room (`Batch.room`: the decode round's write plan and each running
-prefill's chunk, all or nothing) and its admissions (`Admission.admit`; what the queue's front is
-short of is relieved at the commit, and the promotions it plans are issued there). If a call
-fails, `Batch.undo_room` takes them back exactly (the admissions, the round's answers, the
-chunks, the round: each page back in its place on the free stack), the cache's journal its
-lookups' counts, the queue its pops. A step that relieves pressure runs no model call; after the
-model calls a step stands: the copies the model reported done are applied by the commit, and
-copies the model cannot start fail (`_start_copies`). The cancellations a step reports are
-cleared once it succeeded.
+Atomicity, with no checkpoint: the plan only takes pages (its room, `Batch.room`, and its
+admissions, `Admission.admit`; a shortfall's relief, the copies reported done and the planned
+promotions are the commit's). If a model call fails, `Batch.undo_room` takes the plan back
+exactly (each page back in its place on the free stack), the cache's journal its lookups'
+counts and the queue its pops. After the model calls a step stands: copies the model cannot
+start fail (`_start_copies`). The cancellations a step reports are cleared once it succeeded.
 `to_spec()` is the abstraction function to the spec's `EngineState`.
 """
 
@@ -201,17 +195,18 @@ class Engine:
         request_id = require_u64("request_id", request_id)
         slot = self.host_copies.readable(request_id)
         count = refusals.require_published_tokens(request_id, tokens, int(self.running.fields[slot, COMPUTED]))
-        pages = self.scheduler.page_table(request_id)[: pages_for(count, self.config.page_size)]
-        self.store.publish(PrefixPageSet(identity, tuple(page for page in pages if page is not None), count), self.pool)
+        self.store.publish(PrefixPageSet(identity, self._pages_of(request_id, count), count), self.pool)
 
     def lease(self, request_id: int) -> int:
         """An asynchronous reader holds the running request's written pages (the spec's `lease`)."""
         request_id = require_u64("request_id", request_id)
         slot = self.host_copies.readable(request_id)
-        table = self.scheduler.page_table(request_id)[
-            : pages_for(int(self.running.fields[slot, COMPUTED]), self.config.page_size)
-        ]
-        return self.leases.take(self.pool, tuple(page for page in table if page is not None))
+        return self.leases.take(self.pool, self._pages_of(request_id, int(self.running.fields[slot, COMPUTED])))
+
+    def _pages_of(self, request_id: int, tokens: int) -> tuple[int, ...]:
+        """The pages of a running request's first `tokens` tokens."""
+        table = self.scheduler.page_table(request_id)[: pages_for(tokens, self.config.page_size)]
+        return tuple(page for page in table if page is not None)
 
     def end_lease(self, lease_id: int) -> None:
         """The reader lets go (the spec's `end_lease`)."""
