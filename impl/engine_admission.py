@@ -7,6 +7,8 @@ parts.
                  the memory guard and the free pages allow: each newcomer's prefix (a named
                  one, else the cache's hits, else a host run to promote), its first chunk, and
                  its pages, attached and allocated for all newcomers in one call (`seat`)
+    promote      issue the promotions the admissions planned (the step's commit)
+    undo         take the step's admissions back (a model call failed)
 
 A newcomer short of free pages stops the admissions: the step relieves what it is short of at
 its end (`Shortfall`), once its model calls have succeeded, so admitting only takes pages.
@@ -14,7 +16,8 @@ its end (`Shortfall`), once its model calls have succeeded, so admitting only ta
 place on the free stack, the pages they attached let go, the store's recency, their slots and
 rows), for a step that fails after admitting. The part's state is one step's: the running
 prefills' pages past their chunks (`committed`, summed once a step), the newcomers' host runs
-until seated, and the admissions seated until the step commits or takes them back (`seated`).
+until seated, their promotions until the commit issues them (`promotions`), and the admissions
+seated until the step commits or takes them back (`seated`).
 """
 
 from __future__ import annotations

@@ -30,14 +30,18 @@ runs (1-3), `run_model` makes the model calls that plan names (4, `kvsched.spec.
    pages every running prefill still needs past this step's chunks, so admitted prompts do not
    preempt each other's prefills); admission stops at the first request that cannot be
    admitted, keeping its place (what it is short of is relieved at the step's end, 7, and a
-   later step admits it). A published prefix is attached only when the rest of the sequence fits the first
-   chunk; a full hit recomputes the last prompt token, so every request prefills at least one
-   token and samples from its own logits. Each chunk (a running prefill's or an admission's,
-   already made room for and counted by one `record_chunk`) becomes one prefill item.
+   later step admits it). A published prefix is attached only when the rest of the sequence
+   fits the first chunk; a full hit recomputes the last prompt token, so every request prefills
+   at least one token and samples from its own logits. Each chunk (a running prefill's or an
+   admission's, already made room for and counted by one `record_chunk`) becomes one prefill
+   item. A newcomer whose pages continue in the host tier gets fresh pages and a `Promotion`,
+   issued by the commit (5). The plan only takes pages.
 4. The model: copy the shared pages the round must write (`copy_pages`), run the one ragged
    decode round; one `copy_pages` and one `execute_prefill` for every chunk.
-5. Decode: each decoding request appends its sampled token; EOS (checked first) or the length
-   limit finishes it. Prefill: each chunk's tokens are computed; a chunk that completes its
+5. The commit begins with the host tier: the newcomers' promotions are issued, then the copies
+   the model reported done when the step began are applied (a failed promotion preempts its
+   request). Decode: each decoding request appends its sampled token; EOS (checked first) or the
+   length limit finishes it. Prefill: each chunk's tokens are computed; a chunk that completes its
    sequence samples the next token (and may finish it).
 6. Requests that finished this step release their pages and state slots at its end.
 7. With the automatic prefix cache (`prefix_caching`; `kvsched.spec.prefix_cache`): the pages
@@ -189,9 +193,9 @@ def make_room(work: Work, preempted: list[int]) -> tuple[WritePlan, list[Chunk]]
 def commit_step(plan: StepPlan, answers: ModelAnswers, config: EngineConfig) -> tuple[EngineState, StepOutput]:
     """The engine after a planned step whose model calls answered `answers`, and its output:
     the newcomers' promotions issued, the copies the model reported done applied (a failed
-    promotion preempts its request), the round's
-    tokens, the chunks' computed tokens and samples, the cache's new pages, the finished
-    requests' release, the relief the queue's front was short of, and the end-of-step eviction."""
+    promotion preempts its request), the round's tokens, the chunks' computed tokens and
+    samples, the cache's new pages, the finished requests' release, the relief the queue's front
+    was short of, and the end-of-step eviction."""
     work = Work.of(plan.state, config)
     record = StepRecord(finished=dict.fromkeys(plan.cancelled, FinishReason.CANCELLED), preempted=list(plan.preempted))
     for promotion in plan.promotions:
