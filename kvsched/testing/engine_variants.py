@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
@@ -28,7 +29,7 @@ from kvsched.impl.engine_host import HostCopies
 from kvsched.impl.engine_keys import PageKeys
 from kvsched.impl.engine_leases import Leases
 from kvsched.impl.engine_queue import WaitingQueue
-from kvsched.impl.engine_running import RunningSet
+from kvsched.impl.engine_running import Record, RunningSet
 from kvsched.impl.host_tier import HostTier
 from kvsched.impl.pool import BlockPool, release_array
 from kvsched.impl.prefix_cache import Mark, PrefixCache
@@ -37,6 +38,7 @@ from kvsched.spec.engine_calls import call_model, copy_batches
 from kvsched.spec.engine_config import EngineConfig, EngineRequest, salt_of
 from kvsched.spec.engine_events import Published, Publisher
 from kvsched.spec.engine_state import Queued
+from kvsched.spec.errors import BackendFailed
 from kvsched.spec.host_tier import Copy
 from kvsched.spec.kv_events import Entry, EventBatch, Removed, Stored
 from kvsched.spec.model import HostCopy
@@ -122,6 +124,13 @@ def issue_copies_in_two_calls(self: Engine, copies: list[Copy]) -> None:
         call_model(lambda: model.copy_to_device(to_device))
     if to_host:
         call_model(lambda: model.copy_to_host(to_host))
+
+
+def keep_unstarted_copies(self: Engine, copies: list[Copy], record: Record) -> None:
+    """A `start_copies` that raises is taken for a start: the step's copies stay in flight,
+    though the backend runs none of them."""
+    with suppress(BackendFailed):
+        self._issue_copies(copies)
 
 
 def wants_refused_pages(self: HostTier, page: int, key: Key) -> bool:
@@ -502,6 +511,16 @@ ENGINE_VARIANTS = (
         FailureKind.GHOST,
         shape="host",
         explorer="HOSTED",  # a promotion and a demotion started in one step whose copy call fails
+    ),
+    EngineVariant(
+        "unstarted_copies_kept",
+        "a step whose start_copies raised keeps its copies in flight, though none runs: the engine waits"
+        " on copies the backend never started (kvsched's own copy protocol, 12-08)",
+        "_start_copies",
+        keep_unstarted_copies,
+        FailureKind.LOCKSTEP,
+        FailureKind.LIVENESS,
+        shape="host",
     ),
     EngineVariant(
         "failed_demotion_retried",

@@ -628,9 +628,15 @@ CATALOGUE: tuple[Bug, ...] = (
     ),
     Bug(
         "forgotten-copy",
-        "A step starts its promotions, fails to start its demotions and is undone: the copies it started"
-        " run on, onto pages the engine hands to a newcomer.",
+        "A step starts its promotions, fails to start its demotions and fails every copy: the copies it"
+        " started run on, onto pages the engine hands to a newcomer.",
         engine="copies_issued_in_two_calls",
+    ),
+    Bug(
+        "unstarted-copies-kept",
+        "A step whose start_copies raised keeps its copies in flight, though the backend runs none: the"
+        " engine waits on copies that never run.",
+        engine="unstarted_copies_kept",
     ),
     Bug(
         "failing-tier-stalls",
