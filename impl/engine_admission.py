@@ -8,7 +8,7 @@ parts.
                  one, else the cache's hits, else a host run to promote), its first chunk, and
                  its pages, attached and allocated for all newcomers in one call (`seat`)
     promote      issue the promotions the admissions planned (the step's commit)
-    undo         take the step's admissions back (a model call failed)
+    undo         take the step's admissions back (a model call failed); `forget` once it committed
 
 A newcomer short of free pages stops the admissions: the step relieves what it is short of at
 its end (`Shortfall`), once its model calls have succeeded, so admitting only takes pages.
@@ -159,6 +159,10 @@ class Admission:
         for slot, pages, run in self.promotions:
             self.copies.promote(slot, self.running.request(slot).request_id, pages, run)
         self.promotions.clear()
+
+    def forget(self) -> None:
+        """The step's admissions are its for good (it committed): nothing left to take back."""
+        self.seated = None
 
     def undo(self) -> None:
         """Take back the step's admissions, if it seated any, when nothing has changed since but

@@ -185,7 +185,7 @@ class Batch:
     def forget_room(self) -> None:
         """The room and the admissions are the step's for good (it committed) or taken back."""
         self.taken, self.ran = None, 0
-        self.admission.seated = None
+        self.admission.forget()
 
     def lower(self) -> int:
         """Lower the decode round on the state the room left, before any admission: how many

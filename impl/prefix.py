@@ -312,9 +312,9 @@ def recency_of(store: PrefixKvStore, identities: list[PrefixIdentity | None]) ->
 
 
 def restore_recency(store: PrefixKvStore, recency: Recency) -> None:
-    """Put back the recency `recency_of` read (the first reading of an entry read twice wins)."""
+    """Put back the recency `recency_of` read."""
     clock, entries = recency
-    for entry, last_used in reversed(entries):
+    for entry, last_used in entries:
         store._last_used[entry] = last_used
     store._clock = clock
 
